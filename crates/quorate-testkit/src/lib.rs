@@ -1,0 +1,21 @@
+//! Test helpers shared by quorate's crates: real etcd members and clusters, free ports,
+//! kill-on-drop process guards and throwaway TLS certificates. Tests use the real etcd binary,
+//! never mocks; everything started here dies when its guard drops, even when a test panics.
+
+pub mod binaries;
+pub mod child;
+pub mod cluster;
+pub mod etcd;
+pub mod ports;
+pub mod tls;
+
+pub use binaries::{etcd_binary, etcdctl_binary};
+pub use child::ChildGuard;
+pub use cluster::{CLUSTER_READY_TIMEOUT, EtcdTestCluster};
+pub use etcd::{
+    ClusterState, EtcdMemberConfig, EtcdProcess, NotReady, RaftTiming, ServerTlsFiles,
+    format_initial_cluster,
+};
+pub use ports::{PortBlock, free_port};
+pub use tempfile::TempDir;
+pub use tls::TestCerts;
