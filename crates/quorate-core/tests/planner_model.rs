@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 use proptest::sample::subsequence;
+use quorate_core::join::{JoinDecision, may_join};
 use quorate_core::planner::{DesiredMember, ObservedMember, Step, WaitReason, next_step, quorum};
 
 const POOL: [&str; 9] = ["m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8"];
@@ -336,5 +337,32 @@ proptest! {
                 }
             }
         );
+    }
+
+    /// Of all the agents, only the one the planner names adds or promotes itself.
+    #[test]
+    fn only_the_named_agent_acts(cluster in arb_cluster(), desired in arb_desired()) {
+        let observed = cluster.observed();
+        let d = desired_of(&desired);
+        let acting: Vec<&str> = POOL
+            .iter()
+            .copied()
+            .filter(|me| {
+                let decision = may_join(&observed, &d, me);
+                if !desired.iter().any(|n| n == me) {
+                    assert_eq!(decision, JoinDecision::NotDesired);
+                }
+                matches!(
+                    decision,
+                    JoinDecision::AddSelfAsLearner { .. } | JoinDecision::PromoteSelf { .. }
+                )
+            })
+            .collect();
+        match next_step(&observed, &d) {
+            Step::AddLearner { name, .. } | Step::Promote { name, .. } => {
+                prop_assert_eq!(acting, vec![name.as_str()]);
+            }
+            _ => prop_assert!(acting.is_empty(), "{acting:?} act without being named"),
+        }
     }
 }
