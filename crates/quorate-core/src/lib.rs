@@ -1,5 +1,12 @@
 //! Pure decisions for quorate: no I/O and no clocks (time is always an argument), so every
 //! rule here can be unit- and property-tested.
 
+pub mod cluster_config;
+pub mod conditions;
+pub mod etcd_config;
 pub mod join;
+pub mod last_operation;
+pub mod lease;
+pub mod member_health;
+pub mod member_start;
 pub mod planner;

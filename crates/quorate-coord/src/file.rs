@@ -1,0 +1,97 @@
+//! Local-mode coordination: leases and the cluster configuration as files under the cluster's
+//! state directory (`leases/<name>.json`, `config.json`).
+
+use crate::{CoordError, Coordination, json_file};
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::lease::MemberLease;
+use std::path::{Path, PathBuf};
+
+/// File-backed [`Coordination`] rooted at one cluster's state directory.
+#[derive(Clone, Debug)]
+pub struct FileCoordination {
+    root: PathBuf,
+}
+
+impl FileCoordination {
+    /// Coordination for the cluster whose state lives in `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// Path of the cluster configuration file.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("config.json")
+    }
+
+    fn lease_dir(&self) -> PathBuf {
+        self.root.join("leases")
+    }
+
+    fn lease_path(&self, name: &str) -> PathBuf {
+        self.lease_dir().join(format!("{name}.json"))
+    }
+
+    /// Writes the cluster configuration (the controller's side).
+    pub fn write_cluster_config(&self, config: &ClusterConfig) -> Result<(), CoordError> {
+        json_file::write_atomic(&self.config_path(), config)
+    }
+
+    /// Deletes a member lease (when the member is removed for good).
+    pub fn delete_member_lease(&self, name: &str) -> Result<(), CoordError> {
+        remove_if_exists(&self.lease_path(name))
+    }
+}
+
+fn remove_if_exists(path: &Path) -> Result<(), CoordError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(CoordError::Io {
+            action: "delete",
+            path: path.display().to_string(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+impl Coordination for FileCoordination {
+    async fn cluster_config(&self) -> Result<ClusterConfig, CoordError> {
+        let path = self.config_path();
+        json_file::read(&path, "cluster configuration")?.ok_or(CoordError::NoConfig {
+            path: path.display().to_string(),
+        })
+    }
+
+    async fn member_lease(&self, name: &str) -> Result<Option<MemberLease>, CoordError> {
+        json_file::read(&self.lease_path(name), "member lease")
+    }
+
+    async fn member_leases(&self) -> Result<Vec<MemberLease>, CoordError> {
+        let dir = self.lease_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(CoordError::Io {
+                    action: "list",
+                    path: dir.display().to_string(),
+                    source: e,
+                });
+            }
+        };
+        let mut leases = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                if let Some(lease) = json_file::read(&path, "member lease")? {
+                    leases.push(lease);
+                }
+            }
+        }
+        leases.sort_by(|a: &MemberLease, b| a.name.cmp(&b.name));
+        Ok(leases)
+    }
+
+    async fn put_member_lease(&self, lease: &MemberLease) -> Result<(), CoordError> {
+        json_file::write_atomic(&self.lease_path(&lease.name), lease)
+    }
+}

@@ -1,0 +1,132 @@
+//! The cluster configuration every member's agent reads: rendered once by the controller (the
+//! local runtime writes it as a file, the operator as the `<name>-config` ConfigMap) so that the
+//! agents never need the `Etcd` object or the Kubernetes API to start etcd.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything an agent needs to run its member, for one cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterConfig {
+    /// Name of the `Etcd` object.
+    pub cluster_name: String,
+    /// Namespace of the `Etcd` object.
+    pub namespace: String,
+    /// `initial-cluster-token`; unique per cluster incarnation so a wiped member can never be
+    /// mistaken for the old one by a live peer.
+    pub cluster_token: String,
+    /// Desired members in ordinal order.
+    pub members: Vec<MemberEndpoints>,
+    /// Members that form the cluster when it is created for the first time. A member outside
+    /// this set (added by a later scale-out) always joins as a learner.
+    pub bootstrap_members: Vec<String>,
+    /// Host etcd listens on (`127.0.0.1` locally, `0.0.0.0` in a pod).
+    pub listen_host: String,
+    /// etcd tuning taken from the spec.
+    pub etcd: EtcdSettings,
+    /// Client TLS, when `spec.etcd.clientUrlTls` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_tls: Option<TlsFiles>,
+    /// Peer TLS, when `spec.etcd.peerUrlTls` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_tls: Option<TlsFiles>,
+    /// How often an agent renews its member lease, in milliseconds.
+    pub heartbeat_millis: u64,
+}
+
+impl ClusterConfig {
+    /// The endpoints of the member called `name`, if it is desired.
+    pub fn member(&self, name: &str) -> Option<&MemberEndpoints> {
+        self.members.iter().find(|m| m.name == name)
+    }
+
+    /// Client URLs of all desired members, for cluster-wide calls.
+    pub fn client_urls(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// Whether `name` belongs to the set that bootstraps a brand-new cluster.
+    pub fn is_bootstrap_member(&self, name: &str) -> bool {
+        self.bootstrap_members.iter().any(|n| n == name)
+    }
+}
+
+/// Addresses of one member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberEndpoints {
+    /// etcd member name.
+    pub name: String,
+    /// Name of this member's lease.
+    pub lease_name: String,
+    /// Advertised peer URL.
+    pub peer_url: String,
+    /// Advertised client URL.
+    pub client_url: String,
+    /// Port etcd listens on for peers.
+    pub peer_port: u16,
+    /// Port etcd listens on for clients.
+    pub client_port: u16,
+    /// Base URL of this member's agent HTTP server.
+    pub agent_url: String,
+    /// Port the agent listens on.
+    pub agent_port: u16,
+}
+
+/// etcd flags that come from the spec and are the same on every member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdSettings {
+    /// `--quota-backend-bytes`.
+    pub quota_backend_bytes: u64,
+    /// `--snapshot-count`.
+    pub snapshot_count: u64,
+    /// `--auto-compaction-mode` (`periodic` or `revision`).
+    pub auto_compaction_mode: String,
+    /// `--auto-compaction-retention`.
+    pub auto_compaction_retention: String,
+    /// `--enable-grpc-gateway`.
+    pub enable_grpc_gateway: bool,
+    /// `--metrics` (`basic` or `extensive`).
+    pub metrics: String,
+    /// `--heartbeat-interval` in milliseconds (etcd's raft heartbeat, not the lease heartbeat).
+    pub raft_heartbeat_millis: u64,
+    /// `--election-timeout` in milliseconds.
+    pub election_timeout_millis: u64,
+}
+
+/// Paths of the certificate files of one TLS configuration, as mounted or written for the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsFiles {
+    /// Trusted CA bundle.
+    pub ca_file: String,
+    /// Server certificate.
+    pub cert_file: String,
+    /// Server key.
+    pub key_file: String,
+    /// Client certificate for the agent's own connections (client TLS only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert_file: Option<String>,
+    /// Client key for the agent's own connections (client TLS only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key_file: Option<String>,
+}
+
+impl EtcdSettings {
+    /// The settings an `Etcd` asks for, with druid's defaults filled in. Raft timing keeps
+    /// etcd's defaults (100 ms heartbeat, 1 s election), which druid does not expose either.
+    pub fn from_etcd(etcd: &quorate_api::Etcd) -> Self {
+        let spec = &etcd.spec;
+        Self {
+            quota_backend_bytes: spec.etcd.quota_bytes(),
+            snapshot_count: spec.etcd.snapshot_count(),
+            auto_compaction_mode: spec.auto_compaction_mode().as_str().to_string(),
+            auto_compaction_retention: spec.auto_compaction_retention().to_string(),
+            enable_grpc_gateway: false,
+            metrics: spec.etcd.metrics().as_str().to_string(),
+            raft_heartbeat_millis: 100,
+            election_timeout_millis: 1000,
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! The etcd configuration of one member: which flags its etcd process gets, derived from the
+//! cluster configuration and from how the member starts (bootstrap, join, or restart on its
+//! own data). Pure, so "what would member i run with" is answerable without running anything.
+
+use crate::cluster_config::{ClusterConfig, MemberEndpoints, TlsFiles};
+use thiserror::Error;
+
+/// How a member's etcd starts; decides `initial-cluster` and `initial-cluster-state`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StartMode {
+    /// Part of the first start of a brand-new cluster: every bootstrap member starts at once.
+    Bootstrap,
+    /// Joins a running cluster whose members (name, peer URL) are given, including itself.
+    Join {
+        /// Current members of the running cluster, this member included.
+        initial_cluster: Vec<(String, String)>,
+    },
+    /// The data directory already holds this member's state; initial-* flags are ignored by etcd.
+    Restart,
+}
+
+/// Why a member configuration cannot be computed.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The member is not part of the desired cluster.
+    #[error(
+        "member {member:?} is not in the configuration of cluster {cluster:?} (members: {known}); \
+         check the member index or the cluster's replicas"
+    )]
+    UnknownMember {
+        /// The member asked for.
+        member: String,
+        /// The cluster.
+        cluster: String,
+        /// Names that are known.
+        known: String,
+    },
+}
+
+/// Flags that matter for a running member: when any of them changes, etcd must restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeFlags {
+    /// `--name`.
+    pub name: String,
+    /// `--data-dir`.
+    pub data_dir: String,
+    /// `--listen-peer-urls`.
+    pub listen_peer_urls: String,
+    /// `--listen-client-urls`.
+    pub listen_client_urls: String,
+    /// `--initial-advertise-peer-urls` (also what the agent keeps in etcd's member list).
+    pub advertise_peer_urls: String,
+    /// `--advertise-client-urls`.
+    pub advertise_client_urls: String,
+    /// `--quota-backend-bytes`.
+    pub quota_backend_bytes: u64,
+    /// `--snapshot-count`.
+    pub snapshot_count: u64,
+    /// `--auto-compaction-mode`.
+    pub auto_compaction_mode: String,
+    /// `--auto-compaction-retention`.
+    pub auto_compaction_retention: String,
+    /// `--enable-grpc-gateway`.
+    pub enable_grpc_gateway: bool,
+    /// `--metrics`.
+    pub metrics: String,
+    /// `--heartbeat-interval`.
+    pub raft_heartbeat_millis: u64,
+    /// `--election-timeout`.
+    pub election_timeout_millis: u64,
+    /// Client TLS files.
+    pub client_tls: Option<TlsFiles>,
+    /// Peer TLS files.
+    pub peer_tls: Option<TlsFiles>,
+}
+
+/// Flags etcd reads only when its data directory is empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapFlags {
+    /// `--initial-cluster` as (name, peer URL) pairs.
+    pub initial_cluster: Vec<(String, String)>,
+    /// `--initial-cluster-state`: `new` or `existing`.
+    pub initial_cluster_state: &'static str,
+    /// `--initial-cluster-token`.
+    pub initial_cluster_token: String,
+}
+
+/// The complete etcd configuration of one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberEtcdConfig {
+    /// Flags whose change requires a restart.
+    pub runtime: RuntimeFlags,
+    /// Flags used on first start only.
+    pub bootstrap: BootstrapFlags,
+}
+
+/// Computes the configuration member `me` runs with.
+pub fn member_etcd_config(
+    cluster: &ClusterConfig,
+    me: &str,
+    data_dir: &str,
+    mode: &StartMode,
+) -> Result<MemberEtcdConfig, ConfigError> {
+    let member = cluster
+        .member(me)
+        .ok_or_else(|| ConfigError::UnknownMember {
+            member: me.to_string(),
+            cluster: cluster.cluster_name.clone(),
+            known: cluster
+                .members
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    let runtime = runtime_flags(cluster, member, data_dir);
+    let (initial_cluster, initial_cluster_state) = match mode {
+        StartMode::Bootstrap => (
+            cluster
+                .members
+                .iter()
+                .filter(|m| cluster.is_bootstrap_member(&m.name))
+                .map(|m| (m.name.clone(), m.peer_url.clone()))
+                .collect(),
+            "new",
+        ),
+        StartMode::Join { initial_cluster } => (initial_cluster.clone(), "existing"),
+        StartMode::Restart => (
+            vec![(member.name.clone(), member.peer_url.clone())],
+            "existing",
+        ),
+    };
+    Ok(MemberEtcdConfig {
+        runtime,
+        bootstrap: BootstrapFlags {
+            initial_cluster,
+            initial_cluster_state,
+            initial_cluster_token: cluster.cluster_token.clone(),
+        },
+    })
+}
+
+fn runtime_flags(
+    cluster: &ClusterConfig,
+    member: &MemberEndpoints,
+    data_dir: &str,
+) -> RuntimeFlags {
+    let peer_scheme = if cluster.peer_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let client_scheme = if cluster.client_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let host = &cluster.listen_host;
+    RuntimeFlags {
+        name: member.name.clone(),
+        data_dir: data_dir.to_string(),
+        listen_peer_urls: format!("{peer_scheme}://{host}:{}", member.peer_port),
+        listen_client_urls: format!("{client_scheme}://{host}:{}", member.client_port),
+        advertise_peer_urls: member.peer_url.clone(),
+        advertise_client_urls: member.client_url.clone(),
+        quota_backend_bytes: cluster.etcd.quota_backend_bytes,
+        snapshot_count: cluster.etcd.snapshot_count,
+        auto_compaction_mode: cluster.etcd.auto_compaction_mode.clone(),
+        auto_compaction_retention: cluster.etcd.auto_compaction_retention.clone(),
+        enable_grpc_gateway: cluster.etcd.enable_grpc_gateway,
+        metrics: cluster.etcd.metrics.clone(),
+        raft_heartbeat_millis: cluster.etcd.raft_heartbeat_millis,
+        election_timeout_millis: cluster.etcd.election_timeout_millis,
+        client_tls: cluster.client_tls.clone(),
+        peer_tls: cluster.peer_tls.clone(),
+    }
+}
+
+impl MemberEtcdConfig {
+    /// Command-line arguments for the `etcd` binary.
+    pub fn to_args(&self) -> Vec<String> {
+        let r = &self.runtime;
+        let b = &self.bootstrap;
+        let mut args = vec![
+            format!("--name={}", r.name),
+            format!("--data-dir={}", r.data_dir),
+            format!("--listen-peer-urls={}", r.listen_peer_urls),
+            format!("--listen-client-urls={}", r.listen_client_urls),
+            format!("--initial-advertise-peer-urls={}", r.advertise_peer_urls),
+            format!("--advertise-client-urls={}", r.advertise_client_urls),
+            format!(
+                "--initial-cluster={}",
+                b.initial_cluster
+                    .iter()
+                    .map(|(n, u)| format!("{n}={u}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            format!("--initial-cluster-state={}", b.initial_cluster_state),
+            format!("--initial-cluster-token={}", b.initial_cluster_token),
+            format!("--quota-backend-bytes={}", r.quota_backend_bytes),
+            format!("--snapshot-count={}", r.snapshot_count),
+            format!("--auto-compaction-mode={}", r.auto_compaction_mode),
+            format!(
+                "--auto-compaction-retention={}",
+                r.auto_compaction_retention
+            ),
+            format!("--enable-grpc-gateway={}", r.enable_grpc_gateway),
+            format!("--metrics={}", r.metrics),
+            format!("--heartbeat-interval={}", r.raft_heartbeat_millis),
+            format!("--election-timeout={}", r.election_timeout_millis),
+        ];
+        if let Some(tls) = &r.client_tls {
+            args.push(format!("--cert-file={}", tls.cert_file));
+            args.push(format!("--key-file={}", tls.key_file));
+            args.push(format!("--trusted-ca-file={}", tls.ca_file));
+            args.push("--client-cert-auth=true".to_string());
+        }
+        if let Some(tls) = &r.peer_tls {
+            args.push(format!("--peer-cert-file={}", tls.cert_file));
+            args.push(format!("--peer-key-file={}", tls.key_file));
+            args.push(format!("--peer-trusted-ca-file={}", tls.ca_file));
+            args.push("--peer-client-cert-auth=true".to_string());
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cluster_config::EtcdSettings;
+
+    pub(crate) fn three_members() -> ClusterConfig {
+        let members = (0..3)
+            .map(|i| MemberEndpoints {
+                name: format!("etcd-main-{i}"),
+                lease_name: format!("etcd-main-{i}"),
+                peer_url: format!("http://127.0.0.1:{}", 2380 + 10 * i),
+                client_url: format!("http://127.0.0.1:{}", 2379 + 10 * i),
+                peer_port: 2380 + 10 * i,
+                client_port: 2379 + 10 * i,
+                agent_url: format!("http://127.0.0.1:{}", 8080 + 10 * i),
+                agent_port: 8080 + 10 * i,
+            })
+            .collect();
+        ClusterConfig {
+            cluster_name: "etcd-main".into(),
+            namespace: "default".into(),
+            cluster_token: "etcd-main-abc".into(),
+            members,
+            bootstrap_members: vec![
+                "etcd-main-0".into(),
+                "etcd-main-1".into(),
+                "etcd-main-2".into(),
+            ],
+            listen_host: "127.0.0.1".into(),
+            etcd: EtcdSettings {
+                quota_backend_bytes: 8 << 30,
+                snapshot_count: 10_000,
+                auto_compaction_mode: "periodic".into(),
+                auto_compaction_retention: "30m".into(),
+                enable_grpc_gateway: false,
+                metrics: "basic".into(),
+                raft_heartbeat_millis: 100,
+                election_timeout_millis: 1000,
+            },
+            client_tls: None,
+            peer_tls: None,
+            heartbeat_millis: 10_000,
+        }
+    }
+
+    #[test]
+    fn bootstrap_lists_every_bootstrap_member_as_new() {
+        let cfg = member_etcd_config(&three_members(), "etcd-main-1", "/d", &StartMode::Bootstrap)
+            .unwrap();
+        let args = cfg.to_args();
+        assert!(args.contains(&"--name=etcd-main-1".to_string()));
+        assert!(args.contains(&"--initial-cluster-state=new".to_string()));
+        assert!(args.contains(
+            &"--initial-cluster=etcd-main-0=http://127.0.0.1:2380,etcd-main-1=http://127.0.0.1:2390,etcd-main-2=http://127.0.0.1:2400"
+                .to_string()
+        ));
+        assert!(args.contains(&"--listen-client-urls=http://127.0.0.1:2389".to_string()));
+    }
+
+    #[test]
+    fn bootstrap_excludes_members_added_later() {
+        let mut cluster = three_members();
+        cluster.bootstrap_members = vec!["etcd-main-0".into()];
+        let cfg = member_etcd_config(&cluster, "etcd-main-0", "/d", &StartMode::Bootstrap).unwrap();
+        assert_eq!(cfg.bootstrap.initial_cluster.len(), 1);
+    }
+
+    #[test]
+    fn join_uses_the_running_membership_and_existing_state() {
+        let initial = vec![
+            (
+                "etcd-main-0".to_string(),
+                "http://127.0.0.1:2380".to_string(),
+            ),
+            (
+                "etcd-main-2".to_string(),
+                "http://127.0.0.1:2400".to_string(),
+            ),
+        ];
+        let cfg = member_etcd_config(
+            &three_members(),
+            "etcd-main-2",
+            "/d",
+            &StartMode::Join {
+                initial_cluster: initial.clone(),
+            },
+        )
+        .unwrap();
+        assert_eq!(cfg.bootstrap.initial_cluster, initial);
+        assert_eq!(cfg.bootstrap.initial_cluster_state, "existing");
+    }
+
+    #[test]
+    fn runtime_flags_ignore_the_start_mode() {
+        let c = three_members();
+        let a = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Bootstrap).unwrap();
+        let b = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart).unwrap();
+        assert_eq!(a.runtime, b.runtime);
+        assert_ne!(a.bootstrap, b.bootstrap);
+    }
+
+    #[test]
+    fn peer_tls_switches_scheme_and_adds_files() {
+        let mut c = three_members();
+        c.peer_tls = Some(TlsFiles {
+            ca_file: "/ca".into(),
+            cert_file: "/crt".into(),
+            key_file: "/key".into(),
+            client_cert_file: None,
+            client_key_file: None,
+        });
+        let args = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart)
+            .unwrap()
+            .to_args();
+        assert!(args.contains(&"--listen-peer-urls=https://127.0.0.1:2380".to_string()));
+        assert!(args.contains(&"--peer-trusted-ca-file=/ca".to_string()));
+    }
+
+    #[test]
+    fn unknown_member_is_named_in_the_error() {
+        let err = member_etcd_config(&three_members(), "etcd-main-7", "/d", &StartMode::Restart)
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("etcd-main-7") && text.contains("etcd-main-0, etcd-main-1, etcd-main-2"),
+            "{text}"
+        );
+    }
+}
