@@ -1,0 +1,231 @@
+//! Cluster-wide calls with failover across endpoints.
+//!
+//! etcd-client's own multi-endpoint channel round-robins without failover (a dead endpoint
+//! fails its share of calls), so this client holds one [`MemberClient`] per endpoint and tries
+//! them in turn, starting with the one that last answered.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::config::{EtcdEndpoints, EtcdTimeouts, EtcdTls};
+use crate::error::{ErrorKind, EtcdError};
+use crate::member::MemberClient;
+use crate::types::{Member, MemberStatus, format_id};
+
+/// Client for cluster-wide calls (membership, reads, writes) that fails over between
+/// endpoints.
+///
+/// Failover happens only for endpoint-specific failures ([`ErrorKind::is_endpoint_specific`]:
+/// unreachable, no leader, learner, transient). When a mutation timed out on one endpoint it
+/// may still have been applied, so a retry on the next endpoint can report the change as
+/// already made (`PeerUrlExists` after an add, `MemberNotLearner` after a promote,
+/// `MemberNotFound` after a remove); callers re-read the member list rather than trust a
+/// single answer.
+#[derive(Debug)]
+pub struct ClusterClient {
+    members: Vec<MemberClient>,
+    preferred: AtomicUsize,
+}
+
+impl ClusterClient {
+    /// A client over `urls`. Connections are lazy, so this fails only for unusable URLs or
+    /// TLS material, or when `urls` is empty.
+    pub async fn new(
+        urls: &[String],
+        tls: Option<&EtcdTls>,
+        timeouts: EtcdTimeouts,
+    ) -> Result<ClusterClient, EtcdError> {
+        if urls.is_empty() {
+            return Err(EtcdError::new(
+                ErrorKind::InvalidConfig,
+                "connect",
+                "(no endpoints)",
+                "a cluster client needs at least one endpoint URL",
+            ));
+        }
+        let mut members = Vec::with_capacity(urls.len());
+        for url in urls {
+            members.push(MemberClient::connect(url, tls, timeouts).await?);
+        }
+        Ok(ClusterClient {
+            members,
+            preferred: AtomicUsize::new(0),
+        })
+    }
+
+    /// A client from an [`EtcdEndpoints`] configuration.
+    pub async fn from_endpoints(endpoints: &EtcdEndpoints) -> Result<ClusterClient, EtcdError> {
+        Self::new(&endpoints.urls, endpoints.tls.as_ref(), endpoints.timeouts).await
+    }
+
+    /// The endpoint URLs, in configuration order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| m.endpoint().to_string())
+            .collect()
+    }
+
+    /// One client per endpoint, for per-member calls.
+    pub fn member_clients(&self) -> &[MemberClient] {
+        &self.members
+    }
+
+    /// The member list.
+    pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
+        self.with_failover("member list", |m| async move { m.member_list().await })
+            .await
+    }
+
+    /// Adds a learner with `peer_urls`; returns its ID and the resulting member list.
+    pub async fn add_learner(&self, peer_urls: &[String]) -> Result<(u64, Vec<Member>), EtcdError> {
+        self.with_failover("member add learner", |m| async move {
+            m.add_learner(peer_urls).await
+        })
+        .await
+    }
+
+    /// Promotes learner `id`; returns the resulting member list.
+    pub async fn promote(&self, id: u64) -> Result<Vec<Member>, EtcdError> {
+        self.with_failover("member promote", |m| async move { m.promote(id).await })
+            .await
+    }
+
+    /// Removes member `id`; returns the resulting member list.
+    pub async fn remove(&self, id: u64) -> Result<Vec<Member>, EtcdError> {
+        self.with_failover("member remove", |m| async move { m.remove(id).await })
+            .await
+    }
+
+    /// Replaces member `id`'s peer URLs; returns the resulting member list.
+    pub async fn update_peer_urls(
+        &self,
+        id: u64,
+        peer_urls: &[String],
+    ) -> Result<Vec<Member>, EtcdError> {
+        self.with_failover("member update", |m| async move {
+            m.update_peer_urls(id, peer_urls).await
+        })
+        .await
+    }
+
+    /// Writes `value` at `key`; returns the new revision.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<i64, EtcdError> {
+        self.with_failover("put", |m| async move { m.put(key, value).await })
+            .await
+    }
+
+    /// Linearizable read of `key`.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, EtcdError> {
+        self.with_failover("get", |m| async move { m.get(key).await })
+            .await
+    }
+
+    /// Status of every endpoint, queried concurrently, in endpoint order.
+    pub async fn statuses(&self) -> Vec<Result<MemberStatus, EtcdError>> {
+        futures::future::join_all(self.members.iter().map(|m| m.status())).await
+    }
+
+    /// The client of the current leader, with its status.
+    pub async fn leader(&self) -> Result<(MemberClient, MemberStatus), EtcdError> {
+        let statuses = self.statuses().await;
+        let mut known_leader = None;
+        let mut failures = Vec::new();
+        for (client, status) in self.members.iter().zip(statuses) {
+            match status {
+                Ok(status) if status.is_leader() => return Ok((client.clone(), status)),
+                Ok(status) if status.has_leader() => known_leader = Some(status.leader_id),
+                Ok(status) => failures.push(format!(
+                    "{}: member {} knows no leader",
+                    status.endpoint,
+                    format_id(status.member_id)
+                )),
+                Err(e) => failures.push(format!("{}: {}", e.endpoint(), e.message())),
+            }
+        }
+        let (kind, message) = match known_leader {
+            Some(id) => (
+                ErrorKind::Other,
+                format!(
+                    "the leader is member {}, whose endpoint is not among this client's",
+                    format_id(id)
+                ),
+            ),
+            None if failures.iter().all(|f| !f.contains("knows no leader")) => {
+                (ErrorKind::Unreachable, failures.join("; "))
+            }
+            None => (ErrorKind::NoLeader, failures.join("; ")),
+        };
+        Err(EtcdError::new(
+            kind,
+            "find leader",
+            self.endpoints_label(),
+            message,
+        ))
+    }
+
+    /// Transfers leadership to member `to` (sent to the current leader); a no-op when `to`
+    /// already leads.
+    pub async fn move_leader(&self, to: u64) -> Result<(), EtcdError> {
+        let (leader, status) = self.leader().await?;
+        if status.member_id == to {
+            return Ok(());
+        }
+        leader.move_leader(to).await
+    }
+
+    /// Runs `call` against each endpoint in turn until one gives an answer that is not
+    /// endpoint-specific.
+    async fn with_failover<'a, T, F, Fut>(
+        &'a self,
+        operation: &str,
+        call: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: Fn(&'a MemberClient) -> Fut,
+        Fut: Future<Output = Result<T, EtcdError>> + 'a,
+    {
+        let n = self.members.len();
+        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let mut failures = Vec::new();
+        for k in 0..n {
+            let i = (start + k) % n;
+            match call(&self.members[i]).await {
+                Ok(value) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Err(e) if e.kind().is_endpoint_specific() => {
+                    tracing::debug!(endpoint = %e.endpoint(), kind = %e.kind(), "{operation}: trying next endpoint");
+                    failures.push(e);
+                }
+                Err(e) => {
+                    // The member answered; its answer stands for the cluster.
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Err(self.all_failed(operation, failures))
+    }
+
+    fn all_failed(&self, operation: &str, failures: Vec<EtcdError>) -> EtcdError {
+        // A member that answered (no leader, learner, timed out) says more than a refused
+        // connection.
+        let kind = failures
+            .iter()
+            .map(|e| e.kind())
+            .find(|k| *k != ErrorKind::Unreachable)
+            .unwrap_or(ErrorKind::Unreachable);
+        let message = failures
+            .iter()
+            .map(|e| format!("{}: {}", e.endpoint(), e.message()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        EtcdError::new(kind, operation, self.endpoints_label(), message)
+    }
+
+    fn endpoints_label(&self) -> String {
+        format!("all endpoints [{}]", self.endpoints().join(", "))
+    }
+}

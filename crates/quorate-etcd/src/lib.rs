@@ -1,0 +1,28 @@
+//! The etcd adapter used by the agent, the local runtime and the operator.
+//!
+//! - [`MemberClient`]: calls answered by one specific member (status, health, alarms,
+//!   defragment, move-leader, snapshot).
+//! - [`ClusterClient`]: cluster-wide calls (membership, reads, writes) with failover between
+//!   endpoints.
+//! - [`EtcdError`] with [`ErrorKind`]: etcd's refusals classified, so "unhealthy cluster",
+//!   "too many learners" and "learner not in sync" are waited out ([`retry_while_retryable`])
+//!   instead of treated as failures.
+//!
+//! Every call is time-bounded ([`EtcdTimeouts`]); etcd-client connects lazily and would
+//! otherwise hang on an unreachable member.
+
+mod cluster;
+mod config;
+mod error;
+mod member;
+mod retry;
+mod snapshot;
+mod types;
+
+pub use cluster::ClusterClient;
+pub use config::{ClientIdentity, EtcdEndpoints, EtcdTimeouts, EtcdTls, PemSource};
+pub use error::{ErrorKind, EtcdError, classify, classify_status};
+pub use member::MemberClient;
+pub use retry::{RetryPolicy, retry_while_retryable, retry_with};
+pub use snapshot::SnapshotStream;
+pub use types::{Alarm, AlarmKind, Member, MemberStatus, format_id, parse_id};
