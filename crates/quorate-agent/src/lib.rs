@@ -1,1 +1,62 @@
-//! placeholder
+//! `quorate agent`: one per etcd member. It replaces etcd-druid's etcd-wrapper and
+//! backup-restore sidecars with one process that owns the member's lifecycle: it decides how the
+//! member starts, runs etcd as a child, restarts it when its configuration changes, promotes it
+//! from learner, renews its member lease and serves `/healthz`.
+
+pub mod etcd_process;
+pub mod http;
+pub mod member;
+pub mod state;
+pub mod turn;
+
+pub use member::{AgentError, AgentExit, AgentOptions, run_agent};
+pub use state::SharedState;
+
+use quorate_coord::Coordination;
+use std::net::SocketAddr;
+use tokio::sync::watch;
+
+/// Runs the agent: its HTTP server on `listen` and the member loop, until `shutdown` turns true
+/// or the member is removed.
+pub async fn serve<C: Coordination>(
+    coord: C,
+    opts: AgentOptions,
+    listen: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) -> Result<AgentExit, ServeError> {
+    let state = SharedState::default();
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let app = http::router(state.clone());
+    let mut http_shutdown = shutdown.clone();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = http_shutdown.wait_for(|stop| *stop).await;
+            })
+            .await;
+    });
+    let result = run_agent(coord, opts, state, shutdown).await;
+    server.abort();
+    Ok(result?)
+}
+
+/// A failure that ends the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The HTTP port is taken.
+    #[error("agent cannot listen on {addr}: {source}; another process uses this port")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The member loop failed.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+}

@@ -1,0 +1,57 @@
+//! What the agent knows about its member right now, shared between the member loop (which
+//! writes it) and the HTTP server (which reports it).
+
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+
+/// Where the member is in its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum Phase {
+    /// Deciding how to start (validating data, reading the member list).
+    #[default]
+    Initializing,
+    /// Waiting for the cluster (its turn to join, a reachable member, quorum).
+    Waiting,
+    /// etcd runs.
+    Running,
+    /// The member was removed from the cluster; it stays down.
+    Removed,
+}
+
+/// Snapshot of the member's state.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberState {
+    /// Lifecycle phase.
+    pub phase: Phase,
+    /// etcd member ID once known.
+    pub member_id: Option<u64>,
+    /// Cluster ID once known.
+    pub cluster_id: Option<u64>,
+    /// Whether the member is a learner.
+    pub is_learner: bool,
+    /// Whether the member is the raft leader.
+    pub is_leader: bool,
+    /// Whether etcd answered its last health probe with a leader present.
+    pub healthy: bool,
+    /// Why the member is waiting or what last went wrong.
+    pub message: String,
+    /// The etcd command line in use.
+    pub etcd_args: Vec<String>,
+}
+
+/// Shared handle on [`MemberState`].
+#[derive(Clone, Debug, Default)]
+pub struct SharedState(Arc<Mutex<MemberState>>);
+
+impl SharedState {
+    /// A copy of the current state.
+    pub fn get(&self) -> MemberState {
+        self.0.lock().expect("state lock").clone()
+    }
+
+    /// Changes the state in place.
+    pub fn update(&self, f: impl FnOnce(&mut MemberState)) {
+        f(&mut self.0.lock().expect("state lock"));
+    }
+}
