@@ -45,7 +45,11 @@ pub struct EtcdStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<EtcdMemberStatus>,
     /// Declared by druid, never written by it; kept for compatibility.
-    #[serde(default, rename = "peerUrlTLSEnabled", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "peerUrlTLSEnabled",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub peer_url_tls_enabled: Option<bool>,
     /// Label selector in string form, for the scale subresource.
     #[serde(default, skip_serializing_if = "Option::is_none")]

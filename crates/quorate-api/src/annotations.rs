@@ -1,0 +1,94 @@
+//! Annotation keys and values with a meaning to quorate, spelled as etcd-druid spells them so
+//! existing tooling (and people's habits) keep working.
+
+use std::collections::BTreeMap;
+
+/// Deprecated operation annotation (`gardener.cloud/operation: reconcile`) on an `Etcd`.
+pub const GARDENER_OPERATION: &str = "gardener.cloud/operation";
+/// Operation annotation (`druid.gardener.cloud/operation: reconcile`) on an `Etcd`: requests
+/// a spec reconcile when auto-reconcile is off; removed after a successful reconcile.
+pub const DRUID_OPERATION: &str = "druid.gardener.cloud/operation";
+/// The value of the operation annotations that requests a reconcile.
+pub const OPERATION_RECONCILE: &str = "reconcile";
+/// Any value suspends spec reconciliation of the `Etcd`; status is still updated.
+pub const SUSPEND_ETCD_SPEC_RECONCILE: &str = "druid.gardener.cloud/suspend-etcd-spec-reconcile";
+/// Any value lets anyone change the resources managed for the `Etcd`.
+pub const DISABLE_ETCD_COMPONENT_PROTECTION: &str =
+    "druid.gardener.cloud/disable-etcd-component-protection";
+/// Any value: only the ConfigMap and StatefulSet are managed; the other runtime components are
+/// deleted.
+pub const DISABLE_ETCD_RUNTIME_COMPONENT_CREATION: &str =
+    "druid.gardener.cloud/disable-etcd-runtime-component-creation";
+/// Any value stops member and snapshot lease renewals.
+pub const DISABLE_MEMBER_STATUS_REPORTING: &str =
+    "druid.gardener.cloud/disable-member-status-reporting";
+/// On an `Etcd`: the PodDisruptionBudget gets `unhealthyPodEvictionPolicy: AlwaysAllow`.
+pub const ALLOW_UNHEALTHY_POD_EVICTION: &str =
+    "resources.druid.gardener.cloud/allow-unhealthy-pod-eviction";
+/// On a member lease: `"true"` when all of the member's advertised peer URLs use https.
+pub const MEMBER_TLS_ENABLED: &str = "member.etcd.gardener.cloud/tls-enabled";
+/// On the pod template: checksum of the rendered ConfigMap, so a config change rolls pods.
+pub const CHECKSUM_ETCD_CONFIGMAP: &str = "checksum/etcd-configmap";
+/// Finalizer on an `Etcd` (and on the Secrets it references).
+pub const ETCD_FINALIZER: &str = "druid.gardener.cloud/etcd-druid";
+
+/// Whether the annotations request a reconcile (either operation annotation = `reconcile`).
+pub fn has_reconcile_operation(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|a| {
+        [DRUID_OPERATION, GARDENER_OPERATION]
+            .iter()
+            .any(|k| a.get(*k).map(String::as_str) == Some(OPERATION_RECONCILE))
+    })
+}
+
+/// Whether spec reconciliation is suspended (annotation present, any value).
+pub fn is_spec_reconcile_suspended(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|a| a.contains_key(SUSPEND_ETCD_SPEC_RECONCILE))
+}
+
+/// Whether the managed resources are protected (the disable annotation is absent).
+pub fn are_components_protected(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    !annotations.is_some_and(|a| a.contains_key(DISABLE_ETCD_COMPONENT_PROTECTION))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn reconcile_operation_accepts_both_keys_and_only_reconcile() {
+        assert!(has_reconcile_operation(Some(&ann(&[(
+            DRUID_OPERATION,
+            "reconcile"
+        )]))));
+        assert!(has_reconcile_operation(Some(&ann(&[(
+            GARDENER_OPERATION,
+            "reconcile"
+        )]))));
+        assert!(!has_reconcile_operation(Some(&ann(&[(
+            DRUID_OPERATION,
+            "restore"
+        )]))));
+        assert!(!has_reconcile_operation(Some(&ann(&[]))));
+        assert!(!has_reconcile_operation(None));
+    }
+
+    #[test]
+    fn presence_annotations_ignore_the_value() {
+        let a = ann(&[
+            (SUSPEND_ETCD_SPEC_RECONCILE, ""),
+            (DISABLE_ETCD_COMPONENT_PROTECTION, "false"),
+        ]);
+        assert!(is_spec_reconcile_suspended(Some(&a)));
+        assert!(!are_components_protected(Some(&a)));
+        assert!(!is_spec_reconcile_suspended(None));
+        assert!(are_components_protected(None));
+    }
+}

@@ -1,0 +1,164 @@
+//! The `etcds.druid.gardener.cloud` CustomResourceDefinition, generated from the Rust types
+//! and committed at [`CRD_PATH`]; a test fails when the committed file drifts.
+
+use kube::CustomResourceExt;
+
+use crate::etcd::Etcd;
+
+/// Where the generated CRD is committed, relative to the workspace root.
+pub const CRD_PATH: &str = "deploy/crds/druid.gardener.cloud_etcds.yaml";
+
+/// The command that regenerates [`CRD_PATH`] (run from the workspace root).
+pub const REGENERATE_COMMAND: &str =
+    "cargo run -p quorate -- crd > deploy/crds/druid.gardener.cloud_etcds.yaml";
+
+/// The CRD as YAML, exactly as committed at [`CRD_PATH`].
+pub fn crd_yaml() -> String {
+    let crd = Etcd::crd();
+    serde_saphyr::to_string(&crd).expect("a CustomResourceDefinition always serializes to YAML")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn committed_path() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(CRD_PATH)
+    }
+
+    /// Fails when the committed CRD differs from the types. With `QUORATE_UPDATE_CRD=1` the
+    /// file is rewritten instead.
+    #[test]
+    fn committed_crd_matches_the_types() {
+        let path = committed_path();
+        let generated = crd_yaml();
+        if std::env::var_os("QUORATE_UPDATE_CRD").is_some_and(|v| v == "1") {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &generated).unwrap();
+            return;
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{CRD_PATH} is out of date with the Etcd types.\n\
+             Regenerate it from the workspace root with\n    {REGENERATE_COMMAND}\n\
+             or\n    QUORATE_UPDATE_CRD=1 cargo test -p quorate-api\n\
+             and commit the result."
+        );
+    }
+
+    #[test]
+    fn crd_has_druids_identity_subresources_and_columns() {
+        let crd = Etcd::crd();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("etcds.druid.gardener.cloud")
+        );
+        assert_eq!(crd.spec.group, "druid.gardener.cloud");
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.kind, "Etcd");
+        assert_eq!(crd.spec.names.plural, "etcds");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        let sub = version.subresources.as_ref().unwrap();
+        assert!(sub.status.is_some());
+        let scale = sub.scale.as_ref().unwrap();
+        assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+        assert_eq!(scale.status_replicas_path, ".status.replicas");
+        assert_eq!(
+            scale.label_selector_path.as_deref(),
+            Some(".status.selector")
+        );
+
+        let columns: Vec<(String, String, i32)> = version
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.name.clone(), c.json_path.clone(), c.priority.unwrap_or(0)))
+            .collect();
+        let expected = [
+            ("Ready", ".status.ready", 0),
+            (
+                "Quorate",
+                ".status.conditions[?(@.type==\"Ready\")].status",
+                0,
+            ),
+            (
+                "All Members Ready",
+                ".status.conditions[?(@.type==\"AllMembersReady\")].status",
+                0,
+            ),
+            (
+                "Backup Ready",
+                ".status.conditions[?(@.type==\"BackupReady\")].status",
+                0,
+            ),
+            (
+                "Cluster ID Mismatch",
+                ".status.conditions[?(@.type==\"ClusterIDMismatch\")].status",
+                0,
+            ),
+            ("Age", ".metadata.creationTimestamp", 0),
+            ("Cluster Size", ".spec.replicas", 1),
+            ("Current Replicas", ".status.currentReplicas", 1),
+            ("Ready Replicas", ".status.readyReplicas", 1),
+        ];
+        let expected: Vec<(String, String, i32)> = expected
+            .iter()
+            .map(|(n, p, prio)| (n.to_string(), p.to_string(), *prio))
+            .collect();
+        assert_eq!(columns, expected);
+    }
+
+    #[test]
+    fn schema_carries_druids_required_fields_enums_and_patterns() {
+        let yaml = crd_yaml();
+        let value: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        let spec = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let mut required: Vec<&str> = spec["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        required.sort();
+        assert_eq!(required, ["backup", "etcd", "labels", "replicas"]);
+        let backup = &spec["properties"]["backup"]["properties"];
+        assert_eq!(
+            backup["deltaSnapshotPeriod"]["pattern"],
+            crate::duration::GO_DURATION_PATTERN
+        );
+        assert_eq!(
+            backup["compression"]["properties"]["policy"]["enum"],
+            serde_json::json!(["gzip", "lzw", "zlib"])
+        );
+        assert!(backup["maxBackupsLimitBasedGC"].is_object());
+        let etcd = &spec["properties"]["etcd"]["properties"];
+        for key in [
+            "clientUrlTls",
+            "peerUrlTls",
+            "etcdDefragTimeout",
+            "enableGRPCGateway",
+            "additionalAdvertisePeerUrls",
+            "bootstrapWithExistingCluster",
+        ] {
+            assert!(
+                etcd[key].is_object(),
+                "spec.etcd.{key} missing from the schema"
+            );
+        }
+        let tls = &etcd["clientUrlTls"]["properties"];
+        for key in ["tlsCASecretRef", "serverTLSSecretRef", "clientTLSSecretRef"] {
+            assert!(tls[key].is_object(), "clientUrlTls.{key} missing");
+        }
+        assert!(etcd["peerUrlTls"]["properties"]["skipClientSANVerification"].is_object());
+        assert!(
+            !yaml.contains("x-kubernetes-validations"),
+            "CEL rules break server-side apply on kube-apiserver 1.20"
+        );
+    }
+}

@@ -1,0 +1,44 @@
+//! The `Etcd` API of quorate: etcd-druid's `druid.gardener.cloud/v1alpha1` resource as Rust
+//! types, with druid's defaults, validation whose messages name the field and what is
+//! allowed, the names and labels of everything derived from an `Etcd`, manifest parsing and
+//! the generated CRD. No I/O beyond what the caller hands in.
+
+pub mod annotations;
+pub mod backup;
+pub mod crd;
+pub mod cron;
+pub mod defaults;
+pub mod duration;
+pub mod enums;
+pub mod etcd;
+pub mod etcd_config;
+pub mod names;
+pub mod provider;
+pub mod quantity;
+pub mod status;
+pub mod tls;
+pub mod validate;
+
+pub use backup::{
+    BackupSpec, CompressionSpec, LeaderElectionSpec, SnapshotCompactionSpec, StoreSpec,
+};
+pub use cron::{CronError, CronSchedule};
+pub use duration::{DurationError, format_go_duration, parse_go_duration};
+pub use enums::{
+    CompactionMode, CompressionPolicy, FreelistType, GarbageCollectionPolicy, MetricsLevel,
+    TrafficDistribution,
+};
+pub use etcd::{Etcd, EtcdSpec, SchedulingConstraints, SharedConfig};
+pub use etcd_config::{
+    AdditionalPeerUrl, BootstrapMember, BootstrapWithExistingCluster, ClientService, EtcdConfig,
+};
+pub use provider::StorageProvider;
+pub use quantity::{ParsedQuantity, QuantityError, parse_quantity, quantity_to_bytes};
+pub use status::{
+    Condition, ConditionStatus, EtcdMemberConditionStatus, EtcdMemberStatus, EtcdRole, EtcdStatus,
+    LastError, LastOperation, LastOperationState, LastOperationType,
+};
+pub use tls::{PeerTlsConfig, SecretReference, TlsConfig};
+pub use validate::{
+    FieldError, ValidationErrors, check_replicas_change, validate, validate_update,
+};

@@ -1,0 +1,96 @@
+//! Transition rules: what may not change between the stored `Etcd` and an update.
+
+use super::{FieldError, Problems};
+use crate::etcd::Etcd;
+use crate::names::volume_claim_template_name;
+use crate::status::ConditionStatus;
+
+/// Condition that records that the cluster joined its source cluster.
+const BOOTSTRAPPED_CONDITION: &str = "BootstrappedWithExistingCluster";
+
+pub(super) fn check(old: &Etcd, new: &Etcd, p: &mut Problems) {
+    if let Err(e) = check_replicas_change(old, new) {
+        p.errors.push(e);
+    }
+    if old.spec.storage_class != new.spec.storage_class {
+        p.add(
+            "spec.storageClass",
+            format!(
+                "is immutable; it is {} and cannot become {} (the data volumes already exist)",
+                show(old.spec.storage_class.as_deref()),
+                show(new.spec.storage_class.as_deref())
+            ),
+        );
+    }
+    let (old_vct, new_vct) = (
+        volume_claim_template_name(old),
+        volume_claim_template_name(new),
+    );
+    if old_vct != new_vct {
+        p.add(
+            "spec.volumeClaimTemplate",
+            format!(
+                "is immutable; the data volumes are named after {old_vct:?} and cannot be renamed to {new_vct:?}"
+            ),
+        );
+    }
+    let prefix = |e: &Etcd| e.spec.member_name_prefix.clone().filter(|p| !p.is_empty());
+    if prefix(old) != prefix(new) {
+        p.add(
+            "spec.memberNamePrefix",
+            format!(
+                "is immutable; it is {} and cannot become {} (etcd member names cannot be renamed)",
+                show(prefix(old).as_deref()),
+                show(prefix(new).as_deref())
+            ),
+        );
+    }
+    let old_bootstrap = &old.spec.etcd.bootstrap_with_existing_cluster;
+    let new_bootstrap = &new.spec.etcd.bootstrap_with_existing_cluster;
+    if old_bootstrap != new_bootstrap {
+        if old_bootstrap.is_none() {
+            p.add(
+                "spec.etcd.bootstrapWithExistingCluster",
+                "can only be set when the Etcd is created; create a new Etcd to join an existing cluster",
+            );
+        } else if !bootstrapped(old) {
+            p.add(
+                "spec.etcd.bootstrapWithExistingCluster",
+                format!(
+                    "cannot change while joining the existing cluster; wait until the {BOOTSTRAPPED_CONDITION} condition is True"
+                ),
+            );
+        }
+    }
+}
+
+/// druid's rule for `spec.replicas`: it may grow, stay, or drop to 0 (hibernation), but not
+/// shrink to another size. Kept separate so scale-in can later be allowed by an opt-in
+/// annotation on `new`.
+pub fn check_replicas_change(old: &Etcd, new: &Etcd) -> Result<(), FieldError> {
+    let (from, to) = (old.spec.replicas, new.spec.replicas);
+    if to != 0 && to < from {
+        return Err(FieldError::new(
+            "spec.replicas",
+            format!(
+                "cannot go from {from} to {to}; Replicas can either be increased or be downscaled to 0."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn bootstrapped(etcd: &Etcd) -> bool {
+    etcd.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == BOOTSTRAPPED_CONDITION && c.status == ConditionStatus::True)
+    })
+}
+
+fn show(value: Option<&str>) -> String {
+    match value {
+        Some(v) => format!("{v:?}"),
+        None => "unset".to_string(),
+    }
+}
