@@ -99,7 +99,7 @@ fn name_for(cluster: &ClusterConfig, member: &ListedMember) -> String {
     cluster
         .members
         .iter()
-        .find(|d| member.peer_urls.iter().any(|u| *u == d.peer_url))
+        .find(|d| member.peer_urls.contains(&d.peer_url))
         .map(|d| d.name.clone())
         .unwrap_or_else(|| format!("{:x}", member.id))
 }
