@@ -12,11 +12,13 @@ pub mod duration;
 pub mod enums;
 pub mod etcd;
 pub mod etcd_config;
+pub mod manifest;
 pub mod names;
 pub mod provider;
 pub mod quantity;
 pub mod status;
 pub mod tls;
+pub mod unknown_fields;
 pub mod validate;
 
 pub use backup::{
@@ -32,6 +34,10 @@ pub use etcd::{Etcd, EtcdSpec, SchedulingConstraints, SharedConfig};
 pub use etcd_config::{
     AdditionalPeerUrl, BootstrapMember, BootstrapWithExistingCluster, ClientService, EtcdConfig,
 };
+pub use manifest::{
+    EtcdManifest, ManifestError, ParseError, parse_etcd_manifest, parse_etcd_manifests,
+    read_etcd_manifests,
+};
 pub use provider::StorageProvider;
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity, quantity_to_bytes};
 pub use status::{
@@ -39,6 +45,7 @@ pub use status::{
     LastError, LastOperation, LastOperationState, LastOperationType,
 };
 pub use tls::{PeerTlsConfig, SecretReference, TlsConfig};
+pub use unknown_fields::UnknownField;
 pub use validate::{
     FieldError, ValidationErrors, check_replicas_change, validate, validate_update,
 };
