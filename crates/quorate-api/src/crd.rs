@@ -161,4 +161,42 @@ mod tests {
             "CEL rules break server-side apply on kube-apiserver 1.20"
         );
     }
+
+    /// kube-apiserver rejects CRDs whose schema is not structural: every node needs a
+    /// `type` unless it is int-or-string or preserves unknown fields.
+    #[test]
+    fn schema_is_structural() {
+        fn walk(node: &serde_json::Value, path: &str, bad: &mut Vec<String>) {
+            let Some(map) = node.as_object() else { return };
+            let typed = map.contains_key("type")
+                || map.get("x-kubernetes-int-or-string") == Some(&serde_json::json!(true))
+                || map.get("x-kubernetes-preserve-unknown-fields")
+                    == Some(&serde_json::json!(true));
+            if !typed {
+                bad.push(path.to_string());
+            }
+            for key in ["anyOf", "oneOf", "allOf"] {
+                if map.contains_key(key) && !map.contains_key("x-kubernetes-int-or-string") {
+                    bad.push(format!("{path} ({key})"));
+                }
+            }
+            if let Some(props) = map.get("properties").and_then(|p| p.as_object()) {
+                for (k, v) in props {
+                    walk(v, &format!("{path}.{k}"), bad);
+                }
+            }
+            if let Some(items) = map.get("items") {
+                walk(items, &format!("{path}[]"), bad);
+            }
+            if let Some(extra) = map.get("additionalProperties").filter(|v| v.is_object()) {
+                walk(extra, &format!("{path}{{}}"), bad);
+            }
+        }
+        let yaml = crd_yaml();
+        let value: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        let root = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut bad = Vec::new();
+        walk(root, "", &mut bad);
+        assert_eq!(bad, Vec::<String>::new(), "schema nodes without a type");
+    }
 }

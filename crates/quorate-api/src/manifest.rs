@@ -423,6 +423,7 @@ impl Reader<'_> {
             Some(i) if location.is_some() => bare[..i].to_string(),
             _ => bare,
         };
+        let message = explain(&message);
         let rendered = e.render_with_options(serde_saphyr::render_options! {
             source_name: Some(self.source_name),
         });
@@ -454,6 +455,16 @@ impl Reader<'_> {
             message,
             snippet: None,
         }))
+    }
+}
+
+/// Adds what was expected to the parser's terse type errors (`invalid i32`).
+fn explain(message: &str) -> String {
+    let int_types = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"];
+    match message.strip_prefix("invalid ") {
+        Some(t) if int_types.contains(&t) => format!("{message}: expected a whole number"),
+        Some("bool") => format!("{message}: expected true or false"),
+        _ => message.to_string(),
     }
 }
 

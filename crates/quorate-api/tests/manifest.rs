@@ -128,7 +128,7 @@ fn type_errors_name_line_column_and_field() {
     assert_eq!(p.path.as_deref(), Some("spec.replicas"));
     let text = err.to_string();
     assert!(
-        text.starts_with("etcd.yaml:13:13: spec.replicas: invalid i32"),
+        text.starts_with("etcd.yaml:13:13: spec.replicas: invalid i32: expected a whole number"),
         "{text}"
     );
     assert!(
