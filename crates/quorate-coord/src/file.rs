@@ -81,10 +81,10 @@ impl Coordination for FileCoordination {
         let mut leases = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_some_and(|e| e == "json") {
-                if let Some(lease) = json_file::read(&path, "member lease")? {
-                    leases.push(lease);
-                }
+            if path.extension().is_some_and(|e| e == "json")
+                && let Some(lease) = json_file::read(&path, "member lease")?
+            {
+                leases.push(lease);
             }
         }
         leases.sort_by(|a: &MemberLease, b| a.name.cmp(&b.name));

@@ -1,1 +1,93 @@
-//! placeholder
+//! Local mode: the same `Etcd` manifest that etcd-druid runs on Kubernetes, run on one machine
+//! with real etcd processes. A supervisor per cluster plays the operator's part (configuration,
+//! one agent per member, status); the agents are the same ones that run in pods.
+
+pub mod agents;
+pub mod commands;
+pub mod lock;
+pub mod members;
+pub mod object;
+pub mod ports;
+pub mod probe;
+pub mod record;
+pub mod render;
+pub mod state_dir;
+pub mod status;
+pub mod supervisor;
+pub mod table;
+
+use thiserror::Error;
+
+/// A local-mode failure, phrased for the person at the terminal.
+#[derive(Debug, Error)]
+pub enum LocalError {
+    /// A file could not be read or written.
+    #[error("cannot {action} {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The manifest cannot be read as an `Etcd`.
+    #[error(transparent)]
+    Manifest(#[from] quorate_api::manifest::ManifestError),
+    /// The manifest is not a valid `Etcd`.
+    #[error("the Etcd manifest is invalid; nothing was changed:\n{0}")]
+    Invalid(#[from] quorate_api::validate::ValidationErrors),
+    /// Coordination files are unreadable.
+    #[error(transparent)]
+    Coord(#[from] quorate_coord::CoordError),
+    /// A port is unusable.
+    #[error(transparent)]
+    Port(#[from] ports::PortError),
+    /// No such cluster.
+    #[error(
+        "no local cluster named {name:?}; `quorate get etcd` lists the clusters, `quorate up -f FILE` creates one"
+    )]
+    NotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A supervisor already runs the cluster.
+    #[error(
+        "cluster {name:?} is already running (supervisor pid {pid}); change it with `quorate apply -f FILE` \
+         or stop it with `quorate down {name}`"
+    )]
+    AlreadyRunning {
+        /// The cluster.
+        name: String,
+        /// Its supervisor.
+        pid: u32,
+    },
+    /// No supervisor runs the cluster.
+    #[error("cluster {name:?} is not running; start it with `quorate up -f FILE`")]
+    NotRunning {
+        /// The cluster.
+        name: String,
+    },
+    /// The etcd binary is missing.
+    #[error(
+        "no etcd binary at {path}; install it with `apt-get install etcd-server etcd-client` \
+         (or scripts/install-deps.sh), or set QUORATE_ETCD_BIN / --etcd-binary"
+    )]
+    EtcdMissing {
+        /// Where it was looked for.
+        path: String,
+    },
+    /// Something did not happen in time.
+    #[error("{what} did not happen within {seconds}s; {hint}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long.
+        seconds: u64,
+        /// Where to look.
+        hint: String,
+    },
+    /// An etcd call failed.
+    #[error(transparent)]
+    Etcd(#[from] quorate_etcd::EtcdError),
+}

@@ -1,1 +1,34 @@
-fn main() {}
+//! `quorate`: etcd clusters described by etcd-druid's `Etcd` resource, run locally or on
+//! Kubernetes. One binary; each subcommand is one program of the system.
+
+mod cli;
+mod local_cmds;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let cli = cli::Cli::parse();
+    init_tracing(cli.log_level.as_deref());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(local_cmds::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(level: Option<&str>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("QUORATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.unwrap_or("info")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

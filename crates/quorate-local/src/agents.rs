@@ -1,0 +1,176 @@
+//! The agent processes of one local cluster: started as `quorate agent` children, restarted with
+//! backoff when they crash, left down when their member was removed on purpose, and stopped
+//! cleanly (SIGTERM, which stops etcd cleanly) on scale-down or shutdown.
+
+use crate::state_dir::ClusterDir;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+/// Exit code of `quorate agent` when its member was removed from the cluster.
+pub const EXIT_REMOVED: i32 = 3;
+
+/// How an agent process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentEnded {
+    /// The member was removed from the cluster; it must not be restarted.
+    Removed,
+    /// Crashed or was killed; it will be restarted.
+    Crashed(String),
+}
+
+struct Running {
+    child: Child,
+    started: Instant,
+}
+
+/// The agents of one cluster.
+pub struct Agents {
+    dir: ClusterDir,
+    quorate_bin: PathBuf,
+    etcd_bin: PathBuf,
+    running: BTreeMap<String, Running>,
+    /// Consecutive quick crashes per member, for backoff.
+    crashes: BTreeMap<String, (u32, Instant)>,
+}
+
+impl Agents {
+    /// Agents of the cluster in `dir`, started from `quorate_bin` running `etcd_bin`.
+    pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: PathBuf) -> Self {
+        Self {
+            dir,
+            quorate_bin,
+            etcd_bin,
+            running: BTreeMap::new(),
+            crashes: BTreeMap::new(),
+        }
+    }
+
+    /// Names of members whose agent process is running.
+    pub fn running(&self) -> impl Iterator<Item = &String> {
+        self.running.keys()
+    }
+
+    /// Whether `member`'s agent runs.
+    pub fn is_running(&self, member: &str) -> bool {
+        self.running.contains_key(member)
+    }
+
+    /// Starts `member`'s agent unless it runs, was removed on purpose, or is backing off.
+    pub fn ensure_started(&mut self, member: &str, now: Instant) -> std::io::Result<()> {
+        if self.running.contains_key(member) || self.dir.member_removed_marker(member).exists() {
+            return Ok(());
+        }
+        if let Some((count, at)) = self.crashes.get(member) {
+            let backoff = Duration::from_millis(500) * 2u32.saturating_pow((*count).min(6));
+            if now < *at + backoff {
+                return Ok(());
+            }
+        }
+        let member_dir = self.dir.member(member);
+        std::fs::create_dir_all(&member_dir)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(member_dir.join("agent.log"))?;
+        let mut command = Command::new(&self.quorate_bin);
+        command
+            .arg("agent")
+            .arg("--cluster-dir")
+            .arg(self.dir.root())
+            .arg("--member")
+            .arg(member)
+            .arg("--etcd-binary")
+            .arg(&self.etcd_bin)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        // SAFETY: prctl is async-signal-safe and touches no memory shared with the parent.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = command.spawn()?;
+        tracing::info!(%member, pid = ?child.id(), "agent started");
+        self.running.insert(
+            member.to_string(),
+            Running {
+                child,
+                started: now,
+            },
+        );
+        Ok(())
+    }
+
+    /// Collects agents that exited since the last call.
+    pub fn reap(&mut self, now: Instant) -> Vec<(String, AgentEnded)> {
+        let mut ended = Vec::new();
+        for (member, agent) in &mut self.running {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                let how = if status.code() == Some(EXIT_REMOVED) {
+                    AgentEnded::Removed
+                } else {
+                    AgentEnded::Crashed(status.to_string())
+                };
+                ended.push((member.clone(), how, agent.started));
+            }
+        }
+        ended
+            .into_iter()
+            .map(|(member, how, started)| {
+                self.running.remove(&member);
+                match &how {
+                    AgentEnded::Removed => {
+                        let _ = std::fs::write(self.dir.member_removed_marker(&member), b"removed from the cluster\n");
+                        tracing::warn!(%member, "member was removed from the cluster; not restarting it");
+                    }
+                    AgentEnded::Crashed(why) => {
+                        let quick = now.duration_since(started) < Duration::from_secs(30);
+                        let count = if quick { self.crashes.get(&member).map_or(1, |(c, _)| c + 1) } else { 1 };
+                        self.crashes.insert(member.clone(), (count, now));
+                        tracing::warn!(%member, %why, "agent exited; restarting it");
+                    }
+                }
+                (member, how)
+            })
+            .collect()
+    }
+
+    /// Stops `member`'s agent (and with it etcd) cleanly, waiting up to `grace`.
+    pub async fn stop(&mut self, member: &str, grace: Duration) {
+        if let Some(mut agent) = self.running.remove(member) {
+            terminate(&mut agent.child, grace).await;
+        }
+    }
+
+    /// Stops every agent.
+    pub async fn stop_all(&mut self, grace: Duration) {
+        let members: Vec<String> = self.running.keys().cloned().collect();
+        let stops =
+            members
+                .iter()
+                .filter_map(|m| self.running.remove(m))
+                .map(|mut agent| async move {
+                    terminate(&mut agent.child, grace).await;
+                });
+        futures::future::join_all(stops).await;
+    }
+}
+
+async fn terminate(child: &mut Child, grace: Duration) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+            return;
+        }
+    }
+    let _ = child.kill().await;
+}

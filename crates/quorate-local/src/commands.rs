@@ -1,0 +1,251 @@
+//! The local-mode commands behind `quorate up|apply|down|get|members|endpoints`.
+
+use crate::object::{self, Applied, load_object, load_record};
+use crate::ports;
+use crate::state_dir::{ClusterDir, list_clusters};
+use crate::supervisor::Supervisor;
+use crate::{LocalError, lock};
+use quorate_api::Etcd;
+use quorate_api::status::{ConditionStatus, EtcdStatus};
+use quorate_coord::json_file;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Where things are and which binaries to run.
+#[derive(Clone, Debug)]
+pub struct LocalContext {
+    /// The state directory holding every local cluster.
+    pub state_dir: PathBuf,
+    /// The `quorate` binary agents are started from.
+    pub quorate_bin: PathBuf,
+    /// The `etcd` binary.
+    pub etcd_bin: PathBuf,
+}
+
+impl LocalContext {
+    /// The directory of cluster `name`.
+    pub fn cluster(&self, name: &str) -> ClusterDir {
+        ClusterDir::new(&self.state_dir, name)
+    }
+
+    /// The directory of an existing cluster, or `NotFound`.
+    pub fn existing(&self, name: &str) -> Result<ClusterDir, LocalError> {
+        let dir = self.cluster(name);
+        if dir.exists() {
+            Ok(dir)
+        } else {
+            Err(LocalError::NotFound {
+                name: name.to_string(),
+            })
+        }
+    }
+}
+
+/// Reads and validates a manifest file.
+pub fn read_manifest(file: &Path) -> Result<Etcd, LocalError> {
+    let text = std::fs::read_to_string(file).map_err(|source| LocalError::Io {
+        action: "read",
+        path: file.display().to_string(),
+        source,
+    })?;
+    let etcd = quorate_api::manifest::parse_etcd_manifest(&text, &file.display().to_string())?;
+    quorate_api::validate::validate(&etcd)?;
+    Ok(etcd)
+}
+
+fn check_etcd_binary(ctx: &LocalContext) -> Result<(), LocalError> {
+    if ctx.etcd_bin.is_file() {
+        Ok(())
+    } else {
+        Err(LocalError::EtcdMissing {
+            path: ctx.etcd_bin.display().to_string(),
+        })
+    }
+}
+
+/// Applies `etcd` to the state directory (creating the cluster if new) and checks that the ports
+/// of members that are not running yet are free. Nothing runs yet.
+pub fn prepare(ctx: &LocalContext, etcd: Etcd) -> Result<(ClusterDir, Applied), LocalError> {
+    check_etcd_binary(ctx)?;
+    let name = etcd.metadata.name.clone().unwrap_or_default();
+    let dir = ctx.cluster(&name);
+    let running = lock::running_supervisor(&dir).is_some();
+    let applied = object::apply(&dir, etcd, jiff::Timestamp::now(), rand::random())?;
+    if !running {
+        let etcd = load_object(&dir)?;
+        let mut record = load_record(&dir)?;
+        let members = quorate_api::names::member_lease_names(&etcd);
+        let base = crate::render::base_ports(&etcd);
+        ports::assign(&mut record.ports, &members, base, ports::free_port)?;
+        object::save_record(&dir, &record)?;
+        for member in &members {
+            ports::check_available(member, &record.ports[member])?;
+        }
+    }
+    Ok((dir, applied))
+}
+
+/// Runs the supervisor of `name` in this process until `shutdown` turns true.
+pub async fn supervise(
+    ctx: &LocalContext,
+    name: &str,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), LocalError> {
+    let dir = ctx.existing(name)?;
+    let _lock = lock::acquire(&dir, name)?;
+    Supervisor::new(dir, ctx.quorate_bin.clone(), ctx.etcd_bin.clone())
+        .run(shutdown)
+        .await
+}
+
+/// Starts a detached supervisor for `name` (a `quorate supervise` process in its own session).
+pub fn spawn_supervisor(ctx: &LocalContext, name: &str) -> Result<u32, LocalError> {
+    let dir = ctx.existing(name)?;
+    let log_path = dir.supervisor_log();
+    let io = |source| LocalError::Io {
+        action: "start the supervisor, log",
+        path: log_path.display().to_string(),
+        source,
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(io)?;
+    let mut command = std::process::Command::new(&ctx.quorate_bin);
+    command
+        .arg("--state-dir")
+        .arg(&ctx.state_dir)
+        .arg("supervise")
+        .arg(name)
+        .arg("--etcd-binary")
+        .arg(&ctx.etcd_bin)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(io)?)
+        .stderr(log);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe; it detaches the supervisor from our terminal.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let child = command.spawn().map_err(io)?;
+    Ok(child.id())
+}
+
+/// Waits until the cluster's status says every member is ready, or `timeout` passes.
+pub async fn wait_until_ready(
+    ctx: &LocalContext,
+    name: &str,
+    generation: i64,
+    timeout: Duration,
+) -> Result<EtcdStatus, LocalError> {
+    let dir = ctx.existing(name)?;
+    let start = tokio::time::Instant::now();
+    loop {
+        let status = read_status(&dir);
+        let all_ready = condition(&status, "AllMembersReady") == Some(ConditionStatus::True);
+        let replicas = load_object(&dir)?.spec.replicas;
+        let settled = status.observed_generation == Some(generation) && status.ready == Some(true);
+        if settled && (all_ready || replicas == 0) {
+            return Ok(status);
+        }
+        // A supervisor that is not running after a few seconds has failed to start.
+        if start.elapsed() > Duration::from_secs(5) && lock::running_supervisor(&dir).is_none() {
+            return Err(LocalError::NotRunning {
+                name: name.to_string(),
+            });
+        }
+        if start.elapsed() >= timeout {
+            return Err(LocalError::Timeout {
+                what: format!("cluster {name:?} becoming ready"),
+                seconds: timeout.as_secs(),
+                hint: format!(
+                    "see `quorate get etcd {name} -o yaml` and the logs in {}",
+                    dir.root().display()
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The status of a cluster as its supervisor last wrote it.
+pub fn read_status(dir: &ClusterDir) -> EtcdStatus {
+    json_file::read(&dir.status(), "cluster status")
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// The status of condition `type_`, if present.
+pub fn condition(status: &EtcdStatus, type_: &str) -> Option<ConditionStatus> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status)
+}
+
+/// The cluster objects with their status, for `get`.
+pub fn get(ctx: &LocalContext, name: Option<&str>) -> Result<Vec<Etcd>, LocalError> {
+    let names = match name {
+        Some(n) => vec![n.to_string()],
+        None => list_clusters(&ctx.state_dir),
+    };
+    names
+        .iter()
+        .map(|n| {
+            let dir = ctx.existing(n)?;
+            let mut etcd = load_object(&dir)?;
+            etcd.status = Some(read_status(&dir));
+            Ok(etcd)
+        })
+        .collect()
+}
+
+/// Stops cluster `name` (data kept), deleting its state too when `purge`.
+pub async fn down(
+    ctx: &LocalContext,
+    name: &str,
+    purge: bool,
+    timeout: Duration,
+) -> Result<(), LocalError> {
+    let dir = ctx.existing(name)?;
+    if let Some(pid) = lock::running_supervisor(&dir) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = tokio::time::Instant::now() + timeout;
+        while lock::running_supervisor(&dir).is_some() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(LocalError::Timeout {
+                    what: format!("supervisor {pid} of {name:?} stopping"),
+                    seconds: timeout.as_secs(),
+                    hint: format!("kill it with `kill -9 {pid}`; its members stop with it"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    if purge {
+        std::fs::remove_dir_all(dir.root()).map_err(|source| LocalError::Io {
+            action: "delete",
+            path: dir.root().display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Client URLs of the cluster's members, comma-separated for `etcdctl --endpoints`.
+pub fn endpoints(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
+    let dir = ctx.existing(name)?;
+    let config = crate::render::read_config(&dir)?;
+    Ok(config.client_urls().join(","))
+}

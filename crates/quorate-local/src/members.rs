@@ -1,0 +1,64 @@
+//! `quorate members`: etcd's own view of the membership, with each member's health and the
+//! leader, asked of the members themselves.
+
+use crate::LocalError;
+use crate::commands::LocalContext;
+use crate::render::read_config;
+use quorate_etcd::{ClusterClient, EtcdTimeouts, MemberClient};
+
+/// The member table of cluster `name`.
+pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
+    let dir = ctx.existing(name)?;
+    let config = read_config(&dir)?;
+    let timeouts = EtcdTimeouts::fast();
+    let members = ClusterClient::new(&config.client_urls(), None, timeouts)
+        .await?
+        .member_list()
+        .await?;
+    let mut leader = None;
+    let mut rows = vec![
+        [
+            "ID",
+            "NAME",
+            "PEER URLS",
+            "CLIENT URLS",
+            "LEADER",
+            "LEARNER",
+            "HEALTHY",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    let mut health = Vec::new();
+    for m in &members {
+        let status = match m.client_urls.first() {
+            Some(url) => match MemberClient::connect(url, None, timeouts).await {
+                Ok(client) => client.status().await.ok(),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        if let Some(s) = &status
+            && s.leader_id != 0
+        {
+            leader = Some(s.leader_id);
+        }
+        health.push(status.is_some_and(|s| s.leader_id != 0));
+    }
+    for (m, healthy) in members.iter().zip(health) {
+        rows.push(vec![
+            format!("{:x}", m.id),
+            if m.name.is_empty() {
+                "(not started)".into()
+            } else {
+                m.name.clone()
+            },
+            m.peer_urls.join(","),
+            m.client_urls.join(","),
+            (leader == Some(m.id)).to_string(),
+            m.is_learner.to_string(),
+            healthy.to_string(),
+        ]);
+    }
+    Ok(crate::table::format_columns(&rows))
+}

@@ -1,0 +1,110 @@
+//! The applied `Etcd` object of a local cluster (its manifest with the metadata an API server
+//! would add: uid, creation time, generation) and the cluster record beside it.
+
+use crate::LocalError;
+use crate::record::ClusterRecord;
+use crate::state_dir::ClusterDir;
+use quorate_api::Etcd;
+use quorate_coord::json_file;
+
+/// The stored object.
+pub fn load_object(dir: &ClusterDir) -> Result<Etcd, LocalError> {
+    let path = dir.manifest();
+    let text = std::fs::read_to_string(&path).map_err(|source| LocalError::Io {
+        action: "read",
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(quorate_api::manifest::parse_etcd_manifest(
+        &text,
+        &path.display().to_string(),
+    )?)
+}
+
+/// Writes the object.
+pub fn store_object(dir: &ClusterDir, etcd: &Etcd) -> Result<(), LocalError> {
+    let path = dir.manifest();
+    let text = serde_saphyr::to_string(etcd).expect("Etcd always serializes");
+    std::fs::create_dir_all(dir.root())
+        .and_then(|()| std::fs::write(path.with_extension("yaml.tmp"), text))
+        .and_then(|()| std::fs::rename(path.with_extension("yaml.tmp"), &path))
+        .map_err(|source| LocalError::Io {
+            action: "write",
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+/// The cluster record; an error if the cluster was never created.
+pub fn load_record(dir: &ClusterDir) -> Result<ClusterRecord, LocalError> {
+    json_file::read(&dir.record(), "cluster record")?.ok_or_else(|| LocalError::NotFound {
+        name: dir_name(dir),
+    })
+}
+
+/// Writes the cluster record.
+pub fn save_record(dir: &ClusterDir, record: &ClusterRecord) -> Result<(), LocalError> {
+    Ok(json_file::write_atomic(&dir.record(), record)?)
+}
+
+fn dir_name(dir: &ClusterDir) -> String {
+    dir.root()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// What applying a manifest did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The cluster was created by this apply.
+    pub created: bool,
+    /// The spec changed (and the generation went up).
+    pub changed: bool,
+    /// Generation after the apply.
+    pub generation: i64,
+}
+
+/// Stores `desired` as the cluster's object, as an API server would: validated (including the
+/// rules for updates), with uid and creation time kept and the generation bumped when the spec
+/// changes. Nothing is written when validation fails.
+pub fn apply(
+    dir: &ClusterDir,
+    mut desired: Etcd,
+    now: jiff::Timestamp,
+    random: u128,
+) -> Result<Applied, LocalError> {
+    quorate_api::validate::validate(&desired)?;
+    let existing = if dir.exists() {
+        Some(load_object(dir)?)
+    } else {
+        None
+    };
+    let record = match load_record(dir) {
+        Ok(record) => record,
+        Err(LocalError::NotFound { .. }) => ClusterRecord::new(now, random),
+        Err(e) => return Err(e),
+    };
+    let (created, changed, generation) = match &existing {
+        Some(old) => {
+            quorate_api::validate::validate_update(old, &desired)?;
+            let changed = old.spec != desired.spec;
+            let generation = old.metadata.generation.unwrap_or(1) + i64::from(changed);
+            (false, changed, generation)
+        }
+        None => (true, true, 1),
+    };
+    desired.metadata.uid = Some(record.uid.clone());
+    desired.metadata.creation_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(record.created),
+    );
+    desired.metadata.generation = Some(generation);
+    desired.status = None;
+    save_record(dir, &record)?;
+    store_object(dir, &desired)?;
+    Ok(Applied {
+        created,
+        changed,
+        generation,
+    })
+}

@@ -1,0 +1,256 @@
+//! Ports of local members. A port the manifest sets is the base for member 0 and member *i*
+//! uses base + 10·*i* (so a druid manifest with `clientPort: 2379` gives 2379, 2389, 2399); an
+//! unset port is a free one chosen once. Assignments are recorded, so a member keeps its ports
+//! (and therefore its peer URL and etcd member ID) for its whole life.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use thiserror::Error;
+
+/// Distance between the ports of consecutive members when the manifest sets a base port.
+pub const PORT_STRIDE: u16 = 10;
+
+/// The ports of one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberPorts {
+    /// etcd client port.
+    pub client: u16,
+    /// etcd peer port.
+    pub peer: u16,
+    /// Agent HTTP port.
+    pub agent: u16,
+}
+
+/// Base ports from the manifest, `None` where it leaves the choice to quorate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BasePorts {
+    /// `spec.etcd.clientPort`.
+    pub client: Option<u16>,
+    /// `spec.etcd.serverPort`.
+    pub peer: Option<u16>,
+    /// `spec.backup.port`.
+    pub agent: Option<u16>,
+}
+
+/// A port cannot be used.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PortError {
+    /// Another process listens on it.
+    #[error(
+        "port {port} ({role} port of member {member}) is already in use on 127.0.0.1; stop the \
+         process using it (`ss -ltnp 'sport = :{port}'` shows it), or {hint}"
+    )]
+    InUse {
+        /// The port.
+        port: u16,
+        /// `client`, `peer` or `agent`.
+        role: &'static str,
+        /// The member that needs it.
+        member: String,
+        /// What to change in the manifest.
+        hint: &'static str,
+    },
+    /// Base + stride ran past 65535.
+    #[error(
+        "{role} port for member {member} would exceed 65535; lower the base port in the manifest"
+    )]
+    OutOfRange {
+        /// `client`, `peer` or `agent`.
+        role: &'static str,
+        /// The member.
+        member: String,
+    },
+}
+
+/// Assigns ports to `members` that have none in `assigned`; `free` supplies unused ports.
+pub fn assign(
+    assigned: &mut BTreeMap<String, MemberPorts>,
+    members: &[String],
+    base: BasePorts,
+    mut free: impl FnMut() -> u16,
+) -> Result<(), PortError> {
+    for (ordinal, member) in members.iter().enumerate() {
+        if assigned.contains_key(member) {
+            continue;
+        }
+        let mut pick = |base: Option<u16>, role: &'static str| -> Result<u16, PortError> {
+            match base {
+                Some(base) => {
+                    u16::try_from(u32::from(base) + u32::from(PORT_STRIDE) * ordinal as u32)
+                        .map_err(|_| PortError::OutOfRange {
+                            role,
+                            member: member.clone(),
+                        })
+                }
+                None => Ok(free()),
+            }
+        };
+        let ports = MemberPorts {
+            client: pick(base.client, "client")?,
+            peer: pick(base.peer, "peer")?,
+            agent: pick(base.agent, "agent")?,
+        };
+        assigned.insert(member.clone(), ports);
+    }
+    Ok(())
+}
+
+/// A port the OS considers free right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("the OS hands out an ephemeral port")
+}
+
+/// Checks that every port of `member` can be bound, so a conflict is reported before anything
+/// starts instead of as an etcd crash loop.
+pub fn check_available(member: &str, ports: &MemberPorts) -> Result<(), PortError> {
+    for (port, role, hint) in [
+        (
+            ports.client,
+            "client",
+            "set spec.etcd.clientPort to a free base port (or remove it to let quorate choose)",
+        ),
+        (
+            ports.peer,
+            "peer",
+            "set spec.etcd.serverPort to a free base port (or remove it to let quorate choose)",
+        ),
+        (
+            ports.agent,
+            "agent",
+            "set spec.backup.port to a free base port (or remove it to let quorate choose)",
+        ),
+    ] {
+        if TcpListener::bind(("127.0.0.1", port)).is_err() {
+            return Err(PortError::InUse {
+                port,
+                role,
+                member: member.to_string(),
+                hint,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("etcd-{i}")).collect()
+    }
+
+    #[test]
+    fn explicit_bases_step_by_ten_and_free_ports_fill_the_rest() {
+        let mut assigned = BTreeMap::new();
+        let mut next = 40000;
+        let base = BasePorts {
+            client: Some(2379),
+            peer: Some(2380),
+            agent: None,
+        };
+        assign(&mut assigned, &names(3), base, || {
+            next += 1;
+            next
+        })
+        .unwrap();
+        assert_eq!(
+            assigned["etcd-0"],
+            MemberPorts {
+                client: 2379,
+                peer: 2380,
+                agent: 40001
+            }
+        );
+        assert_eq!(
+            assigned["etcd-2"],
+            MemberPorts {
+                client: 2399,
+                peer: 2400,
+                agent: 40003
+            }
+        );
+    }
+
+    #[test]
+    fn existing_assignments_are_kept() {
+        let mut assigned = BTreeMap::from([(
+            "etcd-0".to_string(),
+            MemberPorts {
+                client: 1,
+                peer: 2,
+                agent: 3,
+            },
+        )]);
+        assign(
+            &mut assigned,
+            &names(2),
+            BasePorts {
+                client: Some(5000),
+                peer: Some(6000),
+                agent: Some(7000),
+            },
+            || 9,
+        )
+        .unwrap();
+        assert_eq!(
+            assigned["etcd-0"],
+            MemberPorts {
+                client: 1,
+                peer: 2,
+                agent: 3
+            }
+        );
+        assert_eq!(
+            assigned["etcd-1"],
+            MemberPorts {
+                client: 5010,
+                peer: 6010,
+                agent: 7010
+            }
+        );
+    }
+
+    #[test]
+    fn ports_past_the_range_are_refused() {
+        let mut assigned = BTreeMap::new();
+        let err = assign(
+            &mut assigned,
+            &names(2),
+            BasePorts {
+                client: Some(65530),
+                ..Default::default()
+            },
+            || 9,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            PortError::OutOfRange {
+                role: "client",
+                member: "etcd-1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_taken_port_is_reported_with_its_member_and_role() {
+        let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = holder.local_addr().unwrap().port();
+        let ports = MemberPorts {
+            client: free_port(),
+            peer: taken,
+            agent: free_port(),
+        };
+        let err = check_available("etcd-1", &ports).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("port {taken} (peer port of member etcd-1)")),
+            "{err}"
+        );
+        assert!(err.contains("spec.etcd.serverPort"), "{err}");
+    }
+}

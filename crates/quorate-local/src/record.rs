@@ -1,0 +1,68 @@
+//! Facts a local cluster keeps for its whole life: its identity (which makes the etcd cluster
+//! token unique per incarnation), when it was created, which members bootstrapped it, and the
+//! ports each member was given.
+
+use crate::ports::MemberPorts;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The contents of `cluster.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRecord {
+    /// Unique ID of this incarnation (also the object's `metadata.uid`).
+    pub uid: String,
+    /// When the cluster was first created.
+    pub created: jiff::Timestamp,
+    /// Members that bootstrap the cluster; fixed at the first start with members.
+    #[serde(default)]
+    pub bootstrap_members: Vec<String>,
+    /// Ports by member name.
+    #[serde(default)]
+    pub ports: BTreeMap<String, MemberPorts>,
+}
+
+impl ClusterRecord {
+    /// A record for a cluster created now, with a random identity.
+    pub fn new(created: jiff::Timestamp, random: u128) -> Self {
+        Self {
+            uid: format_uid(random),
+            created,
+            bootstrap_members: Vec::new(),
+            ports: BTreeMap::new(),
+        }
+    }
+
+    /// `--initial-cluster-token`: the cluster name plus part of its identity.
+    pub fn cluster_token(&self, name: &str) -> String {
+        format!("{name}-{}", &self.uid[..8])
+    }
+}
+
+/// Formats 128 random bits as a UUID-shaped string.
+fn format_uid(random: u128) -> String {
+    let hex = format!("{random:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_is_unique_per_incarnation() {
+        let t = jiff::Timestamp::UNIX_EPOCH;
+        let a = ClusterRecord::new(t, 0x1234_5678_9abc_def0_1122_3344_5566_7788);
+        let b = ClusterRecord::new(t, 0x8765_4321_9abc_def0_1122_3344_5566_7788);
+        assert_eq!(a.uid, "12345678-9abc-def0-1122-334455667788");
+        assert_eq!(a.cluster_token("etcd-main"), "etcd-main-12345678");
+        assert_ne!(a.cluster_token("etcd-main"), b.cluster_token("etcd-main"));
+    }
+}

@@ -1,0 +1,84 @@
+//! The cluster configuration of a local cluster: every member on loopback with the ports its
+//! record gives it. The local counterpart of the operator's ConfigMap.
+
+use crate::LocalError;
+use crate::ports::BasePorts;
+use crate::record::ClusterRecord;
+use crate::state_dir::ClusterDir;
+use quorate_api::Etcd;
+use quorate_coord::json_file;
+use quorate_core::cluster_config::{ClusterConfig, EtcdSettings, MemberEndpoints};
+
+/// Base ports the manifest sets explicitly.
+pub fn base_ports(etcd: &Etcd) -> BasePorts {
+    let port = |p: Option<i32>| p.and_then(|p| u16::try_from(p).ok()).filter(|p| *p != 0);
+    BasePorts {
+        client: port(etcd.spec.etcd.client_port),
+        peer: port(etcd.spec.etcd.server_port),
+        agent: port(etcd.spec.backup.port),
+    }
+}
+
+/// The configuration the agents of `etcd` run with; every desired member must have ports.
+pub fn render_cluster_config(
+    etcd: &Etcd,
+    record: &ClusterRecord,
+    _dir: &ClusterDir,
+) -> Result<ClusterConfig, LocalError> {
+    let name = etcd.metadata.name.clone().unwrap_or_default();
+    let peer_scheme = if etcd.peer_tls_enabled() {
+        "https"
+    } else {
+        "http"
+    };
+    let client_scheme = if etcd.client_tls_enabled() {
+        "https"
+    } else {
+        "http"
+    };
+    // A member's lease is named like the member (druid's naming).
+    let members = quorate_api::names::member_lease_names(etcd)
+        .into_iter()
+        .map(|member| {
+            let ports = record.ports[&member];
+            MemberEndpoints {
+                lease_name: member.clone(),
+                peer_url: format!("{peer_scheme}://127.0.0.1:{}", ports.peer),
+                client_url: format!("{client_scheme}://127.0.0.1:{}", ports.client),
+                peer_port: ports.peer,
+                client_port: ports.client,
+                agent_url: format!("http://127.0.0.1:{}", ports.agent),
+                agent_port: ports.agent,
+                name: member,
+            }
+        })
+        .collect();
+    Ok(ClusterConfig {
+        cluster_token: record.cluster_token(&name),
+        cluster_name: name,
+        namespace: etcd
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        members,
+        bootstrap_members: record.bootstrap_members.clone(),
+        listen_host: "127.0.0.1".into(),
+        etcd: EtcdSettings::from_etcd(etcd),
+        client_tls: None,
+        peer_tls: None,
+        heartbeat_millis: etcd.spec.etcd.heartbeat_duration().as_millis() as u64,
+    })
+}
+
+/// The configuration last written for the cluster in `dir`.
+pub fn read_config(dir: &ClusterDir) -> Result<ClusterConfig, LocalError> {
+    let path = dir.root().join("config.json");
+    json_file::read(&path, "cluster configuration")?.ok_or_else(|| LocalError::NotRunning {
+        name: dir
+            .root()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    })
+}

@@ -1,0 +1,147 @@
+//! The local controller of one cluster: it keeps the applied manifest true on this machine
+//! (configuration written, one agent per desired member, crashed agents restarted) and writes
+//! the cluster's status from the member leases, exactly as the operator does on Kubernetes.
+
+use crate::agents::Agents;
+use crate::object::{load_object, load_record, save_record};
+use crate::ports;
+use crate::render::{base_ports, render_cluster_config};
+use crate::state_dir::ClusterDir;
+use crate::status::{StatusInputs, compute_status};
+use crate::{LocalError, probe};
+use quorate_api::status::EtcdStatus;
+use quorate_coord::{Coordination, FileCoordination, json_file};
+use quorate_core::cluster_config::ClusterConfig;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How often the supervisor reconciles.
+pub const TICK: Duration = Duration::from_millis(500);
+
+/// The supervisor of one local cluster.
+pub struct Supervisor {
+    dir: ClusterDir,
+    coord: FileCoordination,
+    agents: Agents,
+    written_config: Option<ClusterConfig>,
+    status: EtcdStatus,
+    run_id: String,
+}
+
+impl Supervisor {
+    /// A supervisor for the cluster in `dir`, starting agents from `quorate_bin`.
+    pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: PathBuf) -> Self {
+        let coord = FileCoordination::new(dir.root());
+        let status = json_file::read(&dir.status(), "cluster status")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let run_id = format!("local-{}", std::process::id());
+        Self {
+            agents: Agents::new(dir.clone(), quorate_bin, etcd_bin),
+            dir,
+            coord,
+            written_config: None,
+            status,
+            run_id,
+        }
+    }
+
+    /// Reconciles until `shutdown` turns true, then stops every member cleanly.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), LocalError> {
+        loop {
+            if let Err(e) = self.tick().await {
+                tracing::error!(error = %e, "reconcile failed");
+            }
+            if tokio::time::timeout(TICK, shutdown.wait_for(|stop| *stop))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+        }
+        tracing::info!("stopping all members");
+        self.agents.stop_all(Duration::from_secs(15)).await;
+        Ok(())
+    }
+
+    /// One reconcile pass.
+    pub async fn tick(&mut self) -> Result<(), LocalError> {
+        let now = Instant::now();
+        let etcd = load_object(&self.dir)?;
+        let mut record = load_record(&self.dir)?;
+        let desired = quorate_api::names::member_lease_names(&etcd);
+
+        let before = record.clone();
+        ports::assign(
+            &mut record.ports,
+            &desired,
+            base_ports(&etcd),
+            ports::free_port,
+        )?;
+        if record.bootstrap_members.is_empty()
+            && !desired.is_empty()
+            && !self.cluster_existed().await
+        {
+            record.bootstrap_members = desired.clone();
+        }
+        if record != before {
+            save_record(&self.dir, &record)?;
+        }
+
+        let config = render_cluster_config(&etcd, &record, &self.dir)?;
+        if self.written_config.as_ref() != Some(&config) {
+            self.coord.write_cluster_config(&config)?;
+            self.written_config = Some(config.clone());
+        }
+
+        for (member, ended) in self.agents.reap(now) {
+            tracing::info!(%member, ?ended, "agent ended");
+        }
+        let running: Vec<String> = self.agents.running().cloned().collect();
+        for member in running.iter().filter(|m| !desired.contains(m)) {
+            self.agents.stop(member, Duration::from_secs(15)).await;
+        }
+        let mut spawn_errors = Vec::new();
+        for member in &desired {
+            if let Err(e) = self.agents.ensure_started(member, now) {
+                spawn_errors.push(format!("starting the agent of {member}: {e}"));
+            }
+        }
+
+        let mut ready = BTreeMap::new();
+        for member in &desired {
+            let port = record.ports[member].agent;
+            let up = self.agents.is_running(member)
+                && probe::agent_ready(port, Duration::from_millis(300)).await;
+            ready.insert(member.clone(), up);
+        }
+        let leases = self.coord.member_leases().await?;
+        self.status = compute_status(StatusInputs {
+            etcd: &etcd,
+            previous: &self.status,
+            leases: &leases,
+            running: desired.iter().filter(|m| self.agents.is_running(m)).count() as i32,
+            ready: &ready,
+            errors: &spawn_errors,
+            run_id: &self.run_id,
+            now: jiff::Timestamp::now(),
+        });
+        json_file::write_atomic(&self.dir.status(), &self.status)?;
+        Ok(())
+    }
+
+    /// Whether any member lease shows a cluster ID, i.e. the etcd cluster was formed before.
+    async fn cluster_existed(&self) -> bool {
+        self.coord.member_leases().await.is_ok_and(|leases| {
+            leases.iter().any(|l| {
+                l.holder_identity
+                    .as_deref()
+                    .and_then(|h| h.parse::<quorate_core::lease::HolderIdentity>().ok())
+                    .is_some_and(|h| h.cluster_id.is_some())
+            })
+        })
+    }
+}

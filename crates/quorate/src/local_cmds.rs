@@ -1,0 +1,203 @@
+//! Dispatch of the subcommands to the local runtime, the agent and the API crate.
+
+use crate::cli::{Cli, Command, Output};
+use quorate_agent::AgentOptions;
+use quorate_coord::{Coordination, FileCoordination};
+use quorate_local::LocalError;
+use quorate_local::commands::{self, LocalContext};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Runs one command; `Err` is printed as `error: ...`.
+pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(quorate_local::state_dir::default_state_dir);
+    let context = |etcd_binary: Option<PathBuf>| LocalContext {
+        state_dir: state_dir.clone(),
+        quorate_bin: std::env::current_exe().expect("path of the running quorate binary"),
+        etcd_bin: etcd_binary.unwrap_or_else(quorate_agent::etcd_process::etcd_binary),
+    };
+    match cli.command {
+        Command::Up {
+            file,
+            detach,
+            timeout,
+            etcd_binary,
+        } => {
+            let ctx = context(etcd_binary);
+            let etcd = commands::read_manifest(&file)?;
+            let name = etcd.metadata.name.clone().unwrap_or_default();
+            let (_, applied) = commands::prepare(&ctx, etcd)?;
+            if detach {
+                if quorate_local::lock::running_supervisor(&ctx.cluster(&name)).is_none() {
+                    commands::spawn_supervisor(&ctx, &name)?;
+                }
+                commands::wait_until_ready(&ctx, &name, applied.generation, timeout).await?;
+                print_table(&ctx, Some(&name), true)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let shutdown = shutdown_on_signals();
+            let printer = {
+                let (ctx, name) = (ctx.clone(), name.clone());
+                tokio::spawn(async move {
+                    if commands::wait_until_ready(&ctx, &name, applied.generation, timeout)
+                        .await
+                        .is_ok()
+                    {
+                        let _ = print_table(&ctx, Some(&name), true);
+                        eprintln!(
+                            "cluster {name} is ready; endpoints: {}",
+                            commands::endpoints(&ctx, &name).unwrap_or_default()
+                        );
+                    }
+                })
+            };
+            let result = commands::supervise(&ctx, &name, shutdown).await;
+            printer.abort();
+            result?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Apply {
+            file,
+            wait,
+            timeout,
+        } => {
+            let ctx = context(None);
+            let etcd = commands::read_manifest(&file)?;
+            let name = etcd.metadata.name.clone().unwrap_or_default();
+            if !ctx.cluster(&name).exists() {
+                return Err(LocalError::NotFound { name }.into());
+            }
+            let (dir, applied) = commands::prepare(&ctx, etcd)?;
+            let verb = if applied.changed {
+                "configured"
+            } else {
+                "unchanged"
+            };
+            println!("etcd.druid.gardener.cloud/{name} {verb}");
+            if quorate_local::lock::running_supervisor(&dir).is_none() {
+                eprintln!("note: {name} is not running; the change takes effect at `quorate up`");
+            } else if wait {
+                commands::wait_until_ready(&ctx, &name, applied.generation, timeout).await?;
+                print_table(&ctx, Some(&name), true)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Down { name, purge } => {
+            let ctx = context(None);
+            commands::down(&ctx, &name, purge, Duration::from_secs(60)).await?;
+            println!(
+                "{name} stopped{}",
+                if purge { " and deleted" } else { "; data kept" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Get { name, output, .. } => {
+            let ctx = context(None);
+            match output {
+                None => print_table(&ctx, name.as_deref(), false)?,
+                Some(Output::Wide) => print_table(&ctx, name.as_deref(), true)?,
+                Some(format) => {
+                    let items = commands::get(&ctx, name.as_deref())?;
+                    let value = match (name.is_some(), items.as_slice()) {
+                        (true, [one]) => serde_json::to_value(one)?,
+                        _ => {
+                            serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": items })
+                        }
+                    };
+                    if format == Output::Json {
+                        println!("{}", serde_json::to_string_pretty(&value)?);
+                    } else {
+                        print!("{}", serde_saphyr::to_string(&value)?);
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Members { name } => {
+            let ctx = context(None);
+            print!(
+                "{}",
+                quorate_local::members::members_table(&ctx, &name).await?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Endpoints { name } => {
+            println!("{}", commands::endpoints(&context(None), &name)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crd => {
+            print!("{}", quorate_api::crd::crd_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent {
+            cluster_dir,
+            member,
+            etcd_binary,
+        } => run_agent(cluster_dir, member, etcd_binary).await,
+        Command::Supervise { name, etcd_binary } => {
+            let ctx = context(etcd_binary);
+            commands::supervise(&ctx, &name, shutdown_on_signals()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(), LocalError> {
+    let items = commands::get(ctx, name)?;
+    print!(
+        "{}",
+        quorate_local::table::render(&items, wide, jiff::Timestamp::now())
+    );
+    Ok(())
+}
+
+async fn run_agent(
+    cluster_dir: PathBuf,
+    member: String,
+    etcd_binary: Option<PathBuf>,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let coord = FileCoordination::new(&cluster_dir);
+    let config = coord.cluster_config().await?;
+    let endpoints = config.member(&member).ok_or_else(|| {
+        format!(
+            "member {member} is not in {}",
+            coord.config_path().display()
+        )
+    })?;
+    let listen = format!("127.0.0.1:{}", endpoints.agent_port).parse()?;
+    let member_dir = cluster_dir.join("members").join(&member);
+    let opts = AgentOptions {
+        data_dir: member_dir.join("data"),
+        etcd_log: member_dir.join("etcd.log"),
+        etcd_binary: etcd_binary.unwrap_or_else(quorate_agent::etcd_process::etcd_binary),
+        poll_interval: Duration::from_secs(1),
+        member,
+    };
+    match quorate_agent::serve(coord, opts, listen, shutdown_on_signals()).await? {
+        quorate_agent::AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
+        quorate_agent::AgentExit::Removed => {
+            Ok(ExitCode::from(quorate_local::agents::EXIT_REMOVED as u8))
+        }
+    }
+}
+
+/// A flag that turns true on SIGINT or SIGTERM.
+fn shutdown_on_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}

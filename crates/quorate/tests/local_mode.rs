@@ -1,0 +1,414 @@
+//! Local mode end to end: the real `quorate` binary running real etcd members.
+
+mod support;
+
+use etcd_client::{Client, GetOptions};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use support::{Local, eventually, manifest, path_str};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Reads every key under `prefix` from one member only (serializable), as (key, value) pairs.
+async fn keys_on_member(url: &str, prefix: &str) -> Vec<(String, String)> {
+    let mut client = Client::connect([url], None).await.expect("connect");
+    let resp = client
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_serializable()),
+        )
+        .await
+        .expect("serializable get");
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                kv.value_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Writes `w/<n>` continuously until stopped; counts acknowledged and failed writes.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(rt: &tokio::runtime::Runtime, endpoints: Vec<String>) -> Self {
+        let (stop, acked, failed) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (s, a, f) = (stop.clone(), acked.clone(), failed.clone());
+        let task = rt.spawn(async move {
+            let mut client = Client::connect(endpoints, None)
+                .await
+                .expect("connect writer");
+            let mut n = 0u64;
+            while !s.load(Ordering::SeqCst) {
+                let put = client.put(format!("w/{n:08}"), format!("v{n}"), None);
+                match tokio::time::timeout(Duration::from_secs(5), put).await {
+                    Ok(Ok(_)) => {
+                        a.fetch_add(1, Ordering::SeqCst);
+                        n += 1;
+                    }
+                    Ok(Err(e)) => {
+                        eprintln!("write w/{n:08} failed: {e}");
+                        f.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(_) => {
+                        eprintln!("write w/{n:08} timed out");
+                        f.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        Self {
+            stop,
+            acked,
+            failed,
+            task,
+        }
+    }
+
+    /// Stops the writer; returns (acknowledged, failed).
+    fn finish(self, rt: &tokio::runtime::Runtime) -> (u64, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        rt.block_on(self.task).unwrap();
+        (
+            self.acked.load(Ordering::SeqCst),
+            self.failed.load(Ordering::SeqCst),
+        )
+    }
+}
+
+#[test]
+fn single_and_three_member_clusters_come_up_and_serve() {
+    let local = Local::new();
+    let one = local.manifest("one.yaml", &manifest("solo", 1, ""));
+    let three = local.manifest("three.yaml", &manifest("trio", 3, ""));
+    local.ok(&["up", "-d", "-f", path_str(&one), "--timeout", "60s"]);
+    local.ok(&["up", "-d", "-f", path_str(&three), "--timeout", "60s"]);
+
+    let table = local.ok(&["get", "etcd", "-o", "wide"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME", "READY", "QUORATE", "ALL", "MEMBERS", "READY", "BACKUP", "READY", "AGE",
+            "CLUSTER", "SIZE", "CURRENT", "REPLICAS", "READY", "REPLICAS"
+        ]
+    );
+    let row = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    let solo = row("solo");
+    assert_eq!(&solo[1..4], ["true", "True", "True"], "{table}");
+    assert_eq!(&solo[6..], ["1", "1", "1"], "{table}");
+    let trio = row("trio");
+    assert_eq!(&trio[1..4], ["true", "True", "True"], "{table}");
+    assert_eq!(&trio[6..], ["3", "3", "3"], "{table}");
+
+    let members = local.ok(&["members", "trio"]);
+    let rows: Vec<Vec<&str>> = members
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{members}");
+    assert_eq!(
+        rows.iter().filter(|r| r[4] == "true").count(),
+        1,
+        "one leader:\n{members}"
+    );
+    assert!(
+        rows.iter().all(|r| r[5] == "false" && r[6] == "true"),
+        "voters, healthy:\n{members}"
+    );
+    let endpoints = local.endpoints("trio");
+    assert_eq!(endpoints.len(), 3);
+
+    let rt = runtime();
+    rt.block_on(async {
+        let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
+        client.put("greeting", "hello", None).await.unwrap();
+        for url in &endpoints {
+            let got = eventually_async(|| keys_on_member(url, "greeting")).await;
+            assert_eq!(
+                got,
+                vec![("greeting".to_string(), "hello".to_string())],
+                "member {url}"
+            );
+        }
+    });
+
+    let yaml = local.ok(&["get", "etcd", "trio", "-o", "yaml"]);
+    assert!(yaml.contains("observedGeneration: 1"), "{yaml}");
+    assert!(yaml.contains("LeaseSucceeded"), "{yaml}");
+    local.ok(&["down", "solo"]);
+    assert!(
+        local.etcd_pid("solo", "solo-0").is_none(),
+        "down stops etcd"
+    );
+    assert!(
+        local
+            .cluster_dir("solo")
+            .join("members/solo-0/data/member")
+            .is_dir(),
+        "down keeps data"
+    );
+    local.ok(&["down", "solo", "--purge"]);
+    assert!(
+        !local.cluster_dir("solo").exists(),
+        "--purge deletes the state"
+    );
+}
+
+async fn eventually_async<F, Fut>(mut f: F) -> Vec<(String, String)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Vec<(String, String)>>,
+{
+    for _ in 0..50 {
+        let got = f().await;
+        if !got.is_empty() {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    f().await
+}
+
+#[test]
+fn scale_out_one_to_three_to_five_loses_no_write() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("grow", 1, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    let writer = Writer::start(&rt, local.endpoints("grow"));
+    std::thread::sleep(Duration::from_secs(1));
+
+    for replicas in [3, 5] {
+        local.manifest("c.yaml", &manifest("grow", replicas, ""));
+        local.ok(&[
+            "apply",
+            "-f",
+            path_str(&path),
+            "--wait",
+            "--timeout",
+            "120s",
+        ]);
+        let members = local.ok(&["members", "grow"]);
+        assert_eq!(members.lines().count(), replicas as usize + 1, "{members}");
+        assert!(
+            !members
+                .lines()
+                .skip(1)
+                .any(|l| l.split_whitespace().nth(5) == Some("true")),
+            "no learner left:\n{members}"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let (acked, failed) = writer.finish(&rt);
+    assert_eq!(failed, 0, "writes failed during scale-out");
+    assert!(acked > 100, "the writer kept writing ({acked} writes)");
+
+    let endpoints = local.endpoints("grow");
+    assert_eq!(endpoints.len(), 5);
+    rt.block_on(async {
+        for url in &endpoints {
+            let mut keys = Vec::new();
+            for _ in 0..50 {
+                keys = keys_on_member(url, "w/").await;
+                if keys.len() as u64 >= acked {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(
+                keys.len() as u64,
+                acked,
+                "every acknowledged write is on {url}"
+            );
+            for (i, (k, v)) in keys.iter().enumerate() {
+                assert_eq!(
+                    (k.as_str(), v.as_str()),
+                    (format!("w/{i:08}").as_str(), format!("v{i}").as_str())
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn killed_members_are_restarted_with_their_data() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("heal", 3, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let endpoints = local.endpoints("heal");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
+        for i in 0..50 {
+            client.put(format!("k/{i:02}"), "x", None).await.unwrap();
+        }
+    });
+    let ids_before = local.ok(&["members", "heal"]);
+
+    // kill -9 the etcd of member 1: its agent restarts it.
+    let etcd = local
+        .etcd_pid("heal", "heal-1")
+        .expect("etcd of heal-1 runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(etcd),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(
+        "heal-1's etcd to run again",
+        Duration::from_secs(30),
+        || local.etcd_pid("heal", "heal-1").filter(|p| *p != etcd),
+    );
+    // kill -9 the agent of member 2: its etcd dies with it and the supervisor restarts both.
+    let agent = local
+        .agent_pid("heal", "heal-2")
+        .expect("agent of heal-2 runs");
+    let etcd2 = local
+        .etcd_pid("heal", "heal-2")
+        .expect("etcd of heal-2 runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(
+        "heal-2's agent and etcd to run again",
+        Duration::from_secs(30),
+        || {
+            let a = local.agent_pid("heal", "heal-2").filter(|p| *p != agent)?;
+            let e = local.etcd_pid("heal", "heal-2").filter(|p| *p != etcd2)?;
+            Some((a, e))
+        },
+    );
+
+    let path_status = local.cluster_dir("heal").join("status.json");
+    eventually("all members ready again", Duration::from_secs(60), || {
+        let status = std::fs::read_to_string(&path_status).ok()?;
+        status.contains("\"readyReplicas\": 3").then_some(())
+    });
+    // Same member IDs: the members rejoined with their data instead of being replaced.
+    let ids = |table: &str| {
+        table
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let after = local.ok(&["members", "heal"]);
+    assert_eq!(
+        ids(&ids_before),
+        ids(&after),
+        "before:\n{ids_before}\nafter:\n{after}"
+    );
+    rt.block_on(async {
+        for url in &endpoints {
+            let mut keys = Vec::new();
+            for _ in 0..50 {
+                keys = keys_on_member(url, "k/").await;
+                if keys.len() == 50 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(keys.len(), 50, "member {url} has every key");
+        }
+    });
+}
+
+#[test]
+fn invalid_manifest_is_refused_and_nothing_starts() {
+    let local = Local::new();
+    let bad =
+        manifest("bad", 3, "").replace("heartbeatDuration: 1s", "heartbeatDuration: 10 seconds");
+    let path = local.manifest("bad.yaml", &bad);
+    let out = local.quorate(&["up", "-d", "-f", path_str(&path)]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("spec.etcd.heartbeatDuration"), "{stderr}");
+    assert!(stderr.contains("10 seconds"), "{stderr}");
+    assert!(!local.cluster_dir("bad").exists(), "nothing was created");
+
+    let not_yaml = local.manifest(
+        "junk.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
+    );
+    let out = local.quorate(&["up", "-f", path_str(&not_yaml)]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Etcd"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn port_conflict_is_reported_before_anything_starts() {
+    let local = Local::new();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    let text = manifest("clash", 1, "").replace(
+        "heartbeatDuration: 1s",
+        &format!("heartbeatDuration: 1s\n    clientPort: {taken}"),
+    );
+    let path = local.manifest("clash.yaml", &text);
+    let out = local.quorate(&["up", "-d", "-f", path_str(&path)]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "port {taken} (client port of member clash-0) is already in use"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("spec.etcd.clientPort"), "{stderr}");
+    assert!(local.etcd_pid("clash", "clash-0").is_none());
+}
+
+#[test]
+fn missing_etcd_binary_is_actionable() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("nobin", 1, ""));
+    let out = local.quorate(&[
+        "up",
+        "-d",
+        "-f",
+        path_str(&path),
+        "--etcd-binary",
+        "/nonexistent/etcd",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent/etcd") && stderr.contains("apt-get install etcd-server"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,176 @@
+//! Drives the real `quorate` binary against real etcd in a private state directory, and kills
+//! every process it started when dropped (also when a test panics).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A private local-mode environment.
+pub struct Local {
+    pub state: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+impl Local {
+    pub fn new() -> Self {
+        Self {
+            state: tempfile::tempdir().expect("temp dir"),
+            bin: PathBuf::from(env!("CARGO_BIN_EXE_quorate")),
+        }
+    }
+
+    /// Runs `quorate --state-dir <state> ARGS`.
+    pub fn quorate(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .arg("--state-dir")
+            .arg(self.state.path())
+            .args(args)
+            .env("QUORATE_LOG", "warn")
+            .output()
+            .expect("run quorate")
+    }
+
+    /// Like [`Self::quorate`], panicking with the output unless it succeeds.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.quorate(args);
+        assert!(
+            out.status.success(),
+            "quorate {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Writes a manifest file and returns its path.
+    pub fn manifest(&self, file: &str, text: &str) -> PathBuf {
+        let path = self.state.path().join(file);
+        std::fs::write(&path, text).expect("write manifest");
+        path
+    }
+
+    pub fn cluster_dir(&self, name: &str) -> PathBuf {
+        self.state.path().join("clusters").join(name)
+    }
+
+    /// Client URLs of a cluster.
+    pub fn endpoints(&self, name: &str) -> Vec<String> {
+        self.ok(&["endpoints", name])
+            .trim()
+            .split(',')
+            .map(String::from)
+            .collect()
+    }
+
+    /// PID of the process whose command line contains every one of `needles`.
+    pub fn find_pid(&self, needles: &[&str]) -> Option<i32> {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                needles.iter().all(|n| cmdline.contains(n)).then_some(pid)
+            })
+    }
+
+    /// PID of member `member`'s etcd.
+    pub fn etcd_pid(&self, cluster: &str, member: &str) -> Option<i32> {
+        let data = self
+            .cluster_dir(cluster)
+            .join("members")
+            .join(member)
+            .join("data");
+        self.find_pid(&["etcd", &format!("--data-dir={}", data.display())])
+    }
+
+    /// PID of member `member`'s agent.
+    pub fn agent_pid(&self, cluster: &str, member: &str) -> Option<i32> {
+        let dir = self.cluster_dir(cluster);
+        self.find_pid(&[
+            " agent ",
+            &dir.display().to_string(),
+            &format!("--member {member} "),
+        ])
+    }
+
+    /// Kills every supervisor (and with them their agents and etcds).
+    fn kill_all(&self) {
+        let clusters = self.state.path().join("clusters");
+        for entry in std::fs::read_dir(clusters).into_iter().flatten().flatten() {
+            let lock = entry.path().join("supervisor.lock");
+            if let Some(pid) = std::fs::read_to_string(lock)
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+            {
+                // The supervisor leads its own process group; agents and etcds are in it or die
+                // with their parent.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let root = self.state.path().display().to_string();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Some(pid) = self.find_pid(&[&root]) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            if Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// An `Etcd` manifest for tests: `replicas` members, a 1s lease heartbeat so status follows
+/// quickly, plus `extra` spec lines (indented two spaces).
+pub fn manifest(name: &str, replicas: u32, extra: &str) -> String {
+    format!(
+        "apiVersion: druid.gardener.cloud/v1alpha1
+kind: Etcd
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  replicas: {replicas}
+  labels:
+    app: {name}
+  etcd:
+    heartbeatDuration: 1s
+  backup: {{}}
+{extra}"
+    )
+}
+
+/// Polls `f` until it returns `Some`, panicking with `what` after `timeout`.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and testing quorate needs, skipping what is already there:
+# etcd 3.4 (server + etcdctl) and protoc from Debian. Safe to run repeatedly.
+set -euo pipefail
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+
+if ((${#need[@]})); then
+  echo "installing: ${need[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The Debian etcd-server package starts a system etcd on 2379/2380; quorate's clusters must not
+# collide with it, so stop it if a service manager started it.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+  systemctl stop etcd || true
+fi
+if pgrep -x etcd -u etcd >/dev/null 2>&1; then pkill -x -u etcd etcd || true; fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo is missing: install a Rust toolchain (1.95 or newer) first, e.g. from rustup" >&2
+  exit 1
+fi
