@@ -97,11 +97,6 @@ mod tests {
                 ".status.conditions[?(@.type==\"BackupReady\")].status",
                 0,
             ),
-            (
-                "Cluster ID Mismatch",
-                ".status.conditions[?(@.type==\"ClusterIDMismatch\")].status",
-                0,
-            ),
             ("Age", ".metadata.creationTimestamp", 0),
             ("Cluster Size", ".spec.replicas", 1),
             ("Current Replicas", ".status.currentReplicas", 1),

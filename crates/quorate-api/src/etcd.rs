@@ -61,11 +61,6 @@ pub const KIND: &str = "Etcd";
         json_path = ".status.conditions[?(@.type==\"BackupReady\")].status"
     ),
     printcolumn(
-        name = "Cluster ID Mismatch",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"ClusterIDMismatch\")].status"
-    ),
-    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
