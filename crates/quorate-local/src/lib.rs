@@ -15,6 +15,7 @@ pub mod state_dir;
 pub mod status;
 pub mod supervisor;
 pub mod table;
+pub mod tls;
 
 use thiserror::Error;
 
@@ -86,6 +87,12 @@ pub enum LocalError {
         seconds: u64,
         /// Where to look.
         hint: String,
+    },
+    /// Certificates for a TLS cluster cannot be read or made.
+    #[error("TLS: {message}")]
+    Tls {
+        /// What is wrong and what to do.
+        message: String,
     },
     /// An etcd call failed.
     #[error(transparent)]

@@ -11,7 +11,8 @@ pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, Loc
     let dir = ctx.existing(name)?;
     let config = read_config(&dir)?;
     let timeouts = EtcdTimeouts::fast();
-    let members = ClusterClient::new(&config.client_urls(), None, timeouts)
+    let tls = quorate_agent::member::client_tls(&config);
+    let members = ClusterClient::new(&config.client_urls(), tls.as_ref(), timeouts)
         .await?
         .member_list()
         .await?;
@@ -32,7 +33,7 @@ pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, Loc
     let mut health = Vec::new();
     for m in &members {
         let status = match m.client_urls.first() {
-            Some(url) => match MemberClient::connect(url, None, timeouts).await {
+            Some(url) => match MemberClient::connect(url, tls.as_ref(), timeouts).await {
                 Ok(client) => client.status().await.ok(),
                 Err(_) => None,
             },

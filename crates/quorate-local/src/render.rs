@@ -23,7 +23,7 @@ pub fn base_ports(etcd: &Etcd) -> BasePorts {
 pub fn render_cluster_config(
     etcd: &Etcd,
     record: &ClusterRecord,
-    _dir: &ClusterDir,
+    dir: &ClusterDir,
 ) -> Result<ClusterConfig, LocalError> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
     let peer_scheme = if etcd.peer_tls_enabled() {
@@ -53,6 +53,7 @@ pub fn render_cluster_config(
             }
         })
         .collect();
+    let (client_tls, peer_tls) = crate::tls::tls_files(etcd, dir)?;
     Ok(ClusterConfig {
         cluster_token: record.cluster_token(&name),
         cluster_name: name,
@@ -65,8 +66,8 @@ pub fn render_cluster_config(
         bootstrap_members: record.bootstrap_members.clone(),
         listen_host: "127.0.0.1".into(),
         etcd: EtcdSettings::from_etcd(etcd),
-        client_tls: None,
-        peer_tls: None,
+        client_tls,
+        peer_tls,
         heartbeat_millis: etcd.spec.etcd.heartbeat_duration().as_millis() as u64,
     })
 }

@@ -412,3 +412,122 @@ fn missing_etcd_binary_is_actionable() {
         "{stderr}"
     );
 }
+
+#[test]
+fn member_removed_on_purpose_stays_down() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("prune", 3, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let members = local.ok(&["members", "prune"]);
+    let id = members
+        .lines()
+        .find(|l| l.contains("prune-2"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let endpoints = local.endpoints("prune");
+    // etcd refuses removals within 5 s of a member connecting ("unhealthy cluster"): retry.
+    eventually(
+        "etcdctl member remove to be accepted",
+        Duration::from_secs(30),
+        || {
+            let out = std::process::Command::new(quorate_testkit::etcdctl_binary())
+                .env("ETCDCTL_API", "3")
+                .args(["--endpoints", &endpoints[0], "member", "remove", &id])
+                .output()
+                .unwrap();
+            out.status.success().then_some(())
+        },
+    );
+
+    let marker = local.cluster_dir("prune").join("members/prune-2/removed");
+    eventually(
+        "the removed member to be marked",
+        Duration::from_secs(30),
+        || marker.exists().then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        local.etcd_pid("prune", "prune-2").is_none(),
+        "a removed member is not restarted"
+    );
+    assert!(
+        local.agent_pid("prune", "prune-2").is_none(),
+        "nor is its agent"
+    );
+    let members = local.ok(&["members", "prune"]);
+    assert_eq!(members.lines().count(), 3, "two members remain:\n{members}");
+}
+
+#[test]
+fn tls_cluster_requires_client_certificates() {
+    let local = Local::new();
+    let tls = "    clientUrlTls:
+      tlsCASecretRef: {name: ca}
+      serverTLSSecretRef: {name: server}
+      clientTLSSecretRef: {name: client}
+    peerUrlTls:
+      tlsCASecretRef: {name: peer-ca}
+      serverTLSSecretRef: {name: peer-server}
+";
+    let text = manifest("secure", 3, "").replace(
+        "    heartbeatDuration: 1s\n",
+        &format!("    heartbeatDuration: 1s\n{tls}"),
+    );
+    let path = local.manifest("c.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let members = local.ok(&["members", "secure"]);
+    assert_eq!(
+        members
+            .lines()
+            .filter(|l| l.contains("https://127.0.0.1"))
+            .count(),
+        3,
+        "{members}"
+    );
+    let lease =
+        std::fs::read_to_string(local.cluster_dir("secure").join("leases/secure-0.json")).unwrap();
+    assert!(
+        lease.contains("\"member.etcd.gardener.cloud/tls-enabled\": \"true\""),
+        "{lease}"
+    );
+
+    let secrets = local.cluster_dir("secure").join("secrets");
+    let endpoint = local.endpoints("secure")[0].clone();
+    assert!(endpoint.starts_with("https://"));
+    let etcdctl = |with_cert: bool| {
+        let mut cmd = std::process::Command::new(quorate_testkit::etcdctl_binary());
+        cmd.env("ETCDCTL_API", "3").args([
+            "--endpoints",
+            &endpoint,
+            "--dial-timeout",
+            "2s",
+            "--command-timeout",
+            "3s",
+        ]);
+        cmd.arg(format!("--cacert={}", secrets.join("ca/ca.crt").display()));
+        if with_cert {
+            cmd.arg(format!(
+                "--cert={}",
+                secrets.join("client/tls.crt").display()
+            ));
+            cmd.arg(format!(
+                "--key={}",
+                secrets.join("client/tls.key").display()
+            ));
+        }
+        cmd.args(["put", "k", "v"]).output().unwrap()
+    };
+    let with = etcdctl(true);
+    assert!(
+        with.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    assert!(
+        !etcdctl(false).status.success(),
+        "a client without a certificate is refused"
+    );
+}
