@@ -71,7 +71,9 @@ impl ClusterClient {
         &self.members
     }
 
-    /// The member list.
+    /// The member list as the answering member knows it. etcd serves it from local state, so
+    /// right after a change made through another member it may briefly lag; the lists
+    /// returned by the mutating calls come from the member that applied the change.
     pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
         self.with_failover("member list", |m| async move { m.member_list().await })
             .await

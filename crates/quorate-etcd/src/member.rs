@@ -199,7 +199,8 @@ impl MemberClient {
         ))
     }
 
-    /// The member list as this member knows it (rejected by learners on etcd 3.4).
+    /// The member list from this member's local state (may briefly lag a change applied
+    /// elsewhere; rejected by learners on etcd 3.4). Answers without a leader, too.
     pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
         let mut c = self.client.clone();
         let resp = self

@@ -102,6 +102,41 @@ impl ChildGuard {
         signal_group(self.pid, signal)
     }
 
+    /// SIGSTOPs the process group and waits until the child is really stopped, so the next
+    /// request meets a frozen process (connections are still accepted by the kernel, nothing
+    /// answers: a black hole).
+    pub fn freeze(&self, timeout: Duration) -> io::Result<()> {
+        self.signal(Signal::SIGSTOP).map_err(io::Error::from)?;
+        self.wait_state(timeout, |state| state == 'T', "stopped")
+    }
+
+    /// SIGCONTs a frozen process group and waits until the child runs again.
+    pub fn thaw(&self, timeout: Duration) -> io::Result<()> {
+        self.signal(Signal::SIGCONT).map_err(io::Error::from)?;
+        self.wait_state(timeout, |state| state != 'T', "running")
+    }
+
+    fn wait_state(
+        &self,
+        timeout: Duration,
+        wanted: impl Fn(char) -> bool,
+        label: &str,
+    ) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if wanted(process_state(self.pid)?) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("process {} not {label} after {timeout:?}", self.pid),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// The exit status if the child has exited, without blocking.
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if let Some(status) = self.status {
@@ -164,6 +199,15 @@ impl ChildGuard {
         // the kernel could hand the id to another process group.
         let _ = killpg(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
     }
+}
+
+/// The one-letter state from `/proc/<pid>/stat` (R, S, D, T, Z, ...).
+fn process_state(pid: u32) -> io::Result<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name is in parentheses and may contain spaces; the state follows it.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad stat: {stat}")))
 }
 
 fn signal_group(pid: u32, signal: Signal) -> nix::Result<()> {
@@ -267,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn sigstop_and_sigcont_reach_the_child() {
+    fn freeze_and_thaw_stop_and_resume_the_child() {
         let mut guard = ChildGuard::spawn(
             Command::new("sleep")
                 .arg("300")
@@ -275,28 +319,10 @@ mod tests {
                 .stderr(Stdio::null()),
         )
         .unwrap();
-        let pid = guard.pid();
-        guard.signal(Signal::SIGSTOP).unwrap();
-        let state = || {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-            stat.rsplit(')')
-                .next()
-                .unwrap()
-                .trim_start()
-                .chars()
-                .next()
-                .unwrap()
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while state() != 'T' {
-            assert!(Instant::now() < deadline, "child never stopped");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        guard.signal(Signal::SIGCONT).unwrap();
-        while state() == 'T' {
-            assert!(Instant::now() < deadline, "child never continued");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        guard.freeze(Duration::from_secs(5)).unwrap();
+        assert_eq!(process_state(guard.pid()).unwrap(), 'T');
+        guard.thaw(Duration::from_secs(5)).unwrap();
+        assert_ne!(process_state(guard.pid()).unwrap(), 'T');
         guard.kill().unwrap();
     }
 

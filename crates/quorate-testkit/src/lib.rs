@@ -16,6 +16,7 @@ pub use etcd::{
     ClusterState, EtcdMemberConfig, EtcdProcess, NotReady, RaftTiming, ServerTlsFiles,
     format_initial_cluster,
 };
+pub use nix::sys::signal::Signal;
 pub use ports::{PortBlock, free_port};
 pub use tempfile::TempDir;
 pub use tls::TestCerts;

@@ -10,8 +10,13 @@ use quorate_testkit::{EtcdProcess, EtcdTestCluster};
 /// Generous bound for etcd's own waits (5 s health window, learner catch-up) on a loaded box.
 pub const MEMBERSHIP_WAIT: Duration = Duration::from_secs(30);
 
+/// Short enough to keep dead-endpoint tests quick, long enough for a loaded 2-core machine.
 pub fn timeouts() -> EtcdTimeouts {
-    EtcdTimeouts::fast()
+    EtcdTimeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(3),
+        long_request: Duration::from_secs(60),
+    }
 }
 
 pub async fn cluster_client(cluster: &EtcdTestCluster) -> ClusterClient {
