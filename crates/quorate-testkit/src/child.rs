@@ -2,6 +2,12 @@
 //!
 //! Children are spawned as leaders of their own process group; the guard signals the whole
 //! group, so grandchildren (e.g. the etcd an agent started) die with them.
+//!
+//! Because they have their own group, a Ctrl-C on `cargo test` does not reach them, and a
+//! killed test process runs no destructors. So children also get a parent-death signal
+//! (SIGKILL): if the thread that spawned them dies, they die. Spawn from a thread that lives as
+//! long as the child (the test thread or a runtime worker), not from `spawn_blocking` or a
+//! short-lived helper thread.
 
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -37,12 +43,22 @@ impl ChildGuard {
     /// Spawns `cmd` as the leader of a new process group and guards it.
     pub fn spawn(cmd: &mut std::process::Command) -> io::Result<ChildGuard> {
         cmd.process_group(0);
+        let parent = std::process::id();
+        // SAFETY: the hook only makes async-signal-safe system calls and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || die_with_parent(parent));
+        }
         Ok(Self::from_std(cmd.spawn()?))
     }
 
     /// Spawns a tokio `cmd` (for async stdout/stderr handling) as a new process group leader.
     pub fn spawn_tokio(cmd: &mut tokio::process::Command) -> io::Result<ChildGuard> {
         cmd.process_group(0);
+        let parent = std::process::id();
+        // SAFETY: as in `spawn`.
+        unsafe {
+            cmd.pre_exec(move || die_with_parent(parent));
+        }
         Ok(Self::from_tokio(cmd.spawn()?))
     }
 
@@ -201,6 +217,16 @@ impl ChildGuard {
     }
 }
 
+/// Runs in the forked child before exec: SIGKILL it when the spawning thread dies, and refuse
+/// to start if the parent is already gone (the signal would never come).
+fn die_with_parent(parent: u32) -> io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if nix::unistd::getppid().as_raw() as u32 != parent {
+        return Err(io::Error::from(Errno::ESRCH));
+    }
+    Ok(())
+}
+
 /// The one-letter state from `/proc/<pid>/stat` (R, S, D, T, Z, ...).
 fn process_state(pid: u32) -> io::Result<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -334,6 +360,22 @@ mod tests {
         assert!(alive(pid));
         drop(guard);
         assert!(!alive(pid));
+    }
+
+    #[test]
+    fn child_dies_with_the_thread_that_spawned_it() {
+        // Stands in for a test process killed without running destructors.
+        let pid = std::thread::spawn(|| {
+            let guard = ChildGuard::spawn(Command::new("sleep").arg("300")).unwrap();
+            let pid = guard.pid() as i32;
+            std::mem::forget(guard);
+            pid
+        })
+        .join()
+        .unwrap();
+        assert!(wait_dead(pid), "orphaned child survived its parent thread");
+        // Reap the zombie left by the forgotten guard.
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
     }
 
     #[test]

@@ -76,14 +76,8 @@ impl EtcdTestCluster {
         for mut config in configs {
             config.initial_cluster = initial.clone();
             config.initial_cluster_state = ClusterState::New;
-            let process = EtcdProcess::start(config.clone()).map_err(|e| NotReady {
-                name: config.name.clone(),
-                client_url: config.client_url(),
-                reason: format!("could not be spawned: {e}"),
-                log_file: config.log_file.display().to_string(),
-                log_tail: String::new(),
-                exited: true,
-            })?;
+            let process = EtcdProcess::start(config.clone())
+                .map_err(|e| NotReady::spawn_failed(&config, e))?;
             members.push(process);
         }
         let mut cluster = EtcdTestCluster {

@@ -231,6 +231,17 @@ pub struct NotReady {
 }
 
 impl NotReady {
+    pub(crate) fn spawn_failed(config: &EtcdMemberConfig, e: io::Error) -> NotReady {
+        NotReady {
+            name: config.name.clone(),
+            client_url: config.client_url(),
+            reason: format!("could not be spawned ({}): {e}", etcd_binary().display()),
+            log_file: config.log_file.display().to_string(),
+            log_tail: String::new(),
+            exited: true,
+        }
+    }
+
     /// True when etcd exited because a port was taken (worth retrying on other ports).
     pub fn is_port_clash(&self) -> bool {
         self.exited && self.log_tail.contains("address already in use")
@@ -249,14 +260,8 @@ impl EtcdProcess {
         config: EtcdMemberConfig,
         timeout: Duration,
     ) -> Result<EtcdProcess, NotReady> {
-        let mut process = EtcdProcess::start(config.clone()).map_err(|e| NotReady {
-            name: config.name.clone(),
-            client_url: config.client_url(),
-            reason: format!("could not be spawned: {e}"),
-            log_file: config.log_file.display().to_string(),
-            log_tail: String::new(),
-            exited: true,
-        })?;
+        let mut process =
+            EtcdProcess::start(config.clone()).map_err(|e| NotReady::spawn_failed(&config, e))?;
         process.wait_ready(timeout).await?;
         Ok(process)
     }
