@@ -8,12 +8,12 @@ use quorate_api::status::EtcdRole;
 use quorate_coord::{CoordError, Coordination};
 use quorate_core::cluster_config::{ClusterConfig, TlsFiles};
 use quorate_core::etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
-use quorate_core::lease::{HolderIdentity, MemberLease, TLS_ENABLED_ANNOTATION};
+use quorate_core::lease::{HolderIdentity, MemberLease};
 use quorate_core::member_start::{
     ListedMember, StartDecision, StartEvidence, decide_start, join_initial_cluster,
 };
+use quorate_core::rollout::{CONFIG_HASH_ANNOTATION, config_hash, may_restart};
 use quorate_etcd::{ClientIdentity, ClusterClient, EtcdTimeouts, EtcdTls, MemberClient, PemSource};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -330,9 +330,16 @@ async fn run_etcd<C: Coordination>(
                 if let Ok(latest) = coord.cluster_config().await
                     && restart_needed(&config, &latest, me, &data_dir)
                 {
-                    tracing::info!(member = %me, "configuration changed; restarting etcd");
-                    process.stop(Duration::from_secs(10)).await;
-                    return Ok(RunEnd::ConfigChanged);
+                    let leases = coord.member_leases().await.unwrap_or_default();
+                    let turn = may_restart(&latest, me, &leases, &config_hash(&latest), jiff::Timestamp::now());
+                    match turn {
+                        Ok(()) => {
+                            tracing::info!(member = %me, "configuration changed; restarting etcd");
+                            process.stop(Duration::from_secs(10)).await;
+                            return Ok(RunEnd::ConfigChanged);
+                        }
+                        Err(reason) => state.update(|s| s.message = reason),
+                    }
                 }
             }
             _ = probe.tick() => {
@@ -353,7 +360,7 @@ async fn run_etcd<C: Coordination>(
                             promote(cluster, me, st.member_id).await;
                         }
                         let due = last_renewal.is_none_or(|t| t.elapsed() >= heartbeat);
-                        if due && renew_lease(coord, cluster, me, state).await {
+                        if due && st.leader_id != 0 && renew_lease(coord, cluster, me, state).await {
                             last_renewal = Some(Instant::now());
                         }
                     }
@@ -422,15 +429,11 @@ async fn renew_lease<C: Coordination>(
     let tls_enabled = cluster
         .member(me)
         .is_some_and(|m| m.peer_url.starts_with("https://"));
-    let lease = MemberLease {
-        name: lease_name,
-        holder_identity: Some(identity.to_string()),
-        renew_time: Some(jiff::Timestamp::now()),
-        annotations: BTreeMap::from([(
-            TLS_ENABLED_ANNOTATION.to_string(),
-            tls_enabled.to_string(),
-        )]),
-    };
+    let mut lease = MemberLease::new(lease_name);
+    lease.renew(&identity, tls_enabled, jiff::Timestamp::now());
+    lease
+        .annotations
+        .insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash(cluster));
     match coord.put_member_lease(&lease).await {
         Ok(()) => true,
         Err(e) => {

@@ -10,3 +10,4 @@ pub mod lease;
 pub mod member_health;
 pub mod member_start;
 pub mod planner;
+pub mod rollout;

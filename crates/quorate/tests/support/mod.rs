@@ -67,15 +67,12 @@ impl Local {
 
     /// PID of the process whose command line contains every one of `needles`.
     pub fn find_pid(&self, needles: &[&str]) -> Option<i32> {
-        std::fs::read_dir("/proc")
-            .ok()?
-            .flatten()
-            .find_map(|entry| {
-                let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-                needles.iter().all(|n| cmdline.contains(n)).then_some(pid)
-            })
+        find_process(needles)
+    }
+
+    /// [`Self::find_pid`] as a function another thread can own.
+    pub fn process_finder() -> fn(&[&str]) -> Option<i32> {
+        find_process
     }
 
     /// PID of member `member`'s etcd.
@@ -134,6 +131,19 @@ impl Drop for Local {
     fn drop(&mut self) {
         self.kill_all();
     }
+}
+
+/// PID of the process whose command line contains every one of `needles`.
+fn find_process(needles: &[&str]) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            needles.iter().all(|n| cmdline.contains(n)).then_some(pid)
+        })
 }
 
 /// An `Etcd` manifest for tests: `replicas` members, a 1s lease heartbeat so status follows
