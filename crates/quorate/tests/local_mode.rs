@@ -628,3 +628,47 @@ fn changed_etcd_flags_roll_through_the_members_one_at_a_time() {
         );
     }
 }
+
+#[test]
+fn foreground_up_runs_until_interrupted_and_keeps_data() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("front", 1, ""));
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quorate"));
+    command
+        .arg("--state-dir")
+        .arg(local.state.path())
+        .args(["up", "-f", path_str(&path)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut up = quorate_testkit::ChildGuard::spawn(&mut command).unwrap();
+    let status = local.cluster_dir("front").join("status.json");
+    eventually(
+        "the foreground cluster to be ready",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(&status)
+                .ok()?
+                .contains("\"readyReplicas\": 1")
+                .then_some(())
+        },
+    );
+    assert!(local.etcd_pid("front", "front-0").is_some());
+
+    up.signal(nix::sys::signal::Signal::SIGINT).unwrap();
+    let exit = up
+        .wait_timeout(Duration::from_secs(30))
+        .unwrap()
+        .expect("up exits after SIGINT");
+    assert!(exit.success(), "{exit}");
+    assert!(
+        local.etcd_pid("front", "front-0").is_none(),
+        "members stop with the foreground supervisor"
+    );
+    assert!(
+        local
+            .cluster_dir("front")
+            .join("members/front-0/data/member")
+            .is_dir(),
+        "data is kept"
+    );
+}
