@@ -1,0 +1,5 @@
+//! Backups of etcd clusters in the object-store layout of etcd-backup-restore v2: full snapshots
+//! of the database and delta snapshots of the watch events between them, written so that a
+//! bucket written by etcd-backup-restore restores with quorate and the other way round.
+
+pub mod delta;
