@@ -1,0 +1,203 @@
+//! `quorate-bench`: programs that run a quorate operation and the same operation done by hand
+//! in the same run, and print both side by side as a markdown table.
+//!
+//! `quorate-bench scale-out` scales a cluster from 1 to 3 members with `quorate apply` and by
+//! hand with `etcdctl`, while a client keeps writing and the leader is watched.
+//!
+//! Build both binaries first, so the default `--quorate` (next to this executable) exists:
+//! `cargo build --release -p quorate -p quorate-bench`.
+
+mod error;
+mod hand;
+mod observe;
+mod quorate_run;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::{BenchError, Result};
+use crate::report::{Machine, Method, RoundResult};
+
+/// Benchmarks of quorate against the same procedure done by hand, measured in one run.
+#[derive(Debug, Parser)]
+#[command(name = "quorate-bench", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Scale a cluster 1 → 3 with quorate and with etcdctl by hand; print both times, the
+    /// ratio, failed writes and leader changes.
+    ScaleOut(ScaleOutArgs),
+}
+
+#[derive(Debug, Args)]
+struct ScaleOutArgs {
+    /// Rounds per method.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// The quorate binary [default: `quorate` next to this executable].
+    #[arg(long)]
+    quorate: Option<PathBuf>,
+    /// Also write the markdown report to this file.
+    #[arg(long)]
+    output: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // On Ctrl-C the benchmark future is dropped, and with it every guard: etcd processes and
+    // quorate supervisors started by the benchmark are killed.
+    let result = runtime.block_on(async {
+        tokio::select! {
+            result = run(cli) => result,
+            _ = tokio::signal::ctrl_c() => Err(BenchError::failed(
+                "interrupted; the processes this run started have been stopped",
+            )),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::ScaleOut(args) => scale_out(args).await,
+    }
+}
+
+/// `quorate` next to the running executable (`target/<profile>/quorate`).
+fn default_quorate() -> Result<PathBuf> {
+    let exe = std::env::current_exe()
+        .map_err(|e| BenchError::failed(format!("cannot find this executable's path: {e}")))?;
+    Ok(exe.with_file_name("quorate"))
+}
+
+async fn scale_out(args: ScaleOutArgs) -> Result<()> {
+    let quorate = match args.quorate {
+        Some(path) => path,
+        None => default_quorate()?,
+    };
+    if !quorate.is_file() {
+        return Err(BenchError::failed(format!(
+            "no quorate binary at {}; build it with `cargo build --release -p quorate -p \
+             quorate-bench` or pass --quorate PATH",
+            quorate.display()
+        )));
+    }
+    let mut machine = probe_machine(&quorate).await;
+
+    let mut results: Vec<RoundResult> = Vec::new();
+    for round in 1..=args.rounds {
+        let order = if round % 2 == 1 {
+            [Method::Quorate, Method::Hand]
+        } else {
+            [Method::Hand, Method::Quorate]
+        };
+        for method in order {
+            eprintln!("round {round}/{}: {} ...", args.rounds, method.short());
+            let result = match method {
+                Method::Quorate => quorate_run::run_round(&quorate, round).await,
+                Method::Hand => hand::run_round(round).await,
+            }
+            .map_err(|e| BenchError::failed(format!("round {round}, {}: {e}", method.short())))?;
+            eprintln!("  {}", result.progress_line());
+            results.push(result);
+        }
+    }
+    machine.load_after = load_average();
+
+    let text = report::render(&results, &machine);
+    println!("{text}");
+    if let Some(path) = &args.output {
+        write_report(path, &text)?;
+        eprintln!("report written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn write_report(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(BenchError::io("create", parent))?;
+    }
+    std::fs::write(path, text).map_err(BenchError::io("write", path))
+}
+
+async fn probe_machine(quorate: &Path) -> Machine {
+    let first_line = |bin: &Path| {
+        let bin = bin.to_path_buf();
+        async move {
+            match tokio::process::Command::new(&bin)
+                .arg("--version")
+                .output()
+                .await
+            {
+                Ok(out) => String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
+                Err(e) => format!("unknown ({}: {e})", bin.display()),
+            }
+        }
+    };
+    let etcd = first_line(&quorate_testkit::etcd_binary()).await;
+    Machine {
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        etcd_version: etcd
+            .strip_prefix("etcd Version: ")
+            .unwrap_or(&etcd)
+            .to_string(),
+        quorate_version: first_line(quorate).await,
+        quorate_path: quorate.display().to_string(),
+        load_before: load_average(),
+        load_after: String::new(),
+        started: jiff::Timestamp::now()
+            .strftime("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        command: std::env::args()
+            .map(|a| {
+                Path::new(&a)
+                    .file_name()
+                    .filter(|_| a.contains('/') && a.ends_with("quorate-bench"))
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or(a)
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_string())
+}
