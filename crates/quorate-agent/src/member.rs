@@ -30,8 +30,12 @@ pub struct AgentOptions {
     pub etcd_log: PathBuf,
     /// The etcd binary.
     pub etcd_binary: PathBuf,
-    /// How often the agent polls etcd and its configuration.
+    /// How often the agent checks its configuration for changes.
     pub poll_interval: Duration,
+    /// How often the agent probes etcd and retries a refused step ("unhealthy cluster",
+    /// "learner not in sync"): short, because etcd lifts these refusals at a moment it does not
+    /// announce, and every retry is one cheap RPC.
+    pub retry_interval: Duration,
 }
 
 /// Why the agent stopped.
@@ -77,13 +81,8 @@ pub async fn run_agent<C: Coordination>(
         let cluster = match coord.cluster_config().await {
             Ok(c) => c,
             Err(CoordError::NoConfig { .. }) => {
-                wait(
-                    &state,
-                    &opts,
-                    &mut shutdown,
-                    "no cluster configuration yet".into(),
-                )
-                .await;
+                let reason = "no cluster configuration yet".to_string();
+                wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
                 continue;
             }
             Err(e) => return Err(e.into()),
@@ -91,7 +90,7 @@ pub async fn run_agent<C: Coordination>(
         let mode = match prepare_start(&coord, &cluster, &opts).await {
             Ok(mode) => mode,
             Err(reason) => {
-                wait(&state, &opts, &mut shutdown, reason).await;
+                wait(&state, &opts, &mut shutdown, reason, opts.retry_interval).await;
                 continue;
             }
         };
@@ -110,32 +109,30 @@ pub async fn run_agent<C: Coordination>(
                 failures += 1;
                 let backoff = opts.poll_interval * failures.min(10);
                 tracing::warn!(member = %opts.member, %why, ?backoff, "etcd exited; restarting");
-                wait(
-                    &state,
-                    &opts,
-                    &mut shutdown,
-                    format!("etcd exited ({why}); restarting"),
-                )
-                .await;
-                tokio::time::sleep(backoff.saturating_sub(opts.poll_interval)).await;
+                let reason = format!("etcd exited ({why}); restarting");
+                wait(&state, &opts, &mut shutdown, reason, backoff).await;
             }
         }
     }
 }
 
+/// Records why the member waits and sleeps for `how_long` (or until shutdown).
 async fn wait(
     state: &SharedState,
     opts: &AgentOptions,
     shutdown: &mut watch::Receiver<bool>,
     reason: String,
+    how_long: Duration,
 ) {
-    tracing::info!(member = %opts.member, %reason, "waiting");
+    if state.get().message != reason {
+        tracing::info!(member = %opts.member, %reason, "waiting");
+    }
     state.update(|s| {
         s.phase = Phase::Waiting;
         s.healthy = false;
         s.message = reason;
     });
-    let _ = tokio::time::timeout(opts.poll_interval, shutdown.changed()).await;
+    let _ = tokio::time::timeout(how_long, shutdown.changed()).await;
 }
 
 /// Client TLS settings for the agent's own connections to etcd.
@@ -309,7 +306,7 @@ async fn run_etcd<C: Coordination>(
     let mut member_client: Option<MemberClient> = None;
     let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
     let mut last_renewal: Option<Instant> = None;
-    let mut probe = tokio::time::interval(opts.poll_interval.min(Duration::from_millis(500)));
+    let mut probe = tokio::time::interval(opts.retry_interval);
     let mut config_check = tokio::time::interval(opts.poll_interval);
     loop {
         tokio::select! {

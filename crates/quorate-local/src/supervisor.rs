@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// How often the supervisor reconciles.
-pub const TICK: Duration = Duration::from_millis(500);
+pub const TICK: Duration = Duration::from_millis(250);
 
 /// The supervisor of one local cluster.
 pub struct Supervisor {

@@ -176,6 +176,7 @@ async fn run_agent(
         etcd_log: member_dir.join("etcd.log"),
         etcd_binary: etcd_binary.unwrap_or_else(quorate_agent::etcd_process::etcd_binary),
         poll_interval: Duration::from_secs(1),
+        retry_interval: Duration::from_millis(200),
         member,
     };
     match quorate_agent::serve(coord, opts, listen, shutdown_on_signals()).await? {
