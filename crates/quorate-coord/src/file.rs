@@ -3,7 +3,7 @@
 
 use crate::{CoordError, Coordination, json_file};
 use quorate_core::cluster_config::ClusterConfig;
-use quorate_core::lease::MemberLease;
+use quorate_core::lease::{MemberLease, SnapshotLease};
 use std::path::{Path, PathBuf};
 
 /// File-backed [`Coordination`] rooted at one cluster's state directory.
@@ -25,6 +25,12 @@ impl FileCoordination {
 
     fn lease_dir(&self) -> PathBuf {
         self.root.join("leases")
+    }
+
+    fn snapshot_lease_path(&self, name: &str) -> PathBuf {
+        self.root
+            .join("snapshot-leases")
+            .join(format!("{name}.json"))
     }
 
     fn lease_path(&self, name: &str) -> PathBuf {
@@ -93,5 +99,13 @@ impl Coordination for FileCoordination {
 
     async fn put_member_lease(&self, lease: &MemberLease) -> Result<(), CoordError> {
         json_file::write_atomic(&self.lease_path(&lease.name), lease)
+    }
+
+    async fn snapshot_lease(&self, name: &str) -> Result<Option<SnapshotLease>, CoordError> {
+        json_file::read(&self.snapshot_lease_path(name), "snapshot lease")
+    }
+
+    async fn put_snapshot_lease(&self, lease: &SnapshotLease) -> Result<(), CoordError> {
+        json_file::write_atomic(&self.snapshot_lease_path(&lease.name), lease)
     }
 }

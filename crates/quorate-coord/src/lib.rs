@@ -7,7 +7,7 @@ pub mod file;
 pub mod json_file;
 
 use quorate_core::cluster_config::ClusterConfig;
-use quorate_core::lease::MemberLease;
+use quorate_core::lease::{MemberLease, SnapshotLease};
 use std::future::Future;
 use thiserror::Error;
 
@@ -59,5 +59,15 @@ pub trait Coordination: Send + Sync + 'static {
     fn put_member_lease(
         &self,
         lease: &MemberLease,
+    ) -> impl Future<Output = Result<(), CoordError>> + Send;
+    /// One snapshot lease (`<name>-full-snap` / `<name>-delta-snap`), `None` if absent.
+    fn snapshot_lease(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<SnapshotLease>, CoordError>> + Send;
+    /// Creates or replaces a snapshot lease.
+    fn put_snapshot_lease(
+        &self,
+        lease: &SnapshotLease,
     ) -> impl Future<Output = Result<(), CoordError>> + Send;
 }

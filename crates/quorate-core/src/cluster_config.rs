@@ -32,6 +32,30 @@ pub struct ClusterConfig {
     pub peer_tls: Option<TlsFiles>,
     /// How often an agent renews its member lease, in milliseconds.
     pub heartbeat_millis: u64,
+    /// Backups, when `spec.backup.store` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupConfig>,
+}
+
+/// What the backup leader needs: the backup spec as written, plus where this environment keeps
+/// `Local` buckets and store credentials, and which leases record the snapshots.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupConfig {
+    /// `spec.backup` of the `Etcd`.
+    pub spec: quorate_api::BackupSpec,
+    /// Directory under which `Local` containers (buckets) live.
+    pub local_root: String,
+    /// Directory holding the store Secret's keys as files, if `store.secretRef` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_dir: Option<String>,
+    /// Name of the lease recording the newest full snapshot's revision.
+    pub full_snapshot_lease: String,
+    /// Name of the lease recording the newest delta snapshot's revision.
+    pub delta_snapshot_lease: String,
+    /// Identity of the cluster, written beside the backups so another cluster's bucket is not
+    /// restored or overwritten by accident.
+    pub cluster_uid: String,
 }
 
 impl ClusterConfig {

@@ -268,6 +268,7 @@ pub(crate) mod tests {
             client_tls: None,
             peer_tls: None,
             heartbeat_millis: 10_000,
+            backup: None,
         }
     }
 

@@ -175,7 +175,15 @@ pub struct SnapshotLease {
     /// When the newest snapshot was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renew_time: Option<Timestamp>,
+    /// Lease annotations, e.g. [`BACKUP_ERROR_ANNOTATION`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
+
+/// Snapshot-lease annotation set by the backup leader while snapshots cannot be written (the
+/// store is unreachable, refuses the credentials, ...): its value says why, and `BackupReady`
+/// turns False with it. Removed once a snapshot succeeds again.
+pub const BACKUP_ERROR_ANNOTATION: &str = "quorate.io/backup-error";
 
 impl SnapshotLease {
     /// A lease with no snapshot recorded yet.

@@ -7,7 +7,7 @@ use crate::record::ClusterRecord;
 use crate::state_dir::ClusterDir;
 use quorate_api::Etcd;
 use quorate_coord::json_file;
-use quorate_core::cluster_config::{ClusterConfig, EtcdSettings, MemberEndpoints};
+use quorate_core::cluster_config::{BackupConfig, ClusterConfig, EtcdSettings, MemberEndpoints};
 
 /// Base ports the manifest sets explicitly.
 pub fn base_ports(etcd: &Etcd) -> BasePorts {
@@ -69,6 +69,27 @@ pub fn render_cluster_config(
         client_tls,
         peer_tls,
         heartbeat_millis: etcd.spec.etcd.heartbeat_duration().as_millis() as u64,
+        backup: backup_config(etcd, record, dir),
+    })
+}
+
+/// Backups of a local cluster: `Local` containers live in the cluster's `backups/` directory
+/// and a store Secret is the directory `secrets/<name>/`, as for TLS.
+fn backup_config(etcd: &Etcd, record: &ClusterRecord, dir: &ClusterDir) -> Option<BackupConfig> {
+    let store = etcd.spec.backup.store.as_ref()?;
+    let name = etcd.metadata.name.clone().unwrap_or_default();
+    let secret_dir = store
+        .secret_ref
+        .as_ref()
+        .and_then(|s| s.name.as_ref())
+        .map(|s| dir.root().join("secrets").join(s).display().to_string());
+    Some(BackupConfig {
+        spec: etcd.spec.backup.clone(),
+        local_root: dir.backups().display().to_string(),
+        secret_dir,
+        full_snapshot_lease: quorate_api::names::full_snapshot_lease_name(&name),
+        delta_snapshot_lease: quorate_api::names::delta_snapshot_lease_name(&name),
+        cluster_uid: record.uid.clone(),
     })
 }
 
