@@ -20,6 +20,9 @@ pub struct ClusterRecord {
     /// Ports by member name.
     #[serde(default)]
     pub ports: BTreeMap<String, MemberPorts>,
+    /// When the snapshot leases were created (the first reconcile with backups configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_leases_created: Option<jiff::Timestamp>,
 }
 
 impl ClusterRecord {
@@ -30,6 +33,7 @@ impl ClusterRecord {
             created,
             bootstrap_members: Vec::new(),
             ports: BTreeMap::new(),
+            snapshot_leases_created: None,
         }
     }
 

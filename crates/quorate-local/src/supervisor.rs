@@ -7,11 +7,12 @@ use crate::object::{load_object, load_record, save_record};
 use crate::ports;
 use crate::render::{base_ports, render_cluster_config};
 use crate::state_dir::ClusterDir;
-use crate::status::{StatusInputs, compute_status};
+use crate::status::{BackupLeases, StatusInputs, compute_status};
 use crate::{LocalError, probe};
 use quorate_api::status::EtcdStatus;
 use quorate_coord::{Coordination, FileCoordination, json_file};
 use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::lease::SnapshotLease;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -119,18 +120,53 @@ impl Supervisor {
             ready.insert(member.clone(), up);
         }
         let leases = self.coord.member_leases().await?;
+        let backup = self.snapshot_leases(&config, &mut record).await?;
         self.status = compute_status(StatusInputs {
             etcd: &etcd,
             previous: &self.status,
             leases: &leases,
             running: desired.iter().filter(|m| self.agents.is_running(m)).count() as i32,
             ready: &ready,
+            backup,
             errors: &spawn_errors,
             run_id: &self.run_id,
             now: jiff::Timestamp::now(),
         });
         json_file::write_atomic(&self.dir.status(), &self.status)?;
         Ok(())
+    }
+
+    /// The snapshot leases of a cluster with backups, created (as druid creates them) when missing.
+    async fn snapshot_leases(
+        &self,
+        config: &ClusterConfig,
+        record: &mut crate::record::ClusterRecord,
+    ) -> Result<Option<BackupLeases>, LocalError> {
+        let Some(backup) = &config.backup else {
+            return Ok(None);
+        };
+        let mut leases = Vec::new();
+        for name in [&backup.full_snapshot_lease, &backup.delta_snapshot_lease] {
+            let lease = match self.coord.snapshot_lease(name).await? {
+                Some(lease) => lease,
+                None => {
+                    let lease = SnapshotLease::new(name.clone());
+                    self.coord.put_snapshot_lease(&lease).await?;
+                    lease
+                }
+            };
+            leases.push(lease);
+        }
+        if record.snapshot_leases_created.is_none() {
+            record.snapshot_leases_created = Some(jiff::Timestamp::now());
+            save_record(&self.dir, record)?;
+        }
+        let delta = leases.pop();
+        Ok(Some(BackupLeases {
+            full: leases.pop(),
+            delta,
+            full_created: record.snapshot_leases_created,
+        }))
     }
 
     /// Whether any member lease shows a cluster ID, i.e. the etcd cluster was formed before.
