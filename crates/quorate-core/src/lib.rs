@@ -5,6 +5,7 @@ pub mod backup_ready;
 pub mod cluster_config;
 pub mod conditions;
 pub mod etcd_config;
+pub mod gc;
 pub mod join;
 pub mod last_operation;
 pub mod lease;
