@@ -2,6 +2,7 @@
 //! rule here can be unit- and property-tested.
 
 pub mod backup_ready;
+pub mod backup_schedule;
 pub mod cluster_config;
 pub mod conditions;
 pub mod etcd_config;
