@@ -3,3 +3,4 @@
 //! bucket written by etcd-backup-restore restores with quorate and the other way round.
 
 pub mod delta;
+pub mod snapshotter;

@@ -5,7 +5,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmOptions, AlarmType, Client, GetOptions, MemberAddOptions};
+use etcd_client::{
+    AlarmAction, AlarmOptions, AlarmType, Client, GetOptions, MemberAddOptions, WatchOptions,
+};
 
 use crate::config::{EtcdTimeouts, EtcdTls, connect_options};
 use crate::error::{ErrorKind, EtcdError};
@@ -312,6 +314,53 @@ impl MemberClient {
             .call("get", self.unary(), async move { c.get(key, None).await })
             .await?;
         Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Watches every key from `start_revision` on (etcd replays history from there, then
+    /// follows live changes). The watch runs on the leader-requiring connection, so a member
+    /// cut off from its quorum ends the stream with `no leader` instead of silently stalling
+    /// it. Only opening the stream is time-bounded; the stream itself lasts until dropped.
+    ///
+    /// Responses may carry many events (etcd sends up to 1000 revisions at once while catching
+    /// up), so the decoding limit is raised to what etcd may send; a lower limit would fail the
+    /// same response on every retry.
+    pub async fn watch_all_from(
+        &self,
+        start_revision: i64,
+    ) -> Result<etcd_client::WatchStream, EtcdError> {
+        let mut c = self
+            .leader_client
+            .watch_client()
+            .max_decoding_message_size(i32::MAX as usize);
+        let options = WatchOptions::new()
+            .with_all_keys()
+            .with_start_revision(start_revision);
+        self.call(
+            &format!("watch all keys from revision {start_revision}"),
+            self.unary(),
+            async move { c.watch("", Some(options)).await },
+        )
+        .await
+    }
+
+    /// The TTL in seconds lease `id` was granted with, or `None` when no such lease exists
+    /// (expired or revoked). etcd 3.4 answers an unknown lease with TTL -1; later versions may
+    /// answer `requested lease not found`; both mean `None`.
+    pub async fn lease_granted_ttl(&self, id: i64) -> Result<Option<i64>, EtcdError> {
+        let mut c = self.leader_client.clone();
+        let result = self
+            .call(
+                &format!("lease time-to-live {}", format_id(id as u64)),
+                self.unary(),
+                async move { c.lease_time_to_live(id, None).await },
+            )
+            .await;
+        match result {
+            Ok(resp) if resp.ttl() < 0 => Ok(None),
+            Ok(resp) => Ok(Some(resp.granted_ttl())),
+            Err(e) if e.message().contains("lease not found") => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Bound for ordinary calls: the first call on a lazy client also pays for connecting.
