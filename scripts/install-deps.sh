@@ -27,3 +27,20 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is missing: install a Rust toolchain (1.95 or newer) first, e.g. from rustup" >&2
   exit 1
 fi
+
+# moto's S3 server, the second S3 implementation the store tests run against (the first is
+# s3s-fs inside the test process). Installed into a venv once; tests find it at
+# ~/.cache/quorate/venv/bin/moto_server (or $QUORATE_VENV/bin/moto_server).
+venv="${QUORATE_VENV:-$HOME/.cache/quorate/venv}"
+if [ ! -x "$venv/bin/moto_server" ]; then
+  echo "installing moto[server] into $venv" >&2
+  if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
+  fi
+  rm -rf "$venv"
+  python3 -m venv "$venv" >/dev/null
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]" >/dev/null
+fi

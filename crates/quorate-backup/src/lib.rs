@@ -2,5 +2,9 @@
 //! of the database and delta snapshots of the watch events between them, written so that a
 //! bucket written by etcd-backup-restore restores with quorate and the other way round.
 
+pub mod compress;
+pub mod credentials;
 pub mod delta;
+pub mod layout;
 pub mod snapshotter;
+pub mod store;

@@ -1,0 +1,297 @@
+//! The snapshot store: where full and delta snapshots live, in etcd-backup-restore's bucket
+//! layout, on any provider druid supports that `object_store` speaks (a local directory, S3 and
+//! S3-compatible servers, GCS, Azure Blob). Snapshots stream through it compressed on the way
+//! in and decompressed on the way out; failures come back as a [`StoreError`] that says which
+//! of unreachable / access denied / bucket missing / not found / corrupt it is.
+
+mod backend;
+mod error;
+mod upload;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{BoxStream, Stream, StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use quorate_api::{StorageProvider, StoreSpec};
+
+pub use error::StoreError;
+
+use crate::compress;
+use crate::layout::{KeyKind, SnapshotName};
+use error::{Context, classify};
+
+/// S3's smallest allowed part (all parts but the last), and the default part size.
+pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
+/// Parts uploaded at the same time; with the part being filled, memory stays below
+/// `(PARTS_IN_FLIGHT + 2) * part size`.
+const PARTS_IN_FLIGHT: usize = 2;
+/// How long [`SnapStore::check`] waits for the store to answer.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where a store's data and credentials are found on this machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Directory under which `Local` containers live (`<local_root>/<container>/<prefix>/v2/…`).
+    pub local_root: PathBuf,
+    /// The secret directory with the store credentials (one file per key); `None` uses the
+    /// provider's ambient credentials (environment, workload identity, instance metadata).
+    pub secret_dir: Option<PathBuf>,
+}
+
+/// A snapshot object found in (or just written to) the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSnapshot {
+    /// What the name says: kind, revisions, time, compression.
+    pub name: SnapshotName,
+    /// The object key relative to the bucket (layout v1 or v2).
+    pub path: String,
+    /// Size of the stored (compressed) object in bytes.
+    pub size: u64,
+}
+
+/// A bucket (or directory) holding one cluster's snapshots under a prefix.
+#[derive(Clone)]
+pub struct SnapStore {
+    store: Arc<dyn ObjectStore>,
+    provider: Option<StorageProvider>,
+    bucket: String,
+    prefix: String,
+    description: String,
+    part_size: usize,
+}
+
+impl std::fmt::Debug for SnapStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapStore")
+            .field("store", &self.description)
+            .field("part_size", &self.part_size)
+            .finish()
+    }
+}
+
+impl SnapStore {
+    /// Opens the store `spec.backup.store` describes. Nothing is contacted yet (see
+    /// [`SnapStore::check`]); a `Local` directory is created if missing.
+    pub fn open(spec: &StoreSpec, opts: &StoreOptions) -> Result<SnapStore, StoreError> {
+        let b = backend::open(spec, opts)?;
+        Ok(SnapStore {
+            store: b.store,
+            provider: Some(b.provider),
+            bucket: b.bucket,
+            prefix: spec.prefix.trim_matches('/').to_string(),
+            description: b.description,
+            part_size: MIN_PART_SIZE,
+        })
+    }
+
+    /// A store over any `object_store` implementation (e.g. `InMemory` in tests).
+    pub fn from_object_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        description: &str,
+    ) -> SnapStore {
+        SnapStore {
+            store,
+            provider: None,
+            bucket: description.to_string(),
+            prefix: prefix.trim_matches('/').to_string(),
+            description: description.to_string(),
+            part_size: MIN_PART_SIZE,
+        }
+    }
+
+    /// Uses parts of `bytes` for multipart uploads (at least [`MIN_PART_SIZE`]).
+    pub fn with_part_size(mut self, bytes: usize) -> SnapStore {
+        self.part_size = bytes.max(MIN_PART_SIZE);
+        self
+    }
+
+    /// The store for messages, e.g. `s3://bucket/prefix at http://127.0.0.1:9000`.
+    pub fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    /// The provider, when opened from a spec.
+    pub fn provider(&self) -> Option<StorageProvider> {
+        self.provider
+    }
+
+    /// The key prefix of this cluster's snapshots.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn cx<'a>(&'a self, op: impl Into<String>, path: Option<&'a str>) -> Context<'a> {
+        Context {
+            store: &self.description,
+            bucket: &self.bucket,
+            op: op.into(),
+            path,
+        }
+    }
+
+    fn prefix_path(&self) -> Option<Path> {
+        (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()))
+    }
+
+    /// Every snapshot under the prefix (layouts v1 and v2), sorted by last revision, full
+    /// before delta, then creation time. Objects that are no snapshot (other tools' files,
+    /// chunks of uploads in progress) are skipped; names that look like snapshots but do not
+    /// parse are skipped with a warning.
+    pub async fn list(&self) -> Result<Vec<StoredSnapshot>, StoreError> {
+        let prefix = self.prefix_path();
+        let prefix_text = prefix.as_ref().map_or("", |p| p.as_ref()).to_string();
+        let mut objects = self.store.list(prefix.as_ref());
+        let mut found = Vec::new();
+        while let Some(meta) = objects.next().await {
+            let meta = meta.map_err(|e| classify(e, self.cx("list", None)))?;
+            let key = meta.location.as_ref();
+            match crate::layout::classify_key(&prefix_text, key) {
+                KeyKind::Snapshot(_, name) => found.push(StoredSnapshot {
+                    name,
+                    path: key.to_string(),
+                    size: meta.size,
+                }),
+                KeyKind::Malformed(e) => {
+                    tracing::warn!(store = %self.description, key, error = %e, "skipping an object that looks like a snapshot but is not one");
+                }
+                KeyKind::Other => {}
+            }
+        }
+        found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.path.cmp(&b.path)));
+        Ok(found)
+    }
+
+    /// Uploads a snapshot under `name` (layout v2), compressing `body` as `name.compression`
+    /// says. Large snapshots go up as a multipart upload that is aborted if `body` or the
+    /// store fails, so a failed upload leaves nothing behind.
+    pub async fn upload(
+        &self,
+        name: &SnapshotName,
+        body: impl Stream<Item = io::Result<Bytes>> + Send + Unpin,
+    ) -> Result<StoredSnapshot, StoreError> {
+        let key = name.v2_key(&self.prefix);
+        let path = Path::from(key.as_str());
+        let packed = compress::compress(name.compression, body);
+        let started = std::time::Instant::now();
+        match upload::upload(
+            self.store.as_ref(),
+            &path,
+            packed,
+            self.part_size,
+            PARTS_IN_FLIGHT,
+        )
+        .await
+        {
+            Ok(done) => {
+                tracing::debug!(store = %self.description, key, size = done.size, parts = done.parts, elapsed = ?started.elapsed(), "uploaded snapshot");
+                Ok(StoredSnapshot {
+                    name: name.clone(),
+                    path: path.as_ref().to_string(),
+                    size: done.size,
+                })
+            }
+            Err(upload::UploadFailure::Source(source)) => Err(StoreError::Source {
+                store: self.description.clone(),
+                path: key,
+                source,
+            }),
+            Err(upload::UploadFailure::Store(e)) => {
+                Err(classify(e, self.cx(format!("upload of {key}"), Some(&key))))
+            }
+        }
+    }
+
+    /// Streams a snapshot's contents, decompressed. Errors inside the stream are `io::Error`s
+    /// carrying a [`StoreError`] (`Corrupt` for damaged data; get it back with
+    /// [`StoreError::from_stream_error`]).
+    pub async fn download(
+        &self,
+        s: &StoredSnapshot,
+    ) -> Result<BoxStream<'static, io::Result<Bytes>>, StoreError> {
+        let path = Path::from(s.path.as_str());
+        let got =
+            self.store.get(&path).await.map_err(|e| {
+                classify(e, self.cx(format!("download of {}", s.path), Some(&s.path)))
+            })?;
+        let store = self.description.clone();
+        let bucket = self.bucket.clone();
+        let key = s.path.clone();
+        let raw = got.into_stream().map_err(move |e| {
+            let cx = Context {
+                store: &store,
+                bucket: &bucket,
+                op: format!("download of {key}"),
+                path: Some(&key),
+            };
+            io::Error::other(classify(e, cx))
+        });
+        let store = self.description.clone();
+        let key = s.path.clone();
+        let format = s.name.compression.map_or("uncompressed", |c| c.as_str());
+        Ok(compress::decompress(s.name.compression, raw)
+            .map_err(move |e| {
+                if e.get_ref().is_some_and(|inner| inner.is::<StoreError>()) {
+                    return e;
+                }
+                let kind = e.kind();
+                io::Error::new(
+                    kind,
+                    StoreError::Corrupt {
+                        store: store.clone(),
+                        path: key.clone(),
+                        detail: format!("{format} data cannot be decoded: {e}"),
+                    },
+                )
+            })
+            .boxed())
+    }
+
+    /// Deletes a snapshot. Deleting one that is already gone succeeds.
+    pub async fn delete(&self, s: &StoredSnapshot) -> Result<(), StoreError> {
+        let path = Path::from(s.path.as_str());
+        match self.store.delete(&path).await {
+            Ok(()) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(classify(
+                e,
+                self.cx(format!("delete of {}", s.path), Some(&s.path)),
+            )),
+        }
+    }
+
+    /// Whether the store can be used: reachable, the bucket exists, the credentials are
+    /// accepted (by listing the prefix). Gives up after a bounded time.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        if self.provider == Some(StorageProvider::Local) {
+            let root = std::path::Path::new(&self.bucket);
+            if !root.is_dir() {
+                return Err(StoreError::BucketMissing {
+                    store: self.description.clone(),
+                    bucket: self.bucket.clone(),
+                    detail: "the directory does not exist".to_string(),
+                });
+            }
+        }
+        let prefix = self.prefix_path();
+        match tokio::time::timeout(
+            CHECK_TIMEOUT,
+            self.store.list_with_delimiter(prefix.as_ref()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(classify(e, self.cx("list", None))),
+            Err(_) => Err(StoreError::Unreachable {
+                store: self.description.clone(),
+                op: "list".to_string(),
+                detail: format!("no answer within {}s", CHECK_TIMEOUT.as_secs()),
+            }),
+        }
+    }
+}
