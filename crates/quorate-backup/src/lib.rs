@@ -6,5 +6,6 @@ pub mod compress;
 pub mod credentials;
 pub mod delta;
 pub mod layout;
+pub mod restore;
 pub mod snapshotter;
 pub mod store;

@@ -1,0 +1,533 @@
+//! Restoring a member's data directory from a full snapshot and the delta snapshots after it.
+//!
+//! 1. [`plan`] chooses the objects (pure): the newest full snapshot at or before the target and
+//!    the chain of deltas after it, tolerating overlaps, refusing gaps.
+//! 2. [`restore`] turns the full snapshot into a data directory with etcd's own tool
+//!    (`etcdutl`/`etcdctl snapshot restore`) in `<dir>.part`, starts a temporary etcd on it,
+//!    [`replay`]s the deltas one txn per source revision while keeping every lease alive, stops
+//!    etcd cleanly and only then swaps `<dir>.part` into place ([`swap`]). Any failure leaves
+//!    the target directory exactly as it was.
+//!
+//! Downloading and decompressing objects is the caller's job: the full snapshot comes as a
+//! file or a byte stream, the deltas as a stream of objects in plan order, consumed one at a
+//! time (at most one delta's events are in memory).
+//!
+//! A member of a multi-member `initial-cluster` cannot run alone on its restored data (it would
+//! wait for a quorum), so for such identities the replay runs in a single-member scratch copy,
+//! which is then snapshotted and restored once more with the real identity.
+
+pub mod leases;
+pub mod plan;
+pub mod replay;
+pub mod swap;
+pub mod temp_etcd;
+pub mod tools;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+
+pub use plan::{Listed, PlanError, PlannedDelta, RestorePlan, RestoreTarget, plan_restore};
+pub use replay::{DEFAULT_LEASE_TTL, DeltaOutcome, ReplayError, ReplayStats, Replayer};
+pub use temp_etcd::{DEFAULT_QUOTA_BACKEND_BYTES, TempEtcd, TempEtcdConfig, TempEtcdError};
+pub use tools::{EtcdTools, MemberIdentity, ToolError};
+
+use crate::delta::{self, DeltaError, DeltaEvent};
+
+/// Where the full snapshot comes from.
+pub enum FullSnapshotSource {
+    /// A local, decompressed `.db` file (left untouched).
+    File(PathBuf),
+    /// The decompressed bytes, written to a scratch file first.
+    Stream(BoxStream<'static, std::io::Result<Bytes>>),
+}
+
+impl std::fmt::Debug for FullSnapshotSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FullSnapshotSource::File(p) => f.debug_tuple("File").field(p).finish(),
+            FullSnapshotSource::Stream(_) => f.write_str("Stream(..)"),
+        }
+    }
+}
+
+/// The full snapshot to start from.
+#[derive(Debug)]
+pub struct FullSnapshotInput {
+    /// Its object name, for messages (e.g. `Full-00000000-00000042-1700000000.gz`).
+    pub name: String,
+    /// Its bytes.
+    pub source: FullSnapshotSource,
+}
+
+/// The content of one delta snapshot object.
+#[derive(Clone, Debug)]
+pub enum DeltaContent {
+    /// The decompressed object: JSON events followed by their SHA-256 (checked before use).
+    Raw(Bytes),
+    /// Events already decoded and verified by the caller.
+    Events(Vec<DeltaEvent>),
+}
+
+/// One delta snapshot object.
+#[derive(Clone, Debug)]
+pub struct DeltaObject {
+    /// Its object name.
+    pub name: String,
+    /// Its content.
+    pub content: DeltaContent,
+}
+
+/// A delta snapshot the caller could not fetch.
+#[derive(Debug, Error)]
+#[error("fetching delta snapshot {object} failed: {source}")]
+pub struct FetchError {
+    /// The object.
+    pub object: String,
+    /// Why.
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// Delta objects in the order they are applied.
+pub type DeltaStream = BoxStream<'static, Result<DeltaObject, FetchError>>;
+
+/// A [`DeltaStream`] over objects already in memory (tests, small restores).
+pub fn deltas_from_iter(objects: impl IntoIterator<Item = DeltaObject>) -> DeltaStream {
+    let objects: Vec<_> = objects.into_iter().map(Ok).collect();
+    futures::stream::iter(objects).boxed()
+}
+
+/// Tunables with safe defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreOptions {
+    /// TTL for leases whose TTL the deltas do not record.
+    pub default_lease_ttl: i64,
+    /// The temporary etcd's `--quota-backend-bytes`.
+    pub quota_backend_bytes: u64,
+    /// Restore a full snapshot without etcd's integrity hash (a copied `member/snap/db`).
+    pub skip_hash_check: bool,
+    /// How long the temporary etcd may take to start.
+    pub etcd_start_timeout: Duration,
+}
+
+impl Default for RestoreOptions {
+    fn default() -> Self {
+        RestoreOptions {
+            default_lease_ttl: DEFAULT_LEASE_TTL,
+            quota_backend_bytes: DEFAULT_QUOTA_BACKEND_BYTES,
+            skip_hash_check: false,
+            etcd_start_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Everything a restore needs.
+pub struct RestoreInputs {
+    /// The full snapshot.
+    pub full: FullSnapshotInput,
+    /// The deltas after it, in plan order (may be empty).
+    pub deltas: DeltaStream,
+    /// The member to restore as.
+    pub member: MemberIdentity,
+    /// The data directory to (re)place.
+    pub data_dir: PathBuf,
+    /// etcd binaries.
+    pub tools: EtcdTools,
+    /// How far to restore.
+    pub target: RestoreTarget,
+    /// Tunables.
+    pub options: RestoreOptions,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RestoreReport {
+    /// The data directory now in place.
+    pub data_dir: PathBuf,
+    /// The full snapshot's revision.
+    pub full_revision: i64,
+    /// The revision the restored data ends at.
+    pub restored_revision: i64,
+    /// Delta objects read.
+    pub deltas_read: u64,
+    /// Delta objects that contributed at least one event.
+    pub deltas_applied: u64,
+    /// Events applied.
+    pub events_applied: u64,
+    /// Source revisions applied (one txn each).
+    pub revisions_applied: u64,
+    /// Events skipped because their revision was already there (overlaps).
+    pub events_skipped: u64,
+    /// Leases granted for PUTs whose lease the full snapshot did not have.
+    pub leases_granted: u64,
+    /// Events applied per second of replay.
+    pub events_per_second: f64,
+    /// Time spent replaying deltas.
+    pub replay_duration: Duration,
+    /// Time of the whole restore.
+    pub duration: Duration,
+}
+
+/// A restore failed; the target data directory is unchanged.
+#[derive(Debug, Error)]
+pub enum RestoreError {
+    /// Bad inputs.
+    #[error("cannot restore into {data_dir}: {problem}")]
+    Invalid {
+        /// The target.
+        data_dir: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Local file trouble.
+    #[error("restore into {data_dir}: {what}: {source}")]
+    Io {
+        /// The target.
+        data_dir: String,
+        /// What was being done.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The full snapshot could not be used.
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    /// The full snapshot is already past the target revision.
+    #[error(
+        "full snapshot {object} is at revision {full_revision}, past the target revision \
+         {target}; plan the restore again to pick an older full snapshot"
+    )]
+    FullPastTarget {
+        /// The object.
+        object: String,
+        /// Its revision.
+        full_revision: i64,
+        /// The target.
+        target: i64,
+    },
+    /// A delta could not be fetched.
+    #[error("{0}; nothing was changed, retry the restore once the object can be read")]
+    Fetch(#[from] FetchError),
+    /// A delta is damaged.
+    #[error("{0}; the restore was abandoned, nothing was changed")]
+    Delta(#[from] DeltaError),
+    /// The temporary etcd failed.
+    #[error(transparent)]
+    TempEtcd(#[from] TempEtcdError),
+    /// Replaying failed.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The restored etcd did not start at the full snapshot's revision.
+    #[error(
+        "the temporary etcd restored from {object} starts at revision {actual}, not at the \
+         snapshot's revision {expected}; something changed the data before the replay"
+    )]
+    StartRevision {
+        /// The full snapshot.
+        object: String,
+        /// Its revision.
+        expected: i64,
+        /// What etcd reports.
+        actual: i64,
+    },
+    /// The backups end before the target revision.
+    #[error(
+        "the backups end at revision {reached} ({last}), before the target revision {target}; \
+         nothing was changed. Restore to revision {reached} or supply the missing delta \
+         snapshots"
+    )]
+    TargetNotReached {
+        /// The target.
+        target: i64,
+        /// The revision reached.
+        reached: i64,
+        /// The last object applied.
+        last: String,
+    },
+    /// Snapshotting the replayed scratch member failed.
+    #[error("snapshotting the replayed data failed: {message}; nothing was changed")]
+    Snapshot {
+        /// Why.
+        message: String,
+    },
+}
+
+/// Restores `inputs.data_dir` as `inputs.member` from the full snapshot and the deltas, up to
+/// `inputs.target`. The directory is replaced only when everything succeeded.
+pub async fn restore(inputs: RestoreInputs) -> Result<RestoreReport, RestoreError> {
+    let started = Instant::now();
+    let target_dir = inputs.data_dir.clone();
+    let invalid = |problem: String| RestoreError::Invalid {
+        data_dir: target_dir.display().to_string(),
+        problem,
+    };
+    if target_dir.file_name().is_none() {
+        return Err(invalid("the data directory has no name".to_string()));
+    }
+    if let Some(problem) = inputs.member.problem() {
+        return Err(invalid(problem));
+    }
+    let part = swap::part_dir(&target_dir);
+    let work = swap::work_dir(&target_dir);
+    let io_err = |what: String| {
+        let data_dir = target_dir.display().to_string();
+        move |source| RestoreError::Io {
+            data_dir,
+            what,
+            source,
+        }
+    };
+    // Leftovers of an interrupted restore.
+    swap::remove_if_exists(&part).map_err(io_err(format!("remove {}", part.display())))?;
+    swap::remove_if_exists(&work).map_err(io_err(format!("remove {}", work.display())))?;
+    std::fs::create_dir_all(&work).map_err(io_err(format!("create {}", work.display())))?;
+
+    let result = build(inputs, &part, &work).await;
+    let result = match result {
+        Ok(mut report) => swap::swap_into_place(&part, &target_dir)
+            .map_err(io_err(format!("move {} into place", part.display())))
+            .map(|()| {
+                report.duration = started.elapsed();
+                report
+            }),
+        Err(e) => Err(e),
+    };
+    // The temporary etcd is gone by now (stopped, or killed when `build` returned).
+    if result.is_err() {
+        let _ = swap::remove_if_exists(&part);
+    }
+    let _ = swap::remove_if_exists(&work);
+    result
+}
+
+/// Builds the restored data directory in `part`.
+async fn build(
+    inputs: RestoreInputs,
+    part: &Path,
+    work: &Path,
+) -> Result<RestoreReport, RestoreError> {
+    let RestoreInputs {
+        full,
+        mut deltas,
+        member,
+        data_dir,
+        tools,
+        target,
+        options,
+    } = inputs;
+    let io_err = |what: String| {
+        let data_dir = data_dir.display().to_string();
+        move |source| RestoreError::Io {
+            data_dir,
+            what,
+            source,
+        }
+    };
+    let db = match full.source {
+        FullSnapshotSource::File(path) => path,
+        FullSnapshotSource::Stream(stream) => {
+            let path = work.join("full.db");
+            write_stream(stream, &path)
+                .await
+                .map_err(io_err(format!("write full snapshot {} to disk", full.name)))?;
+            path
+        }
+    };
+    let full_revision = tools::snapshot_revision(&tools, &db, &full.name).await?;
+    if let RestoreTarget::ToRevision(rev) = target
+        && full_revision > rev
+    {
+        return Err(RestoreError::FullPastTarget {
+            object: full.name,
+            full_revision,
+            target: rev,
+        });
+    }
+    let mut report = RestoreReport {
+        data_dir: data_dir.clone(),
+        full_revision,
+        restored_revision: full_revision,
+        deltas_read: 0,
+        deltas_applied: 0,
+        events_applied: 0,
+        revisions_applied: 0,
+        events_skipped: 0,
+        leases_granted: 0,
+        events_per_second: 0.0,
+        replay_duration: Duration::ZERO,
+        duration: Duration::ZERO,
+    };
+    let at_target = matches!(target, RestoreTarget::ToRevision(rev) if rev == full_revision);
+    let first = if at_target {
+        None
+    } else {
+        deltas.next().await.transpose()?
+    };
+    let Some(first) = first else {
+        if let RestoreTarget::ToRevision(rev) = target
+            && rev > full_revision
+        {
+            return Err(RestoreError::TargetNotReached {
+                target: rev,
+                reached: full_revision,
+                last: full.name,
+            });
+        }
+        tools::snapshot_restore(
+            &tools,
+            &db,
+            &full.name,
+            &member,
+            part,
+            options.skip_hash_check,
+        )
+        .await?;
+        return Ok(report);
+    };
+
+    // Where the replay runs: the real directory for a single member, else a scratch copy.
+    let single = member.cluster_size() == 1;
+    let (replay_dir, replay_member) = if single {
+        (part.to_path_buf(), member.clone())
+    } else {
+        let scratch = MemberIdentity {
+            name: "quorate-restore".to_string(),
+            peer_urls: vec!["http://127.0.0.1:2380".to_string()],
+            initial_cluster: "quorate-restore=http://127.0.0.1:2380".to_string(),
+            cluster_token: "quorate-restore".to_string(),
+        };
+        (work.join("replay"), scratch)
+    };
+    tools::snapshot_restore(
+        &tools,
+        &db,
+        &full.name,
+        &replay_member,
+        &replay_dir,
+        options.skip_hash_check,
+    )
+    .await?;
+    let mut config = TempEtcdConfig::new(
+        &tools.etcd,
+        &replay_dir,
+        &replay_member.name,
+        &work.join("etcd.log"),
+    );
+    config.quota_backend_bytes = options.quota_backend_bytes;
+    config.start_timeout = options.etcd_start_timeout;
+    config.no_fsync = tools::etcd_version(&tools.etcd)
+        .await
+        .is_some_and(|version| version >= (3, 5));
+    let no_fsync = config.no_fsync;
+    let (etcd, client) = TempEtcd::start(config).await?;
+    let replay_started = Instant::now();
+    let mut replayer = Replayer::start(
+        client.clone(),
+        &full.name,
+        target,
+        options.default_lease_ttl,
+    )
+    .await?;
+    if replayer.head() != full_revision {
+        return Err(RestoreError::StartRevision {
+            object: full.name,
+            expected: full_revision,
+            actual: replayer.head(),
+        });
+    }
+    let mut last_object = full.name.clone();
+    let mut next = Some(first);
+    while let Some(object) = next.take() {
+        report.deltas_read += 1;
+        let events = match object.content {
+            DeltaContent::Raw(bytes) => delta::decode(&object.name, &bytes)?,
+            DeltaContent::Events(events) => events,
+        };
+        let outcome = replayer.apply_delta(&object.name, events).await?;
+        if outcome.events_taken > 0 {
+            report.deltas_applied += 1;
+            last_object = object.name;
+        }
+        if replayer.done() {
+            break;
+        }
+        next = deltas.next().await.transpose()?;
+    }
+    drop(deltas);
+    let stats = replayer.finish().await?;
+    report.replay_duration = replay_started.elapsed();
+    report.restored_revision = stats.head_revision;
+    report.events_applied = stats.events_applied;
+    report.revisions_applied = stats.revisions_applied;
+    report.events_skipped = stats.events_skipped;
+    report.leases_granted = stats.leases_granted;
+    report.events_per_second =
+        stats.events_applied as f64 / report.replay_duration.as_secs_f64().max(1e-9);
+    if let RestoreTarget::ToRevision(rev) = target
+        && stats.head_revision < rev
+    {
+        return Err(RestoreError::TargetNotReached {
+            target: rev,
+            reached: stats.head_revision,
+            last: last_object,
+        });
+    }
+    if single {
+        etcd.stop().await?;
+        if no_fsync {
+            swap::sync_tree(part).map_err(io_err(format!("sync {}", part.display())))?;
+        }
+    } else {
+        let replayed = work.join("replayed.db");
+        snapshot_to_file(client, &replayed).await?;
+        etcd.stop().await?;
+        let label = format!("{} replayed to revision {}", full.name, stats.head_revision);
+        tools::snapshot_restore(&tools, &replayed, &label, &member, part, false).await?;
+    }
+    Ok(report)
+}
+
+/// Writes a byte stream to a new file and syncs it.
+async fn write_stream(
+    mut stream: impl Stream<Item = std::io::Result<Bytes>> + Unpin,
+    path: &Path,
+) -> std::io::Result<()> {
+    let mut file = tokio::fs::File::create(path).await?;
+    while let Some(chunk) = stream.next().await {
+        file.write_all(&chunk?).await?;
+    }
+    file.flush().await?;
+    file.sync_all().await
+}
+
+/// Streams a snapshot of the etcd behind `client` to `path`.
+async fn snapshot_to_file(
+    mut client: etcd_client::Client,
+    path: &Path,
+) -> Result<(), RestoreError> {
+    let err = |message: String| RestoreError::Snapshot { message };
+    let mut stream = client
+        .snapshot()
+        .await
+        .map_err(|e| err(format!("starting the snapshot: {e}")))?;
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| err(format!("create {}: {e}", path.display())))?;
+    while let Some(message) = stream
+        .message()
+        .await
+        .map_err(|e| err(format!("receiving the snapshot: {e}")))?
+    {
+        file.write_all(message.blob())
+            .await
+            .map_err(|e| err(format!("write {}: {e}", path.display())))?;
+    }
+    file.sync_all()
+        .await
+        .map_err(|e| err(format!("sync {}: {e}", path.display())))
+}

@@ -1,0 +1,494 @@
+//! Replays delta snapshot events into an etcd so that its revisions line up one-to-one with
+//! the source cluster's.
+//!
+//! - All events of one source revision go into **one txn**: etcd gives a txn one revision, so
+//!   the restored key's `mod_revision`, `create_revision` and `version` equal the source's.
+//!   A revision whose events were split across two delta objects is buffered until the next
+//!   object shows whether it continues.
+//! - Events at or below the current head are skipped: they are already in the full snapshot or
+//!   an overlapping delta (etcd-backup-restore issues #844 and #1043).
+//! - After every txn the head must equal the source revision; anything else (an unexpected
+//!   write, a revoked lease, a diverged base) is an error naming the object and revision, never
+//!   a silent skip.
+//! - A PUT keeps its lease: a lease missing in the target is granted with the same ID and the
+//!   TTL recorded in the delta (or [`DEFAULT_LEASE_TTL`] when the delta does not say), and
+//!   then kept alive with all others until the replay ends (see [`super::leases`]).
+//! - The replay stops at the target revision or time.
+
+use std::collections::HashSet;
+
+use etcd_client::{Client, LeaseGrantOptions, PutOptions, Txn, TxnOp};
+use jiff::Timestamp;
+use thiserror::Error;
+
+use super::leases::LeaseKeepalive;
+use super::plan::RestoreTarget;
+use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT};
+
+/// TTL (seconds) for a lease whose granted TTL the delta does not record (deltas written by
+/// etcd-backup-restore). One hour: Kubernetes grants event leases for an hour, and shorter-lived
+/// holders renew their leases by ID after the restore anyway.
+pub const DEFAULT_LEASE_TTL: i64 = 3600;
+
+/// The replay could not continue.
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    /// The temporary etcd refused or failed a call.
+    #[error(
+        "{operation} failed while replaying delta snapshot {object} (revision {revision}): \
+         {message}; the restore was abandoned, nothing was changed"
+    )]
+    Etcd {
+        /// The call.
+        operation: &'static str,
+        /// The delta snapshot being applied ("" before the first).
+        object: String,
+        /// The source revision being applied.
+        revision: i64,
+        /// etcd's error.
+        message: String,
+    },
+    /// The head revision after a txn is not the source revision.
+    #[error(
+        "after applying revision {expected} of delta snapshot {object} the restored etcd is at \
+         revision {actual}; the restored data does not match the source (a lease expired during \
+         the replay, or the delta snapshot does not belong to this full snapshot). Nothing was \
+         changed; check that the full snapshot and the delta snapshots come from the same cluster"
+    )]
+    RevisionMismatch {
+        /// The delta snapshot.
+        object: String,
+        /// The source revision.
+        expected: i64,
+        /// What the restored etcd reports.
+        actual: i64,
+    },
+    /// Events are missing between the head and the next event.
+    #[error(
+        "revisions {missing_from}..={missing_to} are missing: the restored data ends at \
+         {previous} and the next event in delta snapshot {object} is at revision {next}; \
+         restore to revision {previous_revision} at most or recover the delta snapshot covering \
+         the gap"
+    )]
+    Gap {
+        /// The object the head came from (the full snapshot or a delta).
+        previous: String,
+        /// Its last applied revision.
+        previous_revision: i64,
+        /// The delta snapshot with the next event.
+        object: String,
+        /// The next event's revision.
+        next: i64,
+        /// First missing revision.
+        missing_from: i64,
+        /// Last missing revision.
+        missing_to: i64,
+    },
+    /// An event that cannot be applied.
+    #[error("delta snapshot {object} event #{index} cannot be applied: {reason}")]
+    BadEvent {
+        /// The delta snapshot.
+        object: String,
+        /// Index of the event in the object.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// What applying one delta snapshot did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaOutcome {
+    /// Events taken from this object (applied, or buffered for its last revision).
+    pub events_taken: u64,
+    /// Events skipped because their revision was already applied.
+    pub events_skipped: u64,
+    /// Events left out because they lie beyond the target.
+    pub events_beyond_target: u64,
+}
+
+/// Totals of a replay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Revision the replay started from (the full snapshot's).
+    pub start_revision: i64,
+    /// The head revision at the end.
+    pub head_revision: i64,
+    /// Txns applied (source revisions).
+    pub revisions_applied: u64,
+    /// Events applied.
+    pub events_applied: u64,
+    /// Events skipped as already applied.
+    pub events_skipped: u64,
+    /// Leases granted because a PUT needed them.
+    pub leases_granted: u64,
+}
+
+/// Where the replay stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Never,
+    AfterRevision(i64),
+    AfterTime(Timestamp),
+}
+
+/// One source revision's events, not applied yet.
+struct Pending {
+    revision: i64,
+    object: String,
+    events: Vec<DeltaEvent>,
+}
+
+/// Applies delta snapshots, one after another, to a running etcd.
+pub struct Replayer {
+    client: Client,
+    head: i64,
+    head_object: String,
+    stop: Stop,
+    done: bool,
+    pending: Option<Pending>,
+    leases: HashSet<i64>,
+    keepalive: LeaseKeepalive,
+    default_lease_ttl: i64,
+    stats: ReplayStats,
+}
+
+impl std::fmt::Debug for Replayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replayer")
+            .field("head", &self.head)
+            .field("done", &self.done)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Replayer {
+    /// Takes over the etcd behind `client`: reads its head revision, starts renewing all its
+    /// leases at once, and prepares to replay up to `target`. `base_object` names what the data
+    /// came from (the full snapshot), for error messages.
+    pub async fn start(
+        client: Client,
+        base_object: &str,
+        target: RestoreTarget,
+        default_lease_ttl: i64,
+    ) -> Result<Replayer, ReplayError> {
+        let etcd_err = |operation, message: String| ReplayError::Etcd {
+            operation,
+            object: base_object.to_string(),
+            revision: 0,
+            message,
+        };
+        let mut c = client.clone();
+        let leases: HashSet<i64> = c
+            .leases()
+            .await
+            .map_err(|e| etcd_err("listing leases", e.to_string()))?
+            .leases()
+            .iter()
+            .map(|l| l.id())
+            .collect();
+        let keepalive =
+            LeaseKeepalive::start(client.clone(), leases.iter().copied().collect()).await;
+        let head = head_revision(&mut c)
+            .await
+            .map_err(|e| etcd_err("reading the head revision", e))?;
+        let stop = match target {
+            RestoreTarget::Latest => Stop::Never,
+            RestoreTarget::ToRevision(rev) => Stop::AfterRevision(rev),
+            RestoreTarget::ToTime(t) => Stop::AfterTime(t),
+        };
+        Ok(Replayer {
+            client,
+            head,
+            head_object: base_object.to_string(),
+            stop,
+            done: matches!(stop, Stop::AfterRevision(rev) if head >= rev),
+            pending: None,
+            leases,
+            keepalive,
+            default_lease_ttl,
+            stats: ReplayStats {
+                start_revision: head,
+                head_revision: head,
+                ..ReplayStats::default()
+            },
+        })
+    }
+
+    /// The last applied revision.
+    pub fn head(&self) -> i64 {
+        self.head
+    }
+
+    /// True once an event beyond the target was seen: no further delta is needed.
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> ReplayStats {
+        self.stats
+    }
+
+    /// Applies the events of delta snapshot `object` (in their order in the object). The last
+    /// revision of the object stays buffered until the next object or [`Replayer::finish`].
+    pub async fn apply_delta(
+        &mut self,
+        object: &str,
+        events: Vec<DeltaEvent>,
+    ) -> Result<DeltaOutcome, ReplayError> {
+        let mut outcome = DeltaOutcome::default();
+        let mut last_seen = 0;
+        for (index, event) in events.into_iter().enumerate() {
+            let revision = validate(object, index, &event, last_seen)?;
+            last_seen = revision;
+            if self.done {
+                outcome.events_beyond_target += 1;
+                continue;
+            }
+            if revision <= self.head {
+                outcome.events_skipped += 1;
+                self.stats.events_skipped += 1;
+                continue;
+            }
+            if let Some(pending) = &mut self.pending {
+                if revision == pending.revision {
+                    // Same revision again: the rest of a txn split across objects, or the same
+                    // events once more from an overlapping object. Keys are unique within a
+                    // revision, so a key already held is a duplicate.
+                    let key = event_key(&event);
+                    if !pending.events.iter().any(|e| event_key(e) == key) {
+                        pending.events.push(event);
+                        outcome.events_taken += 1;
+                    } else {
+                        outcome.events_skipped += 1;
+                        self.stats.events_skipped += 1;
+                    }
+                    continue;
+                }
+                self.flush().await?;
+            }
+            if matches!(self.stop, Stop::AfterRevision(rev) if revision > rev) {
+                // Checked before the gap: missing revisions beyond the target do not matter.
+                self.done = true;
+                outcome.events_beyond_target += 1;
+                continue;
+            }
+            if revision != self.head + 1 {
+                return Err(ReplayError::Gap {
+                    previous: self.head_object.clone(),
+                    previous_revision: self.head,
+                    object: object.to_string(),
+                    next: revision,
+                    missing_from: self.head + 1,
+                    missing_to: revision - 1,
+                });
+            }
+            if self.beyond_target(object, index, &event, revision)? {
+                self.done = true;
+                outcome.events_beyond_target += 1;
+                continue;
+            }
+            self.pending = Some(Pending {
+                revision,
+                object: object.to_string(),
+                events: vec![event],
+            });
+            outcome.events_taken += 1;
+        }
+        if matches!(self.stop, Stop::AfterRevision(rev) if self.pending.as_ref().is_some_and(|p| p.revision >= rev))
+        {
+            // The target revision is buffered; nothing after it is wanted.
+            self.flush().await?;
+            self.done = true;
+        }
+        Ok(outcome)
+    }
+
+    /// Applies the buffered last revision and stops renewing leases; returns the totals.
+    pub async fn finish(mut self) -> Result<ReplayStats, ReplayError> {
+        self.flush().await?;
+        drop(self.keepalive);
+        Ok(self.stats)
+    }
+
+    fn beyond_target(
+        &self,
+        object: &str,
+        index: usize,
+        event: &DeltaEvent,
+        revision: i64,
+    ) -> Result<bool, ReplayError> {
+        Ok(match self.stop {
+            Stop::Never => false,
+            Stop::AfterRevision(rev) => revision > rev,
+            Stop::AfterTime(t) => {
+                let time: Timestamp = event.time.parse().map_err(|e| ReplayError::BadEvent {
+                    object: object.to_string(),
+                    index,
+                    reason: format!(
+                        "its time {:?} is not an RFC 3339 timestamp: {e}",
+                        event.time
+                    ),
+                })?;
+                time > t
+            }
+        })
+    }
+
+    /// Applies the buffered revision as one txn and checks the resulting head.
+    async fn flush(&mut self) -> Result<(), ReplayError> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(());
+        };
+        let etcd_err = |operation, message: String| ReplayError::Etcd {
+            operation,
+            object: pending.object.clone(),
+            revision: pending.revision,
+            message,
+        };
+        let mut ops = Vec::with_capacity(pending.events.len());
+        for event in &pending.events {
+            let kv = event.etcd_event.kv.as_ref().expect("validated");
+            if event.etcd_event.kind == EVENT_DELETE {
+                ops.push(TxnOp::delete(kv.key.clone(), None));
+                continue;
+            }
+            let options = if kv.lease != 0 {
+                self.ensure_lease(kv.lease, event.lease_ttl)
+                    .await
+                    .map_err(|e| etcd_err("granting the key's lease", e))?;
+                Some(PutOptions::new().with_lease(kv.lease))
+            } else {
+                None
+            };
+            ops.push(TxnOp::put(kv.key.clone(), kv.value.clone(), options));
+        }
+        let response = self
+            .client
+            .txn(Txn::new().and_then(ops))
+            .await
+            .map_err(|e| etcd_err("the txn", e.to_string()))?;
+        let actual = response.header().map_or(0, |h| h.revision());
+        if actual != pending.revision {
+            return Err(ReplayError::RevisionMismatch {
+                object: pending.object,
+                expected: pending.revision,
+                actual,
+            });
+        }
+        self.head = actual;
+        self.head_object = pending.object;
+        self.stats.head_revision = actual;
+        self.stats.revisions_applied += 1;
+        self.stats.events_applied += pending.events.len() as u64;
+        Ok(())
+    }
+
+    /// Grants lease `id` unless the target has it; granting does not change the revision.
+    async fn ensure_lease(&mut self, id: i64, ttl: Option<i64>) -> Result<(), String> {
+        if self.leases.contains(&id) {
+            return Ok(());
+        }
+        let ttl = ttl.filter(|t| *t > 0).unwrap_or(self.default_lease_ttl);
+        match self
+            .client
+            .lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id)))
+            .await
+        {
+            Ok(_) => self.stats.leases_granted += 1,
+            Err(e) if e.to_string().contains("lease already exists") => {}
+            Err(e) => return Err(format!("lease {id:x} with TTL {ttl}s: {e}")),
+        }
+        self.leases.insert(id);
+        self.keepalive.add(id);
+        Ok(())
+    }
+}
+
+/// Checks an event can be applied; returns its revision.
+fn validate(
+    object: &str,
+    index: usize,
+    event: &DeltaEvent,
+    previous: i64,
+) -> Result<i64, ReplayError> {
+    let bad = |reason: String| ReplayError::BadEvent {
+        object: object.to_string(),
+        index,
+        reason,
+    };
+    if event.etcd_event.kind != EVENT_PUT && event.etcd_event.kind != EVENT_DELETE {
+        return Err(bad(format!(
+            "unknown event type {} (0 = PUT, 1 = DELETE)",
+            event.etcd_event.kind
+        )));
+    }
+    let Some(kv) = &event.etcd_event.kv else {
+        return Err(bad("it has no key-value".to_string()));
+    };
+    if kv.key.is_empty() {
+        return Err(bad("its key is empty".to_string()));
+    }
+    if kv.mod_revision < 1 {
+        return Err(bad(format!(
+            "its revision {} is not positive",
+            kv.mod_revision
+        )));
+    }
+    if kv.mod_revision < previous {
+        return Err(bad(format!(
+            "its revision {} comes after revision {previous}; events must be in revision order",
+            kv.mod_revision
+        )));
+    }
+    Ok(kv.mod_revision)
+}
+
+fn event_key(event: &DeltaEvent) -> &[u8] {
+    event.etcd_event.kv.as_ref().map_or(&[], |kv| &kv.key)
+}
+
+/// The etcd's current revision.
+async fn head_revision(client: &mut Client) -> Result<i64, String> {
+    let status = client.status().await.map_err(|e| e.to_string())?;
+    Ok(status.header().map_or(0, |h| h.revision()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delta::{EtcdEvent, KeyValue};
+
+    fn event(kind: i32, key: &[u8], rev: i64) -> DeltaEvent {
+        DeltaEvent {
+            etcd_event: EtcdEvent {
+                kind,
+                kv: Some(KeyValue {
+                    key: key.to_vec(),
+                    mod_revision: rev,
+                    ..KeyValue::default()
+                }),
+                prev_kv: None,
+            },
+            time: "2026-01-01T00:00:00Z".into(),
+            lease_ttl: None,
+        }
+    }
+
+    #[test]
+    fn validation_names_what_is_wrong() {
+        assert_eq!(validate("d", 0, &event(EVENT_PUT, b"k", 5), 4).unwrap(), 5);
+        let err = |e: DeltaEvent, prev| validate("Incr-1", 3, &e, prev).unwrap_err().to_string();
+        assert!(err(event(7, b"k", 5), 0).contains("unknown event type 7"));
+        assert!(err(event(EVENT_PUT, b"", 5), 0).contains("key is empty"));
+        assert!(err(event(EVENT_PUT, b"k", 0), 0).contains("not positive"));
+        let text = err(event(EVENT_DELETE, b"k", 5), 6);
+        assert!(text.contains("Incr-1 event #3"), "{text}");
+        assert!(text.contains("revision order"), "{text}");
+        let mut no_kv = event(EVENT_PUT, b"k", 5);
+        no_kv.etcd_event.kv = None;
+        assert!(err(no_kv, 0).contains("no key-value"));
+    }
+}
