@@ -97,6 +97,40 @@ async fn a_broken_upload_is_aborted() {
 }
 
 #[tokio::test]
+async fn a_cancelled_upload_is_aborted() {
+    let (server, _dir, store) = setup();
+    // 7 MiB (one part goes up), then the body never ends.
+    let data = sample_data(6, 7 * 1024 * 1024, 256);
+    let stalled = futures::StreamExt::chain(body(&data, 1 << 20), futures::stream::pending());
+    let name = SnapshotName::full(5, 1_700_000_000, None);
+    let upload = store.upload(&name, stalled);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut upload = Box::pin(upload);
+    // Run the upload until its first part is stored, then drop it (as a member that stops
+    // being backup leader does).
+    loop {
+        tokio::select! {
+            r = &mut upload => panic!("upload of a never-ending body finished: {r:?}"),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        if !server.leftover_upload_parts().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no part was uploaded within 60s");
+    }
+    drop(upload);
+    while !server.leftover_upload_parts().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "parts left after cancelling: {:?}",
+            server.leftover_upload_parts()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.list().await.unwrap(), vec![]);
+}
+
+#[tokio::test]
 async fn wrong_credentials_are_access_denied() {
     let server = S3sServer::start("backups");
     let dir = tempfile::tempdir().unwrap();

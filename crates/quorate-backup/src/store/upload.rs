@@ -63,14 +63,21 @@ pub(crate) async fn upload(
         .put_multipart(path)
         .await
         .map_err(UploadFailure::Store)?;
-    let mut writer = WriteMultipart::new_with_chunk_size(upload, part_size);
+    let mut guard = AbortOnDrop {
+        writer: Some(WriteMultipart::new_with_chunk_size(upload, part_size)),
+        path: path.clone(),
+    };
+    let writer = guard
+        .writer
+        .as_mut()
+        .expect("writer present until finished");
     for chunk in first {
         writer.put(chunk);
     }
     loop {
         let next = body.next().await;
         if let Err(e) = writer.wait_for_capacity(concurrency).await {
-            abort(writer, path).await;
+            guard.abort().await;
             return Err(UploadFailure::Store(e));
         }
         match next {
@@ -79,19 +86,53 @@ pub(crate) async fn upload(
                 writer.put(chunk);
             }
             Some(Err(e)) => {
-                abort(writer, path).await;
+                guard.abort().await;
                 return Err(UploadFailure::Source(e));
             }
             None => break,
         }
     }
     let parts = size.div_ceil(part_size);
+    let writer = guard.writer.take().expect("writer present until finished");
     // `finish` aborts the upload itself when completing fails.
     writer.finish().await.map_err(UploadFailure::Store)?;
     Ok(Uploaded {
         size: size as u64,
         parts,
     })
+}
+
+/// Owns a multipart upload until it is finished; aborts it on failure and also when the
+/// upload is cancelled (its future dropped, e.g. when this member stops being the backup
+/// leader), so no parts are left behind.
+struct AbortOnDrop {
+    writer: Option<WriteMultipart>,
+    path: Path,
+}
+
+impl AbortOnDrop {
+    async fn abort(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            abort(writer, &self.path).await;
+        }
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        let Some(writer) = self.writer.take() else {
+            return;
+        };
+        let path = self.path.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move { abort(writer, &path).await });
+            }
+            Err(_) => {
+                tracing::warn!(%path, "multipart upload dropped outside a runtime; its parts stay until the bucket's lifecycle rules remove them");
+            }
+        }
+    }
 }
 
 /// Aborts a multipart upload, logging (not returning) a failure to abort: the upload's own error
