@@ -63,7 +63,8 @@ pub struct DeltaConfig {
     /// `last_revision + 1`.
     pub start_revision: i64,
     /// A batch is cut when its encoded size would exceed this (a single transaction larger
-    /// than it still makes one batch).
+    /// than it still makes one batch). The buffer holds the events beside their encoding, so
+    /// it takes up to about 1.8 times this (base64 makes the encoding the larger part).
     pub memory_limit: usize,
     /// When the delta period elapses.
     pub schedule: CutSchedule,
@@ -188,6 +189,8 @@ pub struct DeltaWatcher {
     captured_through: Arc<AtomicI64>,
     /// Since when the watch has not worked, and the last reason.
     outage: Option<(Instant, String)>,
+    /// The wait before the next attempt to re-open the watch.
+    retry_delay: Duration,
 }
 
 impl std::fmt::Debug for DeltaWatcher {
@@ -228,6 +231,7 @@ impl DeltaWatcher {
             batches: batch_tx,
             captured_through: captured_through.clone(),
             outage: None,
+            retry_delay: FIRST_RETRY_DELAY,
         };
         Ok((
             watcher,
@@ -280,7 +284,6 @@ impl DeltaWatcher {
     async fn capture(&mut self) -> Result<(), CaptureError> {
         let mut conn = Conn::Down {
             retry_at: Instant::now(),
-            delay: FIRST_RETRY_DELAY,
         };
         loop {
             let step = match &mut conn {
@@ -290,9 +293,10 @@ impl DeltaWatcher {
                     ..
                 } => tokio::select! {
                     biased;
+                    // The period before messages: a busy watch must not starve period cuts.
                     c = self.control.recv() => Step::Control(c),
-                    m = stream.message() => Step::Message(m),
                     _ = self.ticker.tick() => Step::Tick,
+                    m = stream.message() => Step::Message(m),
                     _ = tokio::time::sleep_until(*quiet_deadline) => Step::Quiet,
                 },
                 Conn::Down { retry_at, .. } => tokio::select! {
@@ -312,7 +316,6 @@ impl DeltaWatcher {
                     self.cut(CutReason::Period).await?;
                 }
                 Step::Message(Ok(Some(response))) => {
-                    self.outage = None;
                     if let Conn::Up {
                         quiet_deadline,
                         probed,
@@ -323,7 +326,9 @@ impl DeltaWatcher {
                         *probed = false;
                     }
                     match self.absorb(response).await {
-                        Ok(()) => {}
+                        // Only a response that was taken in proves the watch works; one that
+                        // cancels it (e.g. permission denied) keeps the outage, and its backoff.
+                        Ok(()) => self.outage = None,
                         Err(Absorb::Broken(reason)) => conn = self.broken(reason),
                         Err(Absorb::Fatal(e)) => return Err(e),
                     }
@@ -368,10 +373,9 @@ impl DeltaWatcher {
 
     /// Opens the watch at the first revision not captured yet.
     async fn reopen(&mut self, conn: Conn) -> Result<Conn, CaptureError> {
-        let delay = match conn {
-            Conn::Down { delay, .. } => delay,
-            up => return Ok(up),
-        };
+        if let Conn::Up { .. } = conn {
+            return Ok(conn);
+        }
         if let Some((since, last_error)) = &self.outage
             && since.elapsed() >= self.give_up_after
         {
@@ -394,26 +398,36 @@ impl DeltaWatcher {
             }
             Err(e) => {
                 self.record_outage(e.to_string());
-                Ok(Conn::Down {
-                    retry_at: Instant::now() + delay,
-                    delay: (delay * 2).min(MAX_RETRY_DELAY),
-                })
+                Ok(self.backoff())
             }
         }
     }
 
-    /// The watch broke: retry at once, then with growing delays.
+    /// The watch broke: after a working spell re-open it at once, otherwise after a growing
+    /// delay (a watch etcd cancels right after creating it must not be re-opened in a loop).
     fn broken(&mut self, reason: String) -> Conn {
         tracing::warn!(
             endpoint = %self.client.endpoint(),
             resume_at = self.buffer.next_revision(),
             "delta watch broke, re-opening it: {reason}"
         );
+        let was_working = self.outage.is_none();
         self.record_outage(reason);
-        Conn::Down {
-            retry_at: Instant::now(),
-            delay: FIRST_RETRY_DELAY,
+        if was_working {
+            self.retry_delay = FIRST_RETRY_DELAY;
+            Conn::Down {
+                retry_at: Instant::now(),
+            }
+        } else {
+            self.backoff()
         }
+    }
+
+    /// The next attempt after the current delay, which then grows.
+    fn backoff(&mut self) -> Conn {
+        let retry_at = Instant::now() + self.retry_delay;
+        self.retry_delay = (self.retry_delay * 2).min(MAX_RETRY_DELAY);
+        Conn::Down { retry_at }
     }
 
     fn record_outage(&mut self, reason: String) {
@@ -547,8 +561,6 @@ enum Conn {
     },
     Down {
         retry_at: Instant,
-        /// The wait after the next failed attempt.
-        delay: Duration,
     },
 }
 
