@@ -114,12 +114,3 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
 }
-
-/// Whether `data_dir` already holds an etcd member (its write-ahead log exists).
-pub fn has_member_data(data_dir: &Path) -> bool {
-    std::fs::read_dir(data_dir.join("member").join("wal"))
-        .map(|mut entries| {
-            entries.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "wal")))
-        })
-        .unwrap_or(false)
-}

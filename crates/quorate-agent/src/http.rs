@@ -1,26 +1,53 @@
-//! The agent's HTTP endpoints, compatible in spirit with etcd-backup-restore's: `/healthz` (200
-//! only while etcd serves with a leader), `/initialization/status`, `/config`, `/member`.
+//! The agent's HTTP endpoints, as etcd-backup-restore serves them: `/healthz` (200 only while
+//! etcd serves with a leader), `/initialization/status`, `/config`, `/member`, and the
+//! on-demand snapshots `/snapshot/full[?final=true]`, `/snapshot/delta`, `/snapshot/latest`,
+//! which any member answers (a member that is not the backup leader forwards to the one that
+//! is).
 
+use crate::backup::BackupRequest;
 use crate::state::{Phase, SharedState};
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use quorate_backup::layout::SnapshotKind;
+use quorate_backup::store::StoredSnapshot;
+use quorate_coord::Coordination;
+use serde::Deserialize;
 use serde_json::json;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Header marking a request another agent forwarded, so it is never forwarded twice.
+const FORWARDED: &str = "x-quorate-forwarded";
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct Http<C> {
+    /// The member's state.
+    pub state: SharedState,
+    /// Where on-demand snapshots are asked for.
+    pub backups: mpsc::Sender<BackupRequest>,
+    /// Coordination (configuration, leases) for finding the leader and the store.
+    pub coord: C,
+}
 
 /// The router serving the agent's endpoints.
-pub fn router(state: SharedState) -> Router {
+pub fn router<C: Coordination + Clone>(http: Http<C>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/initialization/status", get(initialization_status))
         .route("/config", get(config))
         .route("/member", get(member))
-        .with_state(state)
+        .route("/snapshot/full", get(snapshot_full::<C>))
+        .route("/snapshot/delta", get(snapshot_delta::<C>))
+        .route("/snapshot/latest", get(snapshot_latest::<C>))
+        .with_state(http)
 }
 
-async fn healthz(State(state): State<SharedState>) -> impl IntoResponse {
-    let healthy = state.get().healthy;
+async fn healthz<C>(State(http): State<Http<C>>) -> impl IntoResponse {
+    let healthy = http.state.get().healthy;
     let code = if healthy {
         StatusCode::OK
     } else {
@@ -29,18 +56,197 @@ async fn healthz(State(state): State<SharedState>) -> impl IntoResponse {
     (code, axum::Json(json!({ "health": healthy })))
 }
 
-async fn initialization_status(State(state): State<SharedState>) -> &'static str {
-    match state.get().phase {
+async fn initialization_status<C>(State(http): State<Http<C>>) -> &'static str {
+    match http.state.get().phase {
         Phase::Running => "Successful",
         Phase::Removed => "Failed",
         Phase::Initializing | Phase::Waiting => "Progress",
     }
 }
 
-async fn config(State(state): State<SharedState>) -> impl IntoResponse {
-    axum::Json(json!({ "etcdArgs": state.get().etcd_args }))
+async fn config<C>(State(http): State<Http<C>>) -> impl IntoResponse {
+    axum::Json(json!({ "etcdArgs": http.state.get().etcd_args }))
 }
 
-async fn member(State(state): State<SharedState>) -> impl IntoResponse {
-    axum::Json(state.get())
+async fn member<C>(State(http): State<Http<C>>) -> impl IntoResponse {
+    axum::Json(http.state.get())
+}
+
+#[derive(Deserialize)]
+struct FullQuery {
+    #[serde(default)]
+    r#final: bool,
+}
+
+fn snapshot_json(s: &StoredSnapshot) -> serde_json::Value {
+    json!({
+        "kind": s.name.kind.as_str(),
+        "startRevision": s.name.start_revision,
+        "lastRevision": s.name.last_revision,
+        "createdOn": s.name.created_unix,
+        "isFinal": s.name.is_final,
+        "path": s.path,
+        "size": s.size,
+    })
+}
+
+fn failure(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, axum::Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn snapshot_full<C: Coordination + Clone>(
+    State(http): State<Http<C>>,
+    Query(query): Query<FullQuery>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if let Some(response) = forward_unless_leader(&http, &headers, &uri).await {
+        return response;
+    }
+    let (reply, answer) = oneshot::channel();
+    let asked = BackupRequest::Full {
+        is_final: query.r#final,
+        reply,
+    };
+    match ask(&http, asked, answer, Duration::from_secs(900)).await {
+        Ok(Ok(stored)) => axum::Json(snapshot_json(&stored)).into_response(),
+        Ok(Err(e)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(response) => response,
+    }
+}
+
+async fn snapshot_delta<C: Coordination + Clone>(
+    State(http): State<Http<C>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if let Some(response) = forward_unless_leader(&http, &headers, &uri).await {
+        return response;
+    }
+    let (reply, answer) = oneshot::channel();
+    match ask(
+        &http,
+        BackupRequest::Delta { reply },
+        answer,
+        Duration::from_secs(60),
+    )
+    .await
+    {
+        Ok(Ok(Some(stored))) => axum::Json(snapshot_json(&stored)).into_response(),
+        Ok(Ok(None)) => {
+            axum::Json(json!({ "message": "no changes since the last delta snapshot" }))
+                .into_response()
+        }
+        Ok(Err(e)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(response) => response,
+    }
+}
+
+async fn ask<T>(
+    http: &Http<impl Coordination>,
+    request: BackupRequest,
+    answer: oneshot::Receiver<T>,
+    limit: Duration,
+) -> Result<T, Response> {
+    if http.backups.send(request).await.is_err() {
+        return Err(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the backup loop is not running",
+        ));
+    }
+    match tokio::time::timeout(limit, answer).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(_)) => Err(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the backup leader stopped before answering",
+        )),
+        Err(_) => Err(failure(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("no snapshot within {limit:?}"),
+        )),
+    }
+}
+
+/// `None` when this member should answer itself; otherwise the leader's answer.
+async fn forward_unless_leader<C: Coordination>(
+    http: &Http<C>,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Option<Response> {
+    if http.state.get().is_leader || headers.contains_key(FORWARDED) {
+        return None;
+    }
+    let Some(url) = leader_agent_url(&http.coord).await else {
+        return Some(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no backup leader is known; is the cluster quorate?",
+        ));
+    };
+    let target = format!("{url}{}", uri.path_and_query().map_or("", |p| p.as_str()));
+    let sent = reqwest::Client::new()
+        .get(&target)
+        .header(FORWARDED, "1")
+        .timeout(Duration::from_secs(900))
+        .send()
+        .await;
+    Some(match sent {
+        Ok(response) => {
+            let code =
+                StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let body = response.bytes().await.unwrap_or_default();
+            (code, [("content-type", "application/json")], body).into_response()
+        }
+        Err(e) => failure(
+            StatusCode::BAD_GATEWAY,
+            format!("forwarding to the backup leader at {url}: {e}"),
+        ),
+    })
+}
+
+/// Agent URL of the member whose lease says it leads.
+async fn leader_agent_url(coord: &impl Coordination) -> Option<String> {
+    let config = coord.cluster_config().await.ok()?;
+    let leases = coord.member_leases().await.ok()?;
+    let lease = leases.iter().find(|l| {
+        l.holder_identity
+            .as_deref()
+            .is_some_and(|h| h.ends_with(":Leader"))
+    })?;
+    config
+        .members
+        .iter()
+        .find(|m| m.lease_name == lease.name)
+        .map(|m| m.agent_url.clone())
+}
+
+async fn snapshot_latest<C: Coordination + Clone>(State(http): State<Http<C>>) -> Response {
+    let Some(backup) = http
+        .coord
+        .cluster_config()
+        .await
+        .ok()
+        .and_then(|c| c.backup)
+    else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "backups are not configured (spec.backup.store is unset)",
+        );
+    };
+    let listed = match crate::restore::open_store(&backup) {
+        Ok(store) => store.list().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    match listed {
+        Ok(all) => {
+            let full = all.iter().rposition(|s| s.name.kind == SnapshotKind::Full);
+            let deltas: Vec<_> = all[full.map_or(0, |i| i + 1)..]
+                .iter()
+                .filter(|s| s.name.kind == SnapshotKind::Incr)
+                .map(snapshot_json)
+                .collect();
+            axum::Json(json!({ "fullSnapshot": full.map(|i| snapshot_json(&all[i])), "deltaSnapshots": deltas }))
+                .into_response()
+        }
+        Err(e) => failure(StatusCode::BAD_GATEWAY, e),
+    }
 }

@@ -3,9 +3,12 @@
 //! member starts, runs etcd as a child, restarts it when its configuration changes, promotes it
 //! from learner, renews its member lease and serves `/healthz`.
 
+pub mod backup;
+pub mod data_dir;
 pub mod etcd_process;
 pub mod http;
 pub mod member;
+pub mod restore;
 pub mod state;
 pub mod turn;
 
@@ -18,7 +21,7 @@ use tokio::sync::watch;
 
 /// Runs the agent: its HTTP server on `listen` and the member loop, until `shutdown` turns true
 /// or the member is removed.
-pub async fn serve<C: Coordination>(
+pub async fn serve<C: Coordination + Clone>(
     coord: C,
     opts: AgentOptions,
     listen: SocketAddr,
@@ -31,7 +34,19 @@ pub async fn serve<C: Coordination>(
             addr: listen,
             source,
         })?;
-    let app = http::router(state.clone());
+    let (backups, requests) = tokio::sync::mpsc::channel(4);
+    let app = http::router(http::Http {
+        state: state.clone(),
+        backups,
+        coord: coord.clone(),
+    });
+    let backup_loop = tokio::spawn(backup::run_backups(
+        coord.clone(),
+        opts.member.clone(),
+        state.clone(),
+        requests,
+        shutdown.clone(),
+    ));
     let mut http_shutdown = shutdown.clone();
     let server = tokio::spawn(async move {
         let _ = axum::serve(listener, app)
@@ -42,6 +57,7 @@ pub async fn serve<C: Coordination>(
     });
     let result = run_agent(coord, opts, state, shutdown).await;
     server.abort();
+    backup_loop.abort();
     Ok(result?)
 }
 

@@ -2,7 +2,8 @@
 //! configuration, promote it when it is a learner, renew its lease, and stop for good when the
 //! member has been removed from the cluster.
 
-use crate::etcd_process::{EtcdProcess, SpawnError, has_member_data};
+use crate::data_dir::{self, DataDirState};
+use crate::etcd_process::{EtcdProcess, SpawnError};
 use crate::state::{Phase, SharedState};
 use quorate_api::status::EtcdRole;
 use quorate_coord::{CoordError, Coordination};
@@ -10,7 +11,7 @@ use quorate_core::cluster_config::{ClusterConfig, TlsFiles};
 use quorate_core::etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::lease::{HolderIdentity, MemberLease};
 use quorate_core::member_start::{
-    ListedMember, StartDecision, StartEvidence, decide_start, join_initial_cluster,
+    Backups, ListedMember, StartDecision, StartEvidence, decide_start, join_initial_cluster,
 };
 use quorate_core::rollout::{CONFIG_HASH_ANNOTATION, config_hash, may_restart};
 use quorate_etcd::{ClientIdentity, ClusterClient, EtcdTimeouts, EtcdTls, MemberClient, PemSource};
@@ -74,6 +75,7 @@ pub async fn run_agent<C: Coordination>(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<AgentExit, AgentError> {
     let mut failures: u32 = 0;
+    let mut silent_since = None;
     loop {
         if *shutdown.borrow() {
             return Ok(AgentExit::Shutdown);
@@ -87,7 +89,7 @@ pub async fn run_agent<C: Coordination>(
             }
             Err(e) => return Err(e.into()),
         };
-        let mode = match prepare_start(&coord, &cluster, &opts).await {
+        let mode = match prepare_start(&coord, &cluster, &opts, &mut silent_since).await {
             Ok(mode) => mode,
             Err(reason) => {
                 wait(&state, &opts, &mut shutdown, reason, opts.retry_interval).await;
@@ -207,11 +209,22 @@ async fn prepare_start<C: Coordination>(
     coord: &C,
     cluster: &ClusterConfig,
     opts: &AgentOptions,
+    silent_since: &mut Option<Instant>,
 ) -> Result<StartMode, String> {
     let me = &opts.member;
-    let has_data = has_member_data(&opts.data_dir);
-    let (member_list, cluster_existed) = if has_data {
-        (None, true)
+    data_dir::check_guard(&opts.data_dir, &cluster.cluster_token)?;
+    let has_data = match data_dir::inspect(&opts.data_dir) {
+        DataDirState::Valid => true,
+        DataDirState::Empty => false,
+        DataDirState::Invalid(why) => {
+            let aside = data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second())
+                .map_err(|e| format!("{why}; moving it aside failed: {e}"))?;
+            tracing::warn!(member = %me, %why, aside = %aside.display(), "unusable data directory moved aside");
+            false
+        }
+    };
+    let (member_list, cluster_existed, backups) = if has_data {
+        (None, true, Backups::NotConfigured)
     } else {
         let leases = coord.member_leases().await.map_err(|e| e.to_string())?;
         let existed = leases
@@ -219,18 +232,37 @@ async fn prepare_start<C: Coordination>(
             .filter_map(|l| l.holder_identity.as_deref())
             .filter_map(|h| h.parse::<HolderIdentity>().ok())
             .any(|h| h.cluster_id.is_some());
-        (member_list(cluster, me).await, existed)
+        let list = member_list(cluster, me).await;
+        let backups = if list.is_none() {
+            crate::restore::backups_in_store(cluster).await
+        } else {
+            Backups::NotConfigured
+        };
+        (list, existed, backups)
+    };
+    let silent = match (&member_list, has_data) {
+        (None, false) => silent_since.get_or_insert_with(Instant::now).elapsed(),
+        _ => {
+            *silent_since = None;
+            Duration::ZERO
+        }
     };
     let evidence = StartEvidence {
         has_data,
         member_list,
         cluster_existed,
+        backups,
+        peers_silent_for: silent,
     };
     let peer_urls = peers_client_urls(cluster, me);
     let peers = || cluster_client(cluster, &peer_urls);
     match decide_start(cluster, me, &evidence) {
         StartDecision::Start(mode) => Ok(mode),
         StartDecision::Wait(reason) => Err(reason),
+        StartDecision::RestoreFromBackup => {
+            crate::restore::restore_member(cluster, opts).await?;
+            Ok(StartMode::Restart)
+        }
         StartDecision::AddSelfAsLearner => {
             let my_peer_url = cluster
                 .member(me)

@@ -29,6 +29,9 @@ pub const ALLOW_UNHEALTHY_POD_EVICTION: &str =
 pub const MEMBER_TLS_ENABLED: &str = "member.etcd.gardener.cloud/tls-enabled";
 /// On the pod template: checksum of the rendered ConfigMap, so a config change rolls pods.
 pub const CHECKSUM_ETCD_CONFIGMAP: &str = "checksum/etcd-configmap";
+/// quorate's own: `"true"` lets this cluster restore from and write to a backup prefix another
+/// cluster (incarnation) claimed, e.g. after the cluster's state was lost and recreated.
+pub const ADOPT_BACKUPS: &str = "quorate.io/adopt-backups";
 /// Finalizer on an `Etcd` (and on the Secrets it references).
 pub const ETCD_FINALIZER: &str = "druid.gardener.cloud/etcd-druid";
 

@@ -294,4 +294,42 @@ impl SnapStore {
             }),
         }
     }
+    /// Key of the marker naming the cluster that writes under this prefix: `<prefix>.owner`,
+    /// beside the prefix rather than in it, so etcd-backup-restore never lists it.
+    fn owner_path(&self) -> Path {
+        Path::from(format!(
+            "{}.owner",
+            if self.prefix.is_empty() {
+                "quorate"
+            } else {
+                &self.prefix
+            }
+        ))
+    }
+
+    /// The cluster identity that claimed this prefix, if any.
+    pub async fn owner(&self) -> Result<Option<String>, StoreError> {
+        let path = self.owner_path();
+        match self.store.get(&path).await {
+            Ok(result) => {
+                let bytes = result
+                    .bytes()
+                    .await
+                    .map_err(|e| classify(e, self.cx("read owner", None)))?;
+                Ok(Some(String::from_utf8_lossy(&bytes).trim().to_string()))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(classify(e, self.cx("read owner", None))),
+        }
+    }
+
+    /// Claims this prefix for cluster identity `owner`.
+    pub async fn claim(&self, owner: &str) -> Result<(), StoreError> {
+        let path = self.owner_path();
+        self.store
+            .put(&path, object_store::PutPayload::from(owner.to_string()))
+            .await
+            .map(|_| ())
+            .map_err(|e| classify(e, self.cx("write owner", None)))
+    }
 }

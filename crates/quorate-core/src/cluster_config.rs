@@ -56,6 +56,9 @@ pub struct BackupConfig {
     /// Identity of the cluster, written beside the backups so another cluster's bucket is not
     /// restored or overwritten by accident.
     pub cluster_uid: String,
+    /// Use the backups even when another cluster claimed the prefix (`quorate.io/adopt-backups`).
+    #[serde(default)]
+    pub adopt_foreign_backups: bool,
 }
 
 impl ClusterConfig {

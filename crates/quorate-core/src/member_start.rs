@@ -21,13 +21,37 @@ pub struct ListedMember {
 /// What a member knows about its cluster before starting etcd.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartEvidence {
-    /// The data directory already holds an etcd member.
+    /// The data directory already holds a valid etcd member.
     pub has_data: bool,
     /// The member list from a running member, if any answered.
     pub member_list: Option<Vec<ListedMember>>,
     /// Some member lease carries a cluster ID, so the cluster has existed before.
     pub cluster_existed: bool,
+    /// What the backup bucket holds.
+    pub backups: Backups,
+    /// How long no other member has answered (zero if one just did).
+    pub peers_silent_for: std::time::Duration,
 }
+
+/// The backup bucket as seen at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backups {
+    /// `spec.backup.store` is not set.
+    NotConfigured,
+    /// The bucket holds no snapshot of this cluster.
+    Empty,
+    /// The bucket holds a snapshot up to this revision.
+    Available {
+        /// The newest revision a restore reaches.
+        newest_revision: i64,
+    },
+    /// The bucket cannot be read; the text says why.
+    Unreadable(String),
+}
+
+/// How long a member of a multi-member cluster waits for any peer to answer before it concludes
+/// that every member lost its data and restores the cluster from the bucket.
+pub const TOTAL_LOSS_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// What the agent does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +66,9 @@ pub enum StartDecision {
         /// The stale member ID.
         id: u64,
     },
+    /// Every member lost its data: restore this member from the bucket as a single-member
+    /// cluster; the others join it as learners.
+    RestoreFromBackup,
     /// Nothing safe can be done yet; try again shortly.
     Wait(String),
 }
@@ -58,13 +85,7 @@ pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence)
         ));
     };
     let Some(members) = &evidence.member_list else {
-        if !evidence.cluster_existed && cluster.is_bootstrap_member(me) {
-            return StartDecision::Start(StartMode::Bootstrap);
-        }
-        return StartDecision::Wait(format!(
-            "cluster {} exists but no member answered; waiting for a running member to join through",
-            cluster.cluster_name
-        ));
+        return decide_alone(cluster, me, evidence);
     };
     let mine = members
         .iter()
@@ -91,6 +112,51 @@ pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence)
         }
         Some(m) => StartDecision::ReplaceSelf { id: m.id },
         None => StartDecision::AddSelfAsLearner,
+    }
+}
+
+/// No data here and no other member answers: bootstrap, restore from the bucket, or wait.
+fn decide_alone(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence) -> StartDecision {
+    let name = &cluster.cluster_name;
+    let first = cluster.members.first().map(|m| m.name.as_str());
+    let alone = cluster.members.len() == 1;
+    match &evidence.backups {
+        // A cluster that never existed has nothing in any bucket to restore: an unreachable
+        // store must not keep it from starting (backups will report the store's trouble).
+        Backups::Unreadable(_) if !evidence.cluster_existed && cluster.is_bootstrap_member(me) => {
+            StartDecision::Start(StartMode::Bootstrap)
+        }
+        Backups::Unreadable(why) => StartDecision::Wait(format!(
+            "{me} has no data and the backup bucket cannot be read ({why}); fix the store to let it restore"
+        )),
+        // The bucket is the source of truth: a cluster with backups is never bootstrapped empty.
+        Backups::Available { .. } if first != Some(me) => StartDecision::Wait(format!(
+            "waiting for {} to restore {name} from the bucket, then joining it",
+            first.unwrap_or_default()
+        )),
+        Backups::Available { .. } if alone || evidence.peers_silent_for >= TOTAL_LOSS_GRACE => {
+            StartDecision::RestoreFromBackup
+        }
+        Backups::Available { .. } => StartDecision::Wait(format!(
+            "no member of {name} answers; restoring from the bucket if none does within {}s",
+            TOTAL_LOSS_GRACE.as_secs()
+        )),
+        Backups::Empty | Backups::NotConfigured if !evidence.cluster_existed => {
+            if cluster.is_bootstrap_member(me) {
+                StartDecision::Start(StartMode::Bootstrap)
+            } else {
+                StartDecision::Wait(format!(
+                    "waiting for {name} to be bootstrapped, then joining it"
+                ))
+            }
+        }
+        Backups::Empty => StartDecision::Wait(format!(
+            "{name} existed, but no member answers, {me} has no data and the bucket holds no backup: \
+             nothing to restore from; bring back a member with its data"
+        )),
+        Backups::NotConfigured => StartDecision::Wait(format!(
+            "{name} exists but no member answered; waiting for a running member to join through"
+        )),
     }
 }
 
@@ -142,7 +208,97 @@ mod tests {
             has_data,
             member_list: list,
             cluster_existed: existed,
+            backups: Backups::NotConfigured,
+            peers_silent_for: std::time::Duration::ZERO,
         }
+    }
+
+    fn with_backups(mut e: StartEvidence, backups: Backups, silent_secs: u64) -> StartEvidence {
+        e.backups = backups;
+        e.peers_silent_for = std::time::Duration::from_secs(silent_secs);
+        e
+    }
+
+    #[test]
+    fn total_loss_restores_the_first_member_after_the_grace_and_the_others_join() {
+        let c = three_members();
+        let available = Backups::Available {
+            newest_revision: 42,
+        };
+        let e = |silent| with_backups(evidence(false, None, true), available.clone(), silent);
+        assert!(matches!(
+            decide_start(&c, "etcd-main-0", &e(3)),
+            StartDecision::Wait(_)
+        ));
+        assert_eq!(
+            decide_start(&c, "etcd-main-0", &e(20)),
+            StartDecision::RestoreFromBackup
+        );
+        let other = decide_start(&c, "etcd-main-1", &e(60));
+        assert!(
+            matches!(&other, StartDecision::Wait(w) if w.contains("etcd-main-0 to restore")),
+            "{other:?}"
+        );
+    }
+
+    #[test]
+    fn a_bucket_with_backups_is_restored_even_if_the_state_was_lost() {
+        let mut c = three_members();
+        c.members.truncate(1);
+        let e = with_backups(
+            evidence(false, None, false),
+            Backups::Available { newest_revision: 7 },
+            0,
+        );
+        assert_eq!(
+            decide_start(&c, "etcd-main-0", &e),
+            StartDecision::RestoreFromBackup
+        );
+    }
+
+    #[test]
+    fn an_empty_bucket_bootstraps_only_a_cluster_that_never_existed() {
+        let c = three_members();
+        let fresh = with_backups(evidence(false, None, false), Backups::Empty, 100);
+        assert_eq!(
+            decide_start(&c, "etcd-main-0", &fresh),
+            StartDecision::Start(StartMode::Bootstrap)
+        );
+        let existed = with_backups(evidence(false, None, true), Backups::Empty, 100);
+        let d = decide_start(&c, "etcd-main-0", &existed);
+        assert!(
+            matches!(&d, StartDecision::Wait(w) if w.contains("bucket holds no backup")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_bucket_does_not_block_a_brand_new_cluster() {
+        let c = three_members();
+        let e = with_backups(
+            evidence(false, None, false),
+            Backups::Unreadable("timeout".into()),
+            0,
+        );
+        assert_eq!(
+            decide_start(&c, "etcd-main-0", &e),
+            StartDecision::Start(StartMode::Bootstrap)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_bucket_blocks_a_restore_with_the_reason() {
+        let c = three_members();
+        let e = with_backups(
+            evidence(false, None, true),
+            Backups::Unreadable("access denied".into()),
+            100,
+        );
+        let d = decide_start(&c, "etcd-main-0", &e);
+        assert!(
+            matches!(&d, StartDecision::Wait(w) if w.contains("access denied")),
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -150,7 +150,12 @@ pub async fn wait_until_ready(
         let status = read_status(&dir);
         let all_ready = condition(&status, "AllMembersReady") == Some(ConditionStatus::True);
         let replicas = load_object(&dir)?.spec.replicas;
-        let settled = status.observed_generation == Some(generation) && status.ready == Some(true);
+        // Only a status the running supervisor wrote counts, not one a previous run left.
+        let current = lock::running_supervisor(&dir).map(crate::supervisor::run_id);
+        let fresh = current.is_some()
+            && status.last_operation.as_ref().map(|op| &op.run_id) == current.as_ref();
+        let settled =
+            fresh && status.observed_generation == Some(generation) && status.ready == Some(true);
         if settled && (all_ready || replicas == 0) {
             return Ok(status);
         }

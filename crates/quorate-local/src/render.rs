@@ -90,6 +90,12 @@ fn backup_config(etcd: &Etcd, record: &ClusterRecord, dir: &ClusterDir) -> Optio
         full_snapshot_lease: quorate_api::names::full_snapshot_lease_name(&name),
         delta_snapshot_lease: quorate_api::names::delta_snapshot_lease_name(&name),
         cluster_uid: record.uid.clone(),
+        adopt_foreign_backups: etcd
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(quorate_api::annotations::ADOPT_BACKUPS))
+            .is_some_and(|v| v == "true"),
     })
 }
 

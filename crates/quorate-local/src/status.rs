@@ -117,7 +117,9 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
     };
     let last_operation = match &i.previous.last_operation {
         // Keep the time of an unchanged operation, so the file only changes when something does.
-        Some(op) if op.state == state && op.description == description => op.clone(),
+        Some(op) if op.state == state && op.description == description && op.run_id == i.run_id => {
+            op.clone()
+        }
         _ => reconcile_operation(
             i.previous.observed_generation,
             state,

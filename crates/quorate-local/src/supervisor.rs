@@ -21,6 +21,12 @@ use tokio::sync::watch;
 /// How often the supervisor reconciles.
 pub const TICK: Duration = Duration::from_millis(250);
 
+/// `lastOperation.runID` of the supervisor with process ID `pid`: tells a status written by
+/// the running supervisor from one a previous run left behind.
+pub fn run_id(pid: u32) -> String {
+    format!("local-{pid}")
+}
+
 /// The supervisor of one local cluster.
 pub struct Supervisor {
     dir: ClusterDir,
@@ -39,7 +45,7 @@ impl Supervisor {
             .ok()
             .flatten()
             .unwrap_or_default();
-        let run_id = format!("local-{}", std::process::id());
+        let run_id = run_id(std::process::id());
         Self {
             agents: Agents::new(dir.clone(), quorate_bin, etcd_bin),
             dir,

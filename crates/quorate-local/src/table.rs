@@ -57,7 +57,7 @@ fn none() -> String {
 }
 
 /// Left-aligned columns separated by three spaces, as kubectl prints them.
-pub(crate) fn format_columns(rows: &[Vec<String>]) -> String {
+pub fn format_columns(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {

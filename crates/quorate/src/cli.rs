@@ -77,6 +77,57 @@ pub enum Command {
         /// Cluster name.
         name: String,
     },
+    /// Save a full snapshot of any etcd member to a file (like `etcdctl snapshot save`).
+    Snapshot {
+        /// Client URL of the member to snapshot.
+        #[arg(long)]
+        endpoint: String,
+        /// The file to write; written as `<file>.part` and renamed once verified.
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// CA bundle for an https endpoint.
+        #[arg(long)]
+        cacert: Option<PathBuf>,
+        /// Client certificate for an endpoint that requires one.
+        #[arg(long, requires = "key")]
+        cert: Option<PathBuf>,
+        /// Client key.
+        #[arg(long, requires = "cert")]
+        key: Option<PathBuf>,
+    },
+    /// Inspect a cluster's backup bucket.
+    Backups {
+        /// What to do.
+        #[command(subcommand)]
+        command: BackupsCommand,
+    },
+    /// Restore an etcd data directory, or a whole new local cluster, from a backup bucket.
+    Restore {
+        /// The Etcd manifest whose `spec.backup.store` holds the backups (and, with --up, the
+        /// cluster to create).
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+        /// Restore into this data directory (as member 0 of the manifest) instead of creating
+        /// a local cluster.
+        #[arg(long, conflicts_with = "up")]
+        data_dir: Option<PathBuf>,
+        /// Create the manifest's cluster locally from the restored data and start it.
+        #[arg(long)]
+        up: bool,
+        /// Restore the state right after this revision.
+        #[arg(long, conflicts_with = "to_time")]
+        to_revision: Option<i64>,
+        /// Restore the state as of this instant (RFC 3339, e.g. 2026-11-22T05:00:00Z).
+        #[arg(long)]
+        to_time: Option<jiff::Timestamp>,
+        /// Directory holding the store Secret's keys as files (default: the local cluster's
+        /// `secrets/<secretRef.name>`).
+        #[arg(long)]
+        secret_dir: Option<PathBuf>,
+        /// Where `Local` containers live (default: the local cluster's `backups/`).
+        #[arg(long)]
+        local_root: Option<PathBuf>,
+    },
     /// Print the Etcd CustomResourceDefinition (YAML).
     Crd,
     /// Run the agent of one member (started by `quorate up` or in a pod).
@@ -99,6 +150,25 @@ pub enum Command {
         /// The etcd binary.
         #[arg(long)]
         etcd_binary: Option<PathBuf>,
+    },
+}
+
+/// `quorate backups ...`.
+#[derive(Debug, Subcommand)]
+pub enum BackupsCommand {
+    /// List the snapshots in the bucket of a cluster: kind, revisions, size, time.
+    List {
+        /// A local cluster's name, or use -f.
+        name: Option<String>,
+        /// An Etcd manifest whose `spec.backup.store` to list.
+        #[arg(short = 'f', long = "filename", conflicts_with = "name")]
+        file: Option<PathBuf>,
+        /// Directory holding the store Secret's keys as files.
+        #[arg(long)]
+        secret_dir: Option<PathBuf>,
+        /// Where `Local` containers live.
+        #[arg(long)]
+        local_root: Option<PathBuf>,
     },
 }
 

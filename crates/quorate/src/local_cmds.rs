@@ -130,6 +130,70 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("{}", commands::endpoints(&context(None), &name)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Snapshot {
+            endpoint,
+            output,
+            cacert,
+            cert,
+            key,
+        } => {
+            let tls = cacert.map(|ca| quorate_etcd::EtcdTls {
+                ca: quorate_etcd::PemSource::File(ca),
+                identity: cert
+                    .zip(key)
+                    .map(|(cert, key)| quorate_etcd::ClientIdentity {
+                        cert: quorate_etcd::PemSource::File(cert),
+                        key: quorate_etcd::PemSource::File(key),
+                    }),
+                domain_name: None,
+            });
+            let client = quorate_etcd::MemberClient::connect(
+                &endpoint,
+                tls.as_ref(),
+                quorate_etcd::EtcdTimeouts::default(),
+            )
+            .await?;
+            let started = std::time::Instant::now();
+            let saved = quorate_backup::snapshotter::save_to_file(&client, &output).await?;
+            let seconds = started.elapsed().as_secs_f64();
+            println!(
+                "saved {} ({} bytes, revision {}) in {seconds:.2}s, {:.1} MB/s",
+                saved.path.display(),
+                saved.size,
+                saved.revision,
+                saved.size as f64 / 1e6 / seconds.max(1e-9)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Backups { command } => {
+            crate::backup_cmds::backups(&context(None), command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Restore {
+            file,
+            data_dir,
+            up,
+            to_revision,
+            to_time,
+            secret_dir,
+            local_root,
+        } => {
+            let target = match (to_revision, to_time) {
+                (Some(rev), _) => quorate_backup::restore::RestoreTarget::ToRevision(rev),
+                (None, Some(t)) => quorate_backup::restore::RestoreTarget::ToTime(t),
+                (None, None) => quorate_backup::restore::RestoreTarget::Latest,
+            };
+            let args = crate::backup_cmds::RestoreArgs {
+                file,
+                data_dir,
+                up,
+                target,
+                secret_dir,
+                local_root,
+            };
+            crate::backup_cmds::restore(&context(None), args).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crd => {
             print!("{}", quorate_api::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)

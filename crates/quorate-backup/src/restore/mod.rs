@@ -338,7 +338,11 @@ async fn build(
             path
         }
     };
-    let full_revision = tools::snapshot_revision(&tools, &db, &full.name).await?;
+    // `snapshot status` reports the newest key revision, 0 for a keyspace never written to;
+    // etcd's own revision starts at 1, which is what the restored member reports.
+    let full_revision = tools::snapshot_revision(&tools, &db, &full.name)
+        .await?
+        .max(1);
     if let RestoreTarget::ToRevision(rev) = target
         && full_revision > rev
     {

@@ -1,0 +1,417 @@
+//! Backups, run by the member whose etcd is the raft leader (the backup leader): a full
+//! snapshot on the cron schedule, delta snapshots from a watch in between, garbage collection,
+//! and the snapshot leases that `BackupReady` is judged from. Leadership follows etcd's: when
+//! the leader moves, the old leader stops after uploading what it captured and the new one
+//! continues from the newest stored revision + 1, so there is neither a gap nor an overlap.
+
+use crate::member::client_tls;
+use crate::state::SharedState;
+use quorate_api::CronSchedule;
+use quorate_backup::layout::{SnapshotKind, SnapshotName};
+use quorate_backup::snapshotter::{
+    CaptureError, CutSchedule, DeltaBatch, DeltaConfig, DeltaWatcher, full_snapshot,
+};
+use quorate_backup::store::{SnapStore, StoredSnapshot};
+use quorate_coord::Coordination;
+use quorate_core::backup_schedule::{StartupAction, startup_action};
+use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
+use quorate_core::gc::{self, GcPolicy, SnapshotInfo};
+use quorate_core::lease::{BACKUP_ERROR_ANNOTATION, SnapshotLease};
+use quorate_etcd::{EtcdTimeouts, MemberClient};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Where the answer to an on-demand full snapshot goes.
+type FullReply = oneshot::Sender<Result<StoredSnapshot, String>>;
+
+/// An on-demand snapshot asked for over HTTP.
+#[derive(Debug)]
+pub enum BackupRequest {
+    /// `/snapshot/full[?final=true]`.
+    Full {
+        /// Mark the snapshot final (taken before a migration or hibernation).
+        is_final: bool,
+        /// The stored snapshot, or why there is none.
+        reply: FullReply,
+    },
+    /// `/snapshot/delta`.
+    Delta {
+        /// The stored delta (`None` when nothing changed), or why it failed.
+        reply: oneshot::Sender<Result<Option<StoredSnapshot>, String>>,
+    },
+}
+
+/// Why one period of leadership ended.
+enum LeadEnd {
+    /// This member is no longer the leader (or the agent stops).
+    LostLeadership,
+}
+
+/// Runs backups whenever this member leads, until `shutdown`.
+pub async fn run_backups<C: Coordination>(
+    coord: C,
+    me: String,
+    state: SharedState,
+    mut requests: mpsc::Receiver<BackupRequest>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let leading = {
+            let s = state.get();
+            s.is_leader && s.healthy
+        };
+        let cluster = if leading {
+            coord.cluster_config().await.ok()
+        } else {
+            None
+        };
+        match cluster
+            .as_ref()
+            .and_then(|c| c.backup.clone().map(|b| (c, b)))
+        {
+            Some((cluster, backup)) => {
+                let mut leader = Leader {
+                    coord: &coord,
+                    cluster,
+                    backup: &backup,
+                    me: &me,
+                    state: &state,
+                };
+                match leader.lead(&mut requests, &mut shutdown).await {
+                    Ok(LeadEnd::LostLeadership) => {}
+                    Err(error) => {
+                        tracing::warn!(member = %me, %error, "backups failed; retrying");
+                        leader.record_error(&error).await;
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(5), shutdown.changed()).await;
+                    }
+                }
+            }
+            None => {
+                // Not the leader: answer requests with a pointer to who is.
+                while let Ok(request) = requests.try_recv() {
+                    refuse(request, "this member is not the backup leader");
+                }
+                let _ = tokio::time::timeout(Duration::from_millis(500), shutdown.changed()).await;
+            }
+        }
+    }
+}
+
+fn refuse(request: BackupRequest, why: &str) {
+    match request {
+        BackupRequest::Full { reply, .. } => {
+            let _ = reply.send(Err(why.to_string()));
+        }
+        BackupRequest::Delta { reply } => {
+            let _ = reply.send(Err(why.to_string()));
+        }
+    }
+}
+
+struct Leader<'a, C: Coordination> {
+    coord: &'a C,
+    cluster: &'a ClusterConfig,
+    backup: &'a BackupConfig,
+    me: &'a str,
+    state: &'a SharedState,
+}
+
+impl<C: Coordination> Leader<'_, C> {
+    fn still_leading(&self) -> bool {
+        let s = self.state.get();
+        s.is_leader && s.healthy
+    }
+
+    async fn member_client(&self) -> Result<MemberClient, String> {
+        let url = self
+            .cluster
+            .member(self.me)
+            .map(|m| m.client_url.clone())
+            .unwrap_or_default();
+        MemberClient::connect(
+            &url,
+            client_tls(self.cluster).as_ref(),
+            EtcdTimeouts::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    fn compression(&self) -> Option<quorate_api::CompressionPolicy> {
+        let spec = &self.backup.spec;
+        spec.compression_enabled()
+            .then(|| spec.compression_policy())
+    }
+
+    /// One period of leadership.
+    async fn lead(
+        &mut self,
+        requests: &mut mpsc::Receiver<BackupRequest>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<LeadEnd, String> {
+        let store = crate::restore::open_store(self.backup)?;
+        store.check().await.map_err(|e| e.to_string())?;
+        crate::restore::check_owner(&store, self.backup).await?;
+        let schedule = self.backup.spec.full_snapshot_cron();
+        let stored = store.list().await.map_err(|e| e.to_string())?;
+        let now = jiff::Timestamp::now();
+        let newest_full = stored.iter().rfind(|s| s.name.kind == SnapshotKind::Full);
+        let newest_revision = stored
+            .iter()
+            .map(|s| s.name.last_revision)
+            .max()
+            .unwrap_or(0);
+        let last_full = newest_full.map(|f| (unix(f.name.created_unix), newest_revision));
+        let mut next_revision = match startup_action(last_full, &schedule, now) {
+            StartupAction::CatchUpDelta { from_revision } => {
+                tracing::info!(member = %self.me, from = from_revision, "backup leader: continuing deltas");
+                from_revision
+            }
+            StartupAction::TakeFullSnapshot => {
+                self.take_full(&store, false).await?.name.last_revision + 1
+            }
+        };
+        self.clear_error().await;
+        let mut next_full = next_fire(&schedule, now);
+        let mut gc = tokio::time::interval(
+            self.backup
+                .spec
+                .garbage_collection_period()
+                .max(Duration::from_secs(1)),
+        );
+        gc.tick().await;
+        let mut leadership = tokio::time::interval(Duration::from_millis(500));
+        // Renew the delta lease every period even when nothing changed, so a quiet cluster
+        // still shows its backups are current.
+        let mut renew = tokio::time::interval(
+            self.backup
+                .spec
+                .delta_snapshot_period()
+                .max(Duration::from_millis(500)),
+        );
+        let mut captured_through = next_revision - 1;
+        loop {
+            let client = self.member_client().await?;
+            let mut config = DeltaConfig::new(next_revision);
+            config.memory_limit = self.backup.spec.delta_snapshot_memory_limit_bytes() as usize;
+            config.schedule = CutSchedule::Every(self.backup.spec.delta_snapshot_period());
+            let (handle, mut batches, task) =
+                DeltaWatcher::spawn(client, config).map_err(|e| e.to_string())?;
+            let mut pending_delta: Option<oneshot::Sender<Result<Option<StoredSnapshot>, String>>> =
+                None;
+            let mut cut_replies =
+                mpsc::channel::<Result<quorate_backup::snapshotter::CutOutcome, CaptureError>>(1);
+            // What ends this watch: `Some(is_final, reply)` = take a full snapshot next.
+            let mut full_after: Option<(bool, Option<FullReply>)> = None;
+            let mut lost = false;
+            loop {
+                tokio::select! {
+                    batch = batches.recv() => match batch {
+                        Some(batch) => {
+                            captured_through = captured_through.max(batch.last_revision);
+                            let uploaded = self.upload_delta(&store, &batch).await;
+                            if let Some(reply) = pending_delta.take() {
+                                let _ = reply.send(uploaded.clone().map(Some));
+                            }
+                            uploaded?;
+                        }
+                        None => break,
+                    },
+                    outcome = cut_replies.1.recv() => {
+                        if let (Some(Ok(quorate_backup::snapshotter::CutOutcome::NoEvents { .. })), Some(reply)) = (outcome, pending_delta.take()) {
+                            let _ = reply.send(Ok(None));
+                        }
+                    }
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next_full)) => {
+                        full_after = Some((false, None));
+                        handle.stop().await;
+                    }
+                    _ = renew.tick() => self.record(&self.backup.delta_snapshot_lease, captured_through).await,
+                    _ = gc.tick() => {
+                        if let Err(e) = self.collect_garbage(&store).await {
+                            tracing::warn!(member = %self.me, error = %e, "garbage collection failed");
+                        }
+                    }
+                    _ = leadership.tick() => {
+                        if !self.still_leading() || *shutdown.borrow() {
+                            lost = true;
+                            handle.stop().await;
+                        }
+                    }
+                    request = requests.recv() => match request {
+                        Some(BackupRequest::Full { is_final, reply }) => {
+                            full_after = Some((is_final, Some(reply)));
+                            handle.stop().await;
+                        }
+                        Some(BackupRequest::Delta { reply }) => {
+                            pending_delta = Some(reply);
+                            let (handle, tx) = (handle.clone(), cut_replies.0.clone());
+                            tokio::spawn(async move { let _ = tx.send(handle.request_cut().await).await; });
+                        }
+                        None => {}
+                    },
+                }
+            }
+            // The batch channel closed: the capture ended (stopped, or failed).
+            match task.await {
+                Ok(Ok(end)) => next_revision = end.next_revision,
+                Ok(Err(CaptureError::Compacted { .. })) => {
+                    full_after = full_after.or(Some((false, None)))
+                }
+                Ok(Err(e)) => return Err(format!("delta capture failed: {e}")),
+                Err(e) => return Err(format!("delta capture task failed: {e}")),
+            }
+            if lost {
+                return Ok(LeadEnd::LostLeadership);
+            }
+            if let Some((is_final, reply)) = full_after {
+                let taken = self.take_full(&store, is_final).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(taken.clone());
+                }
+                next_revision = taken?.name.last_revision + 1;
+                next_full = next_fire(&schedule, jiff::Timestamp::now());
+            }
+        }
+    }
+
+    async fn take_full(&self, store: &SnapStore, is_final: bool) -> Result<StoredSnapshot, String> {
+        let client = self.member_client().await?;
+        let snapshot = full_snapshot(&client)
+            .await
+            .map_err(|e| format!("full snapshot: {e}"))?;
+        let mut name = SnapshotName::full(
+            snapshot.revision,
+            jiff::Timestamp::now().as_second(),
+            self.compression(),
+        );
+        name.is_final = is_final;
+        let stored = store
+            .upload(&name, snapshot.stream)
+            .await
+            .map_err(|e| format!("uploading {}: {e}", name.file_name()))?;
+        tracing::info!(member = %self.me, snapshot = %stored.path, size = stored.size, "full snapshot stored");
+        self.record(&self.backup.full_snapshot_lease, snapshot.revision)
+            .await;
+        // A full snapshot also covers everything a delta would have.
+        self.record(&self.backup.delta_snapshot_lease, snapshot.revision)
+            .await;
+        Ok(stored)
+    }
+
+    async fn upload_delta(
+        &self,
+        store: &SnapStore,
+        batch: &DeltaBatch,
+    ) -> Result<StoredSnapshot, String> {
+        let name = SnapshotName::incr(
+            batch.start_revision,
+            batch.last_revision,
+            jiff::Timestamp::now().as_second(),
+            self.compression(),
+        );
+        let body = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(
+            batch.encoded.clone(),
+        ))]);
+        let stored = store
+            .upload(&name, body)
+            .await
+            .map_err(|e| format!("uploading {}: {e}", name.file_name()))?;
+        tracing::debug!(member = %self.me, snapshot = %stored.path, events = batch.events.len(), "delta snapshot stored");
+        self.record(&self.backup.delta_snapshot_lease, batch.last_revision)
+            .await;
+        Ok(stored)
+    }
+
+    async fn collect_garbage(&self, store: &SnapStore) -> Result<(), String> {
+        let stored = store.list().await.map_err(|e| e.to_string())?;
+        let infos: Vec<SnapshotInfo> = stored
+            .iter()
+            .map(|s| SnapshotInfo {
+                kind: match s.name.kind {
+                    SnapshotKind::Full => gc::SnapshotKind::Full,
+                    SnapshotKind::Incr => gc::SnapshotKind::Incr,
+                },
+                start_revision: s.name.start_revision,
+                last_revision: s.name.last_revision,
+                created: unix(s.name.created_unix),
+            })
+            .collect();
+        let policy = GcPolicy::from_backup_spec(&self.backup.spec);
+        for index in gc::garbage(&infos, policy, jiff::Timestamp::now()) {
+            store
+                .delete(&stored[index])
+                .await
+                .map_err(|e| e.to_string())?;
+            tracing::info!(member = %self.me, snapshot = %stored[index].path, "garbage-collected");
+        }
+        Ok(())
+    }
+
+    /// Records a snapshot on its lease; revisions never go down.
+    async fn record(&self, lease_name: &str, revision: i64) {
+        let mut lease = self
+            .coord
+            .snapshot_lease(lease_name)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| SnapshotLease::new(lease_name));
+        let current = lease.revision().and_then(Result::ok).unwrap_or(0);
+        lease.record(revision.max(current), jiff::Timestamp::now());
+        lease.annotations.remove(BACKUP_ERROR_ANNOTATION);
+        if let Err(e) = self.coord.put_snapshot_lease(&lease).await {
+            tracing::warn!(member = %self.me, error = %e, "updating snapshot lease {lease_name} failed");
+        }
+    }
+
+    /// Puts `error` on the snapshot leases, so `BackupReady` turns False with it.
+    async fn record_error(&self, error: &str) {
+        for name in [
+            &self.backup.full_snapshot_lease,
+            &self.backup.delta_snapshot_lease,
+        ] {
+            let mut lease = self
+                .coord
+                .snapshot_lease(name)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| SnapshotLease::new(name.clone()));
+            lease
+                .annotations
+                .insert(BACKUP_ERROR_ANNOTATION.to_string(), error.to_string());
+            let _ = self.coord.put_snapshot_lease(&lease).await;
+        }
+    }
+
+    async fn clear_error(&self) {
+        for name in [
+            &self.backup.full_snapshot_lease,
+            &self.backup.delta_snapshot_lease,
+        ] {
+            if let Ok(Some(mut lease)) = self.coord.snapshot_lease(name).await
+                && lease.annotations.remove(BACKUP_ERROR_ANNOTATION).is_some()
+            {
+                let _ = self.coord.put_snapshot_lease(&lease).await;
+            }
+        }
+    }
+}
+
+fn unix(seconds: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(seconds).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// When the schedule fires next, as a tokio instant.
+fn next_fire(schedule: &CronSchedule, now: jiff::Timestamp) -> std::time::Instant {
+    let wait = schedule
+        .next_after(now)
+        .map(|t| t.duration_since(now).unsigned_abs())
+        .unwrap_or(Duration::from_secs(24 * 3600));
+    std::time::Instant::now() + wait
+}

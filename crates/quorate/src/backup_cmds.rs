@@ -1,0 +1,196 @@
+//! `quorate backups list` and `quorate restore`.
+
+use crate::cli::BackupsCommand;
+use quorate_agent::restore::{open_store, restore_from_store};
+use quorate_api::Etcd;
+use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
+use quorate_core::cluster_config::BackupConfig;
+use quorate_local::commands::{self, LocalContext};
+use std::path::{Path, PathBuf};
+
+type Error = Box<dyn std::error::Error>;
+
+/// The backup configuration of `etcd` as a local cluster at `ctx` would use it, with overrides.
+fn backup_config(
+    ctx: &LocalContext,
+    etcd: &Etcd,
+    secret_dir: Option<PathBuf>,
+    local_root: Option<PathBuf>,
+) -> Result<BackupConfig, Error> {
+    let name = etcd.metadata.name.clone().unwrap_or_default();
+    let store = etcd.spec.backup.store.as_ref().ok_or_else(|| {
+        format!("the Etcd {name} has no spec.backup.store; there is no bucket to read")
+    })?;
+    let dir = ctx.cluster(&name);
+    let secret_dir = secret_dir.or_else(|| {
+        store
+            .secret_ref
+            .as_ref()
+            .and_then(|s| s.name.as_ref())
+            .map(|s| dir.root().join("secrets").join(s))
+    });
+    Ok(BackupConfig {
+        spec: etcd.spec.backup.clone(),
+        local_root: local_root
+            .unwrap_or_else(|| dir.backups())
+            .display()
+            .to_string(),
+        secret_dir: secret_dir.map(|d| d.display().to_string()),
+        full_snapshot_lease: quorate_api::names::full_snapshot_lease_name(&name),
+        delta_snapshot_lease: quorate_api::names::delta_snapshot_lease_name(&name),
+        cluster_uid: String::new(),
+        // An explicit restore or listing is the request to read whoever's bucket it is.
+        adopt_foreign_backups: true,
+    })
+}
+
+/// Runs `quorate backups ...`.
+pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), Error> {
+    let BackupsCommand::List {
+        name,
+        file,
+        secret_dir,
+        local_root,
+    } = command;
+    let etcd = match (name, file) {
+        (Some(name), _) => commands::get(ctx, Some(&name))?.remove(0),
+        (None, Some(file)) => commands::read_manifest(&file)?,
+        (None, None) => return Err("name a local cluster or give its manifest with -f".into()),
+    };
+    let store = open_store(&backup_config(ctx, &etcd, secret_dir, local_root)?)?;
+    let listed = store.list().await?;
+    println!("{}", store.describe());
+    let mut rows = vec![
+        ["KIND", "START", "LAST", "SIZE", "CREATED", "OBJECT"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for s in &listed {
+        let created = jiff::Timestamp::from_second(s.name.created_unix)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        rows.push(vec![
+            format!(
+                "{}{}",
+                s.name.kind.as_str(),
+                if s.name.is_final { " (final)" } else { "" }
+            ),
+            s.name.start_revision.to_string(),
+            s.name.last_revision.to_string(),
+            s.size.to_string(),
+            created,
+            s.path.clone(),
+        ]);
+    }
+    print!("{}", quorate_local::table::format_columns(&rows));
+    if listed.is_empty() {
+        println!("(no snapshots)");
+    }
+    Ok(())
+}
+
+/// Arguments of `quorate restore`.
+pub struct RestoreArgs {
+    pub file: PathBuf,
+    pub data_dir: Option<PathBuf>,
+    pub up: bool,
+    pub target: RestoreTarget,
+    pub secret_dir: Option<PathBuf>,
+    pub local_root: Option<PathBuf>,
+}
+
+/// Runs `quorate restore`.
+pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error> {
+    let etcd = commands::read_manifest(&args.file)?;
+    let name = etcd.metadata.name.clone().unwrap_or_default();
+    let backup = backup_config(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
+    let store = open_store(&backup)?;
+    let member = quorate_api::names::member_name(&etcd, 0);
+    let etcdctl = quorate_agent::etcd_process::find_on_path("etcdctl")
+        .ok_or("etcdctl is needed to restore a snapshot: apt-get install etcd-client")?;
+    let tools = EtcdTools::new(&ctx.etcd_bin, etcdctl);
+    let (data_dir, identity) = match (&args.data_dir, args.up) {
+        (Some(dir), false) => {
+            let peer = format!("http://127.0.0.1:{}", etcd.spec.etcd.server_port());
+            (
+                dir.clone(),
+                identity(&member, &peer, &format!("{name}-restored")),
+            )
+        }
+        (None, true) => {
+            if ctx.cluster(&name).exists() {
+                return Err(format!(
+                    "a local cluster named {name} exists already; `quorate down {name} --purge` it or rename the \
+                     manifest's metadata.name"
+                )
+                .into());
+            }
+            let (dir, _) = commands::prepare(ctx, etcd.clone())?;
+            let record = quorate_local::object::load_record(&dir)?;
+            let peer = format!("http://127.0.0.1:{}", record.ports[&member].peer);
+            (
+                dir.member_data(&member),
+                identity(&member, &peer, &record.cluster_token(&name)),
+            )
+        }
+        _ => {
+            return Err(
+                "say where to restore: --data-dir DIR, or --up to create the local cluster".into(),
+            );
+        }
+    };
+    println!(
+        "restoring {} from {} ...",
+        data_dir.display(),
+        store.describe()
+    );
+    let report = match restore_from_store(&store, args.target, identity, &data_dir, tools).await {
+        Ok(report) => report,
+        Err(e) => {
+            if args.up {
+                // The cluster was created for this restore only; leave nothing half-made behind.
+                let _ = std::fs::remove_dir_all(ctx.cluster(&name).root());
+            }
+            return Err(e.into());
+        }
+    };
+    println!(
+        "restored revision {} (full snapshot at {}, {} deltas, {} events at {:.0} events/s) in {:.1}s",
+        report.restored_revision,
+        report.full_revision,
+        report.deltas_applied,
+        report.events_applied,
+        report.events_per_second,
+        report.duration.as_secs_f64()
+    );
+    if args.up {
+        guard(&data_dir, ctx, &name)?;
+        commands::spawn_supervisor(ctx, &name)?;
+        commands::wait_until_ready(ctx, &name, 1, std::time::Duration::from_secs(120)).await?;
+        print!(
+            "{}",
+            quorate_local::table::render(
+                &commands::get(ctx, Some(&name))?,
+                true,
+                jiff::Timestamp::now()
+            )
+        );
+    }
+    Ok(())
+}
+
+fn identity(member: &str, peer: &str, token: &str) -> MemberIdentity {
+    MemberIdentity {
+        name: member.to_string(),
+        peer_urls: vec![peer.to_string()],
+        initial_cluster: format!("{member}={peer}"),
+        cluster_token: token.to_string(),
+    }
+}
+
+/// Stamps the restored data directory with the cluster's guard, as its agent would.
+fn guard(data_dir: &Path, ctx: &LocalContext, name: &str) -> Result<(), Error> {
+    let record = quorate_local::object::load_record(&ctx.cluster(name))?;
+    quorate_agent::data_dir::check_guard(data_dir, &record.cluster_token(name))?;
+    Ok(())
+}

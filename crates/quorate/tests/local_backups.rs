@@ -1,0 +1,287 @@
+//! Local mode with backups: real etcd members backing up to a real store, then losing
+//! everything and coming back from the bucket.
+
+mod support;
+
+use etcd_client::{Client, GetOptions};
+use std::time::Duration;
+use support::{Local, eventually, manifest, path_str};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Backups to the Local provider, a delta every second, a full snapshot every minute.
+fn with_backups(name: &str, replicas: u32) -> String {
+    manifest(name, replicas, "").replace(
+        "  backup: {}\n",
+        "  backup:\n    store:\n      provider: Local\n      container: bucket\n      prefix: main\n    \
+         deltaSnapshotPeriod: 1s\n    fullSnapshotSchedule: \"*/1 * * * *\"\n    garbageCollectionPeriod: 10s\n",
+    )
+}
+
+fn condition(local: &Local, name: &str, type_: &str) -> Option<(String, String)> {
+    let status: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(local.cluster_dir(name).join("status.json")).ok()?,
+    )
+    .ok()?;
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// Every key under `prefix` with its value and mod revision, read from `url` only.
+async fn dump(url: &str, prefix: &str) -> Vec<(String, String, i64)> {
+    let mut client = Client::connect([url], None).await.unwrap();
+    let resp = client
+        .get(
+            prefix,
+            Some(GetOptions::new().with_prefix().with_serializable()),
+        )
+        .await
+        .unwrap();
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                kv.value_str().unwrap().to_string(),
+                kv.mod_revision(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn backups_run_and_a_total_loss_is_recovered_from_the_bucket() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("vault", 3));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, "vault", "BackupReady")?.0 == "True").then_some(())
+    });
+    let rt = runtime();
+    let endpoints = local.endpoints("vault");
+    rt.block_on(async {
+        let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
+        for i in 0..200 {
+            client
+                .put(format!("k/{i:04}"), format!("v{i}"), None)
+                .await
+                .unwrap();
+            if i % 50 == 0 {
+                client
+                    .delete(format!("k/{:04}", i / 2), None)
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    let before = rt.block_on(dump(&endpoints[0], "k/"));
+    // One delta period plus upload time: every write is in the bucket by then.
+    std::thread::sleep(Duration::from_secs(4));
+    let listing = local.ok(&["backups", "list", "vault"]);
+    assert!(
+        listing.contains("Full") && listing.contains("Incr"),
+        "{listing}"
+    );
+
+    // Total loss: every process killed, every data directory wiped.
+    drop_cluster_processes(&local, "vault");
+    for i in 0..3 {
+        std::fs::remove_dir_all(
+            local
+                .cluster_dir("vault")
+                .join(format!("members/vault-{i}/data")),
+        )
+        .unwrap();
+    }
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
+    let endpoints = local.endpoints("vault");
+    for url in &endpoints {
+        let after = rt.block_on(async {
+            for _ in 0..50 {
+                let got = dump(url, "k/").await;
+                if got.len() == before.len() {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            dump(url, "k/").await
+        });
+        assert_eq!(
+            after, before,
+            "member {url} holds every write at its original revision"
+        );
+    }
+}
+
+/// Kills the supervisor's process group (supervisor, agents, etcds) of one cluster.
+fn drop_cluster_processes(local: &Local, name: &str) {
+    let lock = local.cluster_dir(name).join("supervisor.lock");
+    let pid: i32 = std::fs::read_to_string(lock)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(
+        "the cluster's processes to exit",
+        Duration::from_secs(10),
+        || {
+            local
+                .find_pid(&[&local.cluster_dir(name).display().to_string()])
+                .is_none()
+                .then_some(())
+        },
+    );
+}
+
+#[test]
+fn restore_to_a_revision_gives_the_exact_earlier_state() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("pit", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    let endpoint = local.endpoints("pit")[0].clone();
+    let (middle, at_middle) = rt.block_on(async {
+        let mut client = Client::connect([endpoint.as_str()], None).await.unwrap();
+        for i in 0..50 {
+            client
+                .put(format!("k/{i:02}"), "first", None)
+                .await
+                .unwrap();
+        }
+        let middle = client
+            .put("k/marker", "x", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        let at_middle = dump(&endpoint, "k/").await;
+        for i in 0..50 {
+            client
+                .put(format!("k/{i:02}"), "second", None)
+                .await
+                .unwrap();
+        }
+        client.delete("k/marker", None).await.unwrap();
+        (middle, at_middle)
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let target = local.state.path().join("restored");
+    local.ok(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&target),
+        "--to-revision",
+        &middle.to_string(),
+    ]);
+
+    let check = local.state.path().join("check");
+    std::fs::create_dir_all(&check).unwrap();
+    let mut config = quorate_testkit::EtcdMemberConfig::new("pit-0", &check);
+    config.data_dir = target.clone();
+    let member = rt
+        .block_on(quorate_testkit::EtcdProcess::start_ready(
+            config,
+            Duration::from_secs(30),
+        ))
+        .unwrap();
+    let restored = rt.block_on(dump(&member.client_url(), "k/"));
+    assert_eq!(
+        restored, at_middle,
+        "the state right after revision {middle}"
+    );
+}
+
+#[test]
+fn an_unreachable_store_sets_backup_ready_false_while_etcd_serves() {
+    let local = Local::new();
+    let text = manifest("dark", 1, "").replace(
+        "  backup: {}\n",
+        "  backup:\n    store:\n      provider: aws\n      container: nowhere\n      prefix: main\n      \
+         endpointOverride: http://127.0.0.1:9\n      secretRef:\n        name: s3-creds\n    deltaSnapshotPeriod: 1s\n",
+    );
+    let path = local.manifest("c.yaml", &text);
+    let secret = local.cluster_dir("dark").join("secrets/s3-creds");
+    std::fs::create_dir_all(&secret).unwrap();
+    for (k, v) in [
+        ("accessKeyID", "AKIATEST"),
+        ("secretAccessKey", "secret"),
+        ("region", "us-east-1"),
+    ] {
+        std::fs::write(secret.join(k), v).unwrap();
+    }
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let (status, message) =
+        eventually("BackupReady to turn False", Duration::from_secs(60), || {
+            condition(&local, "dark", "BackupReady").filter(|(s, _)| s == "False")
+        });
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("127.0.0.1:9") || message.to_lowercase().contains("connect"),
+        "{message}"
+    );
+    let rt = runtime();
+    let endpoint = local.endpoints("dark")[0].clone();
+    rt.block_on(async {
+        let mut client = Client::connect([endpoint.as_str()], None).await.unwrap();
+        client.put("still", "serving", None).await.unwrap();
+    });
+}
+
+#[test]
+fn a_bucket_claimed_by_another_cluster_is_refused_unless_adopted() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("claim", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, "claim", "BackupReady")?.0 == "True").then_some(())
+    });
+    let owner = local.cluster_dir("claim").join("backups/bucket/main.owner");
+    assert!(owner.is_file(), "the prefix is claimed for this cluster");
+    local.ok(&["down", "claim"]);
+    std::fs::write(&owner, "another-cluster-uid").unwrap();
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let (_, message) = eventually("BackupReady to turn False", Duration::from_secs(60), || {
+        condition(&local, "claim", "BackupReady").filter(|(s, _)| s == "False")
+    });
+    assert!(
+        message.contains("another cluster") && message.contains("quorate.io/adopt-backups"),
+        "{message}"
+    );
+
+    let adopted = with_backups("claim", 1).replace(
+        "  namespace: default\n",
+        "  namespace: default\n  annotations:\n    quorate.io/adopt-backups: \"true\"\n",
+    );
+    local.manifest("c.yaml", &adopted);
+    local.ok(&["apply", "-f", path_str(&path)]);
+    eventually(
+        "BackupReady to turn True after adopting",
+        Duration::from_secs(60),
+        || (condition(&local, "claim", "BackupReady")?.0 == "True").then_some(()),
+    );
+    assert_ne!(
+        std::fs::read_to_string(&owner).unwrap(),
+        "another-cluster-uid",
+        "the prefix was taken over"
+    );
+}
