@@ -285,3 +285,134 @@ fn a_bucket_claimed_by_another_cluster_is_refused_unless_adopted() {
         "the prefix was taken over"
     );
 }
+
+/// Agent port of member `i`, from the cluster's rendered configuration.
+fn agent_port(local: &Local, name: &str, i: usize) -> u16 {
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(local.cluster_dir(name).join("config.json")).unwrap(),
+    )
+    .unwrap();
+    config["members"][i]["agentPort"].as_u64().unwrap() as u16
+}
+
+fn http_get(port: u16, path: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // The body may be chunked: take the JSON object inside it.
+    let json = body
+        .find('{')
+        .and_then(|s| body.rfind('}').map(|e| &body[s..=e]))
+        .unwrap_or("null");
+    (
+        code,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[test]
+fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("demand", 3));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, "demand", "BackupReady")?.0 == "True").then_some(())
+    });
+    let leader = local.ok(&["members", "demand"]);
+    let follower = (0..3)
+        .find(|i| {
+            leader.lines().any(|l| {
+                l.contains(&format!("demand-{i} ")) && l.split_whitespace().nth(4) == Some("false")
+            })
+        })
+        .unwrap();
+    let port = agent_port(&local, "demand", follower);
+    let (code, full) = http_get(port, "/snapshot/full");
+    assert_eq!(code, 200, "{full}");
+    assert_eq!(full["kind"], "Full", "{full}");
+    let (code, latest) = http_get(port, "/snapshot/latest");
+    assert_eq!(code, 200);
+    assert_eq!(latest["fullSnapshot"]["path"], full["path"], "{latest}");
+
+    // The bucket becomes unusable for a while (a file where its directory was); writes go on;
+    // then it comes back.
+    let bucket = local.cluster_dir("demand").join("backups/bucket");
+    let hidden = local.cluster_dir("demand").join("backups/bucket.away");
+    std::fs::rename(&bucket, &hidden).unwrap();
+    std::fs::write(&bucket, b"not a bucket").unwrap();
+    let rt = runtime();
+    let endpoints = local.endpoints("demand");
+    let last_write = rt.block_on(async {
+        let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
+        let mut rev = 0;
+        for i in 0..100 {
+            rev = client
+                .put(format!("k/{i:03}"), "v", None)
+                .await
+                .unwrap()
+                .header()
+                .unwrap()
+                .revision();
+        }
+        rev
+    });
+    eventually(
+        "BackupReady to turn False during the outage",
+        Duration::from_secs(60),
+        || condition(&local, "demand", "BackupReady").filter(|(s, _)| s == "False"),
+    );
+    std::fs::remove_file(&bucket).unwrap();
+    std::fs::rename(&hidden, &bucket).unwrap();
+    eventually(
+        "BackupReady to turn True again",
+        Duration::from_secs(60),
+        || (condition(&local, "demand", "BackupReady")?.0 == "True").then_some(()),
+    );
+    // The chain from the newest full snapshot reaches every write, with no gap.
+    let chain_head = || {
+        let listing = local.ok(&["backups", "list", "demand"]);
+        let rows: Vec<(String, i64, i64)> = listing
+            .lines()
+            .skip(2)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.first()?.to_string(),
+                    f.get(1)?.parse().ok()?,
+                    f.get(2)?.parse().ok()?,
+                ))
+            })
+            .collect();
+        let newest_full = rows.iter().rposition(|r| r.0 == "Full").unwrap();
+        let mut head = rows[newest_full].2;
+        for (kind, start, last) in &rows[newest_full + 1..] {
+            assert_eq!(kind, "Incr");
+            assert!(
+                *start <= head + 1,
+                "gap before {start}..{last} (head {head}):\n{listing}"
+            );
+            head = head.max(*last);
+        }
+        (head, listing)
+    };
+    let (head, listing) = eventually(
+        "the backups to reach the last write",
+        Duration::from_secs(30),
+        || {
+            let (head, listing) = chain_head();
+            (head >= last_write).then_some((head, listing))
+        },
+    );
+    assert!(
+        head >= last_write,
+        "the backups reach revision {last_write}:\n{listing}"
+    );
+}
