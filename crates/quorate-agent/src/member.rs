@@ -62,6 +62,8 @@ pub enum AgentError {
 /// How one run of etcd ended.
 enum RunEnd {
     ConfigChanged,
+    /// A single member whose data ends before the newest backup: its data must be replaced.
+    BehindBackup(String),
     Exited(String),
     Removed,
     Shutdown,
@@ -107,6 +109,21 @@ pub async fn run_agent<C: Coordination>(
                 return Ok(AgentExit::Removed);
             }
             RunEnd::ConfigChanged => failures = 0,
+            RunEnd::BehindBackup(why) => {
+                tracing::warn!(member = %opts.member, %why, "data is older than the backups; restoring");
+                let aside =
+                    data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second());
+                if let Err(e) = aside {
+                    wait(
+                        &state,
+                        &opts,
+                        &mut shutdown,
+                        format!("{why}; moving the data aside failed: {e}"),
+                        opts.poll_interval,
+                    )
+                    .await;
+                }
+            }
             RunEnd::Exited(why) => {
                 failures += 1;
                 let backoff = opts.poll_interval * failures.min(10);
@@ -338,6 +355,9 @@ async fn run_etcd<C: Coordination>(
     let mut member_client: Option<MemberClient> = None;
     let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
     let mut last_renewal: Option<Instant> = None;
+    // A lone member compares its revision with the bucket's once it serves (after etcd has
+    // replayed its write-ahead log), as etcd-backup-restore does before starting etcd.
+    let mut revision_checked = cluster.members.len() != 1 || cluster.backup.is_none();
     let mut probe = tokio::time::interval(opts.retry_interval);
     let mut config_check = tokio::time::interval(opts.poll_interval);
     loop {
@@ -378,6 +398,15 @@ async fn run_etcd<C: Coordination>(
                 let Some(client) = &member_client else { continue };
                 match client.status().await {
                     Ok(st) => {
+                        // Checked before the member reports healthy, so nothing trusts data
+                        // that is about to be replaced.
+                        if !revision_checked && st.leader_id != 0 {
+                            revision_checked = true;
+                            if let Some(why) = behind_backups(cluster, st.revision).await {
+                                process.stop(Duration::from_secs(10)).await;
+                                return Ok(RunEnd::BehindBackup(why));
+                            }
+                        }
                         state.update(|s| {
                             s.member_id = Some(st.member_id);
                             s.cluster_id = Some(st.cluster_id);
@@ -400,6 +429,16 @@ async fn run_etcd<C: Coordination>(
                 }
             }
         }
+    }
+}
+
+/// `Some(why)` when this lone member's data ends before the newest backup.
+async fn behind_backups(cluster: &ClusterConfig, revision: i64) -> Option<String> {
+    match crate::restore::backups_in_store(cluster).await {
+        Backups::Available { newest_revision } if newest_revision > revision => Some(format!(
+            "the data ends at revision {revision} but the backups reach {newest_revision}"
+        )),
+        _ => None,
     }
 }
 

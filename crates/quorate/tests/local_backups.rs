@@ -416,3 +416,92 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
         "the backups reach revision {last_write}:\n{listing}"
     );
 }
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_lone_member_whose_data_is_older_than_the_backups_is_restored() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("stale", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    let put_all = |prefix: &'static str| {
+        let endpoint = local.endpoints("stale")[0].clone();
+        rt.block_on(async move {
+            let mut client = Client::connect([endpoint.as_str()], None).await.unwrap();
+            let mut rev = 0;
+            for i in 0..30 {
+                rev = client
+                    .put(format!("{prefix}{i:02}"), "v", None)
+                    .await
+                    .unwrap()
+                    .header()
+                    .unwrap()
+                    .revision();
+            }
+            rev
+        })
+    };
+    let backed_up_through = |rev: i64| {
+        eventually(
+            "the backups to reach the writes",
+            Duration::from_secs(30),
+            || {
+                let listing = local.ok(&["backups", "list", "stale"]);
+                listing
+                    .lines()
+                    .skip(2)
+                    .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
+                    .any(|last| last >= rev)
+                    .then_some(())
+            },
+        )
+    };
+    backed_up_through(put_all("a/"));
+    let data = local.cluster_dir("stale").join("members/stale-0/data");
+    let old = local.state.path().join("old-data");
+    local.ok(&["down", "stale"]);
+    copy_dir(&data, &old);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let newest = put_all("b/");
+    backed_up_through(newest);
+    local.ok(&["down", "stale"]);
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_dir(&old, &data);
+
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let endpoint = local.endpoints("stale")[0].clone();
+    let keys = rt.block_on(async {
+        for _ in 0..100 {
+            let got = dump(&endpoint, "b/").await;
+            if got.len() == 30 {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        dump(&endpoint, "b/").await
+    });
+    assert_eq!(
+        keys.len(),
+        30,
+        "the writes after the old copy came back from the bucket"
+    );
+    assert_eq!(
+        keys.last().unwrap().2,
+        newest,
+        "at their original revisions"
+    );
+    let aside = std::fs::read_dir(local.cluster_dir("stale").join("members/stale-0"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("data.invalid-"));
+    assert!(aside, "the old data was moved aside, not deleted");
+}
