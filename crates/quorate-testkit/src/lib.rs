@@ -6,6 +6,7 @@ pub mod binaries;
 pub mod child;
 pub mod cluster;
 pub mod etcd;
+pub mod moto;
 pub mod ports;
 pub mod tls;
 
@@ -16,6 +17,7 @@ pub use etcd::{
     ClusterState, EtcdMemberConfig, EtcdProcess, NotReady, RaftTiming, ServerTlsFiles,
     format_initial_cluster,
 };
+pub use moto::{MotoServer, moto_binary};
 pub use nix::sys::signal::Signal;
 pub use ports::{PortBlock, free_port};
 pub use tempfile::TempDir;
