@@ -82,6 +82,8 @@ pub async fn run_backups<C: Coordination>(
                 };
                 match leader.lead(&mut requests, &mut shutdown).await {
                     Ok(LeadEnd::LostLeadership) => {}
+                    // Failures caused by the agent stopping are not the store's fault.
+                    Err(_) if *shutdown.borrow() => return,
                     Err(error) => {
                         tracing::warn!(member = %me, %error, "backups failed; retrying");
                         leader.record_error(&error).await;

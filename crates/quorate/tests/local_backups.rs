@@ -292,9 +292,14 @@ fn a_bucket_claimed_by_another_cluster_is_refused_unless_adopted() {
     local.ok(&["down", "claim"]);
     std::fs::write(&owner, "another-cluster-uid").unwrap();
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
-    let (_, message) = eventually("BackupReady to turn False", Duration::from_secs(60), || {
-        condition(&local, "claim", "BackupReady").filter(|(s, _)| s == "False")
-    });
+    let (_, message) = eventually(
+        "BackupReady to turn False for the foreign bucket",
+        Duration::from_secs(60),
+        || {
+            condition(&local, "claim", "BackupReady")
+                .filter(|(s, m)| s == "False" && m.contains("another cluster"))
+        },
+    );
     assert!(
         message.contains("another cluster") && message.contains("quorate.io/adopt-backups"),
         "{message}"
