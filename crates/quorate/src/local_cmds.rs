@@ -154,7 +154,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             )
             .await?;
             let started = std::time::Instant::now();
-            let saved = quorate_backup::snapshotter::save_to_file(&client, &output).await?;
+            let part = output.with_file_name(format!(
+                "{}.part",
+                output
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ));
+            let progress =
+                crate::progress::FileProgress::start("saving snapshot", vec![part, output.clone()]);
+            let saved = quorate_backup::snapshotter::save_to_file(&client, &output).await;
+            drop(progress);
+            let saved = saved?;
             let seconds = started.elapsed().as_secs_f64();
             println!(
                 "saved {} ({} bytes, revision {}) in {seconds:.2}s, {:.1} MB/s",

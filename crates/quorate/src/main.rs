@@ -4,6 +4,7 @@
 mod backup_cmds;
 mod cli;
 mod local_cmds;
+mod progress;
 
 use clap::Parser;
 use std::process::ExitCode;

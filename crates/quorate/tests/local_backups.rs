@@ -542,3 +542,37 @@ fn a_lone_member_whose_data_is_older_than_the_backups_is_restored() {
         .any(|e| e.file_name().to_string_lossy().starts_with("data.invalid-"));
     assert!(aside, "the old data was moved aside, not deleted");
 }
+
+#[test]
+fn one_shot_snapshot_of_any_endpoint_is_a_valid_etcd_snapshot() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("shot", 1, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let endpoint = local.endpoints("shot")[0].clone();
+    let file = local.state.path().join("shot.db");
+    let out = local.ok(&["snapshot", "--endpoint", &endpoint, "-o", path_str(&file)]);
+    assert!(out.contains("saved") && out.contains("revision"), "{out}");
+    let status = std::process::Command::new(quorate_testkit::etcdctl_binary())
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "status", path_str(&file)])
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let dead = local.quorate(&[
+        "snapshot",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "-o",
+        path_str(&file),
+    ]);
+    assert!(!dead.status.success());
+    assert!(
+        String::from_utf8_lossy(&dead.stderr).contains("127.0.0.1:9"),
+        "{}",
+        String::from_utf8_lossy(&dead.stderr)
+    );
+}
