@@ -3,17 +3,9 @@
 
 mod support;
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::Client;
 use std::time::Duration;
-use support::{Local, eventually, manifest, path_str};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use support::{Local, dump, eventually, manifest, path_str, put_keys, runtime};
 
 /// Backups to the Local provider, a delta every second, a full snapshot every minute.
 fn with_backups(name: &str, replicas: u32) -> String {
@@ -37,28 +29,6 @@ fn condition(local: &Local, name: &str, type_: &str) -> Option<(String, String)>
         c["status"].as_str()?.to_string(),
         c["message"].as_str().unwrap_or_default().to_string(),
     ))
-}
-
-/// Every key under `prefix` with its value and mod revision, read from `url` only.
-async fn dump(url: &str, prefix: &str) -> Vec<(String, String, i64)> {
-    let mut client = Client::connect([url], None).await.unwrap();
-    let resp = client
-        .get(
-            prefix,
-            Some(GetOptions::new().with_prefix().with_serializable()),
-        )
-        .await
-        .unwrap();
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_string(),
-                kv.value_str().unwrap().to_string(),
-                kv.mod_revision(),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -129,7 +99,7 @@ fn total_loss_recovery(local: &Local, name: &str, text: &str) {
     );
 
     // Total loss: every process killed, every data directory wiped.
-    drop_cluster_processes(local, name);
+    local.kill_cluster(name);
     for i in 0..3 {
         std::fs::remove_dir_all(
             local
@@ -155,31 +125,6 @@ fn total_loss_recovery(local: &Local, name: &str, text: &str) {
             "member {url} holds every write at its original revision"
         );
     }
-}
-
-/// Kills the supervisor's process group (supervisor, agents, etcds) of one cluster.
-fn drop_cluster_processes(local: &Local, name: &str) {
-    let lock = local.cluster_dir(name).join("supervisor.lock");
-    let pid: i32 = std::fs::read_to_string(lock)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    eventually(
-        "the cluster's processes to exit",
-        Duration::from_secs(10),
-        || {
-            local
-                .find_pid(&[&local.cluster_dir(name).display().to_string()])
-                .is_none()
-                .then_some(())
-        },
-    );
 }
 
 #[test]
@@ -387,20 +332,7 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
     std::fs::write(&bucket, b"not a bucket").unwrap();
     let rt = runtime();
     let endpoints = local.endpoints("demand");
-    let last_write = rt.block_on(async {
-        let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
-        let mut rev = 0;
-        for i in 0..100 {
-            rev = client
-                .put(format!("k/{i:03}"), "v", None)
-                .await
-                .unwrap()
-                .header()
-                .unwrap()
-                .revision();
-        }
-        rev
-    });
+    let last_write = rt.block_on(put_keys(&endpoints, "k/", 100));
     eventually(
         "BackupReady to turn False during the outage",
         Duration::from_secs(60),
@@ -470,23 +402,7 @@ fn a_lone_member_whose_data_is_older_than_the_backups_is_restored() {
     let path = local.manifest("c.yaml", &with_backups("stale", 1));
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     let rt = runtime();
-    let put_all = |prefix: &'static str| {
-        let endpoint = local.endpoints("stale")[0].clone();
-        rt.block_on(async move {
-            let mut client = Client::connect([endpoint.as_str()], None).await.unwrap();
-            let mut rev = 0;
-            for i in 0..30 {
-                rev = client
-                    .put(format!("{prefix}{i:02}"), "v", None)
-                    .await
-                    .unwrap()
-                    .header()
-                    .unwrap()
-                    .revision();
-            }
-            rev
-        })
-    };
+    let put_all = |prefix: &str| rt.block_on(put_keys(&local.endpoints("stale"), prefix, 30));
     let backed_up_through = |rev: i64| {
         eventually(
             "the backups to reach the writes",

@@ -2,38 +2,18 @@
 
 mod support;
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::Client;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use support::{Local, eventually, manifest, path_str};
+use support::{Local, dump, eventually, manifest, path_str, runtime};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Reads every key under `prefix` from one member only (serializable), as (key, value) pairs.
+/// Every key under `prefix` on one member only, as (key, value) pairs.
 async fn keys_on_member(url: &str, prefix: &str) -> Vec<(String, String)> {
-    let mut client = Client::connect([url], None).await.expect("connect");
-    let resp = client
-        .get(
-            prefix,
-            Some(GetOptions::new().with_prefix().with_serializable()),
-        )
+    dump(url, prefix)
         .await
-        .expect("serializable get");
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            (
-                kv.key_str().unwrap().to_string(),
-                kv.value_str().unwrap().to_string(),
-            )
-        })
+        .into_iter()
+        .map(|(k, v, _)| (k, v))
         .collect()
 }
 

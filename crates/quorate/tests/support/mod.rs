@@ -96,6 +96,30 @@ impl Local {
     }
 
     /// Kills every supervisor (and with them their agents and etcds).
+    /// Kills one cluster's supervisor process group (supervisor, agents and etcds) at once and
+    /// waits until none of its processes is left, as a machine crash would leave it.
+    pub fn kill_cluster(&self, name: &str) {
+        let lock = self.cluster_dir(name).join("supervisor.lock");
+        if let Some(pid) = std::fs::read_to_string(lock)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+        {
+            // The supervisor leads its own process group; agents and etcds are in it or die
+            // with their parent.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let dir = self.cluster_dir(name).display().to_string();
+        eventually(
+            "the cluster's processes to exit",
+            Duration::from_secs(10),
+            || self.find_pid(&[&dir]).is_none().then_some(()),
+        );
+    }
+
+    /// Kills every process started under this environment's state directory.
     fn kill_all(&self) {
         let clusters = self.state.path().join("clusters");
         for entry in std::fs::read_dir(clusters).into_iter().flatten().flatten() {
@@ -104,8 +128,6 @@ impl Local {
                 .ok()
                 .and_then(|t| t.trim().parse::<i32>().ok())
             {
-                // The supervisor leads its own process group; agents and etcds are in it or die
-                // with their parent.
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -183,4 +205,54 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
 
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
+}
+
+/// A tokio runtime for the async parts of a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Every key under `prefix` with its value and mod revision, read from the member at `url`
+/// only (serializable).
+pub async fn dump(url: &str, prefix: &str) -> Vec<(String, String, i64)> {
+    let mut client = etcd_client::Client::connect([url], None)
+        .await
+        .expect("connect");
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_serializable();
+    let resp = client
+        .get(prefix, Some(options))
+        .await
+        .expect("serializable get");
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap().to_string(),
+                kv.value_str().unwrap().to_string(),
+                kv.mod_revision(),
+            )
+        })
+        .collect()
+}
+
+/// Writes `<prefix><i>` = `v` for i in 0..n; returns the revision of the last write.
+pub async fn put_keys(endpoints: &[String], prefix: &str, n: usize) -> i64 {
+    let mut client = etcd_client::Client::connect(endpoints, None)
+        .await
+        .expect("connect");
+    let mut revision = 0;
+    for i in 0..n {
+        let put = client
+            .put(format!("{prefix}{i:03}"), "v", None)
+            .await
+            .expect("put");
+        revision = put.header().expect("header").revision();
+    }
+    revision
 }
