@@ -41,6 +41,10 @@ pub enum BackupRequest {
     },
 }
 
+/// How long a member leads before it starts backing up (the old leader stops within 500 ms
+/// and uploads its last batch meanwhile).
+const LEADERSHIP_SETTLE: Duration = Duration::from_secs(2);
+
 /// Why one period of leadership ended.
 enum LeadEnd {
     /// This member is no longer the leader (or the agent stops).
@@ -55,14 +59,23 @@ pub async fn run_backups<C: Coordination>(
     mut requests: mpsc::Receiver<BackupRequest>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut leading_since: Option<std::time::Instant> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
-        let leading = {
+        let leading_now = {
             let s = state.get();
             s.is_leader && s.healthy
         };
+        // A new leader waits until the previous one has noticed and uploaded what it captured,
+        // so the new one's first delta starts after it: no overlapping deltas.
+        leading_since = if leading_now {
+            leading_since.or(Some(std::time::Instant::now()))
+        } else {
+            None
+        };
+        let leading = leading_since.is_some_and(|t| t.elapsed() >= LEADERSHIP_SETTLE);
         let cluster = if leading {
             coord.cluster_config().await.ok()
         } else {
@@ -81,7 +94,7 @@ pub async fn run_backups<C: Coordination>(
                     state: &state,
                 };
                 match leader.lead(&mut requests, &mut shutdown).await {
-                    Ok(LeadEnd::LostLeadership) => {}
+                    Ok(LeadEnd::LostLeadership) => leading_since = None,
                     // Failures caused by the agent stopping are not the store's fault.
                     Err(_) if *shutdown.borrow() => return,
                     Err(error) => {

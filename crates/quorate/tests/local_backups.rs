@@ -492,3 +492,73 @@ fn one_shot_snapshot_of_any_endpoint_is_a_valid_etcd_snapshot() {
         String::from_utf8_lossy(&dead.stderr)
     );
 }
+
+#[test]
+fn a_new_backup_leader_continues_the_chain_without_gap_or_overlap() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("relay", 3));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, "relay", "BackupReady")?.0 == "True").then_some(())
+    });
+    let rt = runtime();
+    let endpoints = local.endpoints("relay");
+    rt.block_on(put_keys(&endpoints, "a/", 50));
+    // Hand leadership to another member while writes continue.
+    let members = local.ok(&["members", "relay"]);
+    let follower_id = members
+        .lines()
+        .skip(1)
+        .find(|l| l.split_whitespace().nth(4) == Some("false"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let leader_url = members
+        .lines()
+        .skip(1)
+        .find(|l| l.split_whitespace().nth(4) == Some("true"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap()
+        .to_string();
+    let moved = std::process::Command::new(quorate_testkit::etcdctl_binary())
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", &leader_url, "move-leader", &follower_id])
+        .output()
+        .unwrap();
+    assert!(
+        moved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    let last = rt.block_on(put_keys(&endpoints, "b/", 50));
+    let listing = eventually(
+        "the backups to reach the last write",
+        Duration::from_secs(30),
+        || {
+            let listing = local.ok(&["backups", "list", "relay"]);
+            let reached = listing
+                .lines()
+                .skip(2)
+                .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
+                .max()?;
+            (reached >= last).then_some(listing)
+        },
+    );
+    // Walk the chain in order: each delta starts right after what came before (a full
+    // snapshot in between moves the head to its revision).
+    let mut head: Option<i64> = None;
+    for line in listing.lines().skip(2) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (start, last): (i64, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        match (f[0], head) {
+            ("Incr", Some(h)) => assert_eq!(
+                start,
+                h + 1,
+                "no gap and no overlap before {line}:\n{listing}"
+            ),
+            ("Incr", None) => {}
+            _ => {}
+        }
+        head = Some(head.map_or(last, |h| h.max(last)));
+    }
+}
