@@ -241,7 +241,7 @@ impl<C: Coordination> Leader<'_, C> {
                             let _ = reply.send(Ok(None));
                         }
                     }
-                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next_full)) => {
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next_full)), if full_after.is_none() && !lost => {
                         full_after = Some((false, None));
                         handle.stop().await;
                     }
@@ -251,7 +251,7 @@ impl<C: Coordination> Leader<'_, C> {
                             tracing::warn!(member = %self.me, error = %e, "garbage collection failed");
                         }
                     }
-                    _ = leadership.tick() => {
+                    _ = leadership.tick(), if !lost => {
                         if !self.still_leading() || *shutdown.borrow() {
                             lost = true;
                             handle.stop().await;
