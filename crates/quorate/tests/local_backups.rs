@@ -130,8 +130,19 @@ fn total_loss_recovery(local: &Local, name: &str, text: &str) {
 #[test]
 fn restore_to_a_revision_gives_the_exact_earlier_state() {
     let local = Local::new();
-    let path = local.manifest("c.yaml", &with_backups("pit", 1));
+    // Keep every delta (BR deletes deltas older than the newest full snapshot unless a
+    // retention is set) and take no scheduled full snapshot during the test.
+    let text = with_backups("pit", 1)
+        .replace("\"*/1 * * * *\"", "\"0 0 1 1 *\"")
+        .replace(
+            "    garbageCollectionPeriod: 10s\n",
+            "    garbageCollectionPeriod: 10s\n    deltaSnapshotRetentionPeriod: 1h\n",
+        );
+    let path = local.manifest("c.yaml", &text);
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("the first full snapshot", Duration::from_secs(60), || {
+        (condition(&local, "pit", "BackupReady")?.0 == "True").then_some(())
+    });
     let rt = runtime();
     let endpoint = local.endpoints("pit")[0].clone();
     let (middle, at_middle) = rt.block_on(async {
