@@ -23,6 +23,12 @@ pub type ByteStream<'a> = BoxStream<'a, io::Result<Bytes>>;
 /// Size of the chunks the gzip and zlib coders produce.
 const CHUNK: usize = 64 * 1024;
 
+/// Compression level of gzip and zlib: the fastest. The backup leader shares its machine with
+/// etcd, and at the default level compressing deltas costs etcd a fifth of its write
+/// throughput on two cores (docs/benchmarks/backup.md); the objects are larger but still plain
+/// gzip/zlib that any reader, etcd-backup-restore included, decompresses.
+const LEVEL: async_compression::Level = async_compression::Level::Fastest;
+
 /// Compresses `input` with `policy` (`None`: passes it through unchanged).
 pub fn compress<'a, S>(policy: Option<CompressionPolicy>, input: S) -> ByteStream<'a>
 where
@@ -30,12 +36,16 @@ where
 {
     match policy {
         None => input.boxed(),
-        Some(CompressionPolicy::Gzip) => {
-            ReaderStream::with_capacity(GzipEncoder::new(StreamReader::new(input)), CHUNK).boxed()
-        }
-        Some(CompressionPolicy::Zlib) => {
-            ReaderStream::with_capacity(ZlibEncoder::new(StreamReader::new(input)), CHUNK).boxed()
-        }
+        Some(CompressionPolicy::Gzip) => ReaderStream::with_capacity(
+            GzipEncoder::with_quality(StreamReader::new(input), LEVEL),
+            CHUNK,
+        )
+        .boxed(),
+        Some(CompressionPolicy::Zlib) => ReaderStream::with_capacity(
+            ZlibEncoder::with_quality(StreamReader::new(input), LEVEL),
+            CHUNK,
+        )
+        .boxed(),
         Some(CompressionPolicy::Lzw) => lzw_encode(input),
     }
 }
