@@ -4,9 +4,13 @@
 //! `quorate-bench scale-out` scales a cluster from 1 to 3 members with `quorate apply` and by
 //! hand with `etcdctl`, while a client keeps writing and the leader is watched.
 //!
+//! `quorate-bench backup` measures full snapshots, restores, delta replay and write throughput
+//! with delta backups on one large database, against `etcdctl` and against no backups.
+//!
 //! Build both binaries first, so the default `--quorate` (next to this executable) exists:
 //! `cargo build --release -p quorate -p quorate-bench`.
 
+mod backup;
 mod error;
 mod hand;
 mod observe;
@@ -34,6 +38,9 @@ enum Command {
     /// Scale a cluster 1 → 3 with quorate and with etcdctl by hand; print both times, the
     /// ratio, failed writes and leader changes.
     ScaleOut(ScaleOutArgs),
+    /// Full snapshot and restore against etcdctl, delta replay rate, and write throughput with
+    /// delta backups on vs. off, on one large database.
+    Backup(backup::BackupArgs),
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +90,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::ScaleOut(args) => scale_out(args).await,
+        Command::Backup(args) => backup::run(args).await,
     }
 }
 
@@ -136,7 +144,7 @@ async fn scale_out(args: ScaleOutArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_report(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_report(path: &Path, text: &str) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(BenchError::io("create", parent))?;
     }
@@ -178,20 +186,25 @@ async fn probe_machine(quorate: &Path) -> Machine {
         started: jiff::Timestamp::now()
             .strftime("%Y-%m-%d %H:%M UTC")
             .to_string(),
-        command: std::env::args()
-            .map(|a| {
-                Path::new(&a)
-                    .file_name()
-                    .filter(|_| a.contains('/') && a.ends_with("quorate-bench"))
-                    .map(|f| f.to_string_lossy().into_owned())
-                    .unwrap_or(a)
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
+        command: command_line(),
     }
 }
 
-fn load_average() -> String {
+/// This run's command line, with the executable's directory left out.
+pub(crate) fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            Path::new(&a)
+                .file_name()
+                .filter(|_| a.contains('/') && a.ends_with("quorate-bench"))
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or(a)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()

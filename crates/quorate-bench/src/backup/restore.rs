@@ -1,0 +1,175 @@
+//! Restores of the full snapshot by quorate ([`restore`]) and by `etcdctl snapshot restore`,
+//! and the replay of delta snapshots captured from the member after that snapshot.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use quorate_backup::layout::SnapshotKind;
+use quorate_backup::restore::{
+    DeltaContent, DeltaObject, DeltaStream, EtcdTools, FetchError, FullSnapshotInput,
+    FullSnapshotSource, MemberIdentity, RestoreInputs, RestoreOptions, RestoreReport,
+    RestoreTarget, deltas_from_iter, restore,
+};
+use quorate_backup::store::{SnapStore, StoredSnapshot};
+use quorate_testkit::{etcd_binary, etcdctl_binary};
+
+use super::snapshot::run_etcdctl;
+use crate::error::{BenchError, Result};
+
+const NAME: &str = "bench-restored";
+const PEER_URL: &str = "http://127.0.0.1:2380";
+const TOKEN: &str = "quorate-bench-restore";
+
+/// The member both restores restore as.
+fn identity() -> MemberIdentity {
+    MemberIdentity {
+        name: NAME.to_string(),
+        peer_urls: vec![PEER_URL.to_string()],
+        initial_cluster: format!("{NAME}={PEER_URL}"),
+        cluster_token: TOKEN.to_string(),
+    }
+}
+
+fn inputs(snapshot: &Path, deltas: DeltaStream, data_dir: &Path) -> RestoreInputs {
+    RestoreInputs {
+        full: FullSnapshotInput {
+            name: snapshot
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            source: FullSnapshotSource::File(snapshot.to_path_buf()),
+        },
+        deltas,
+        member: identity(),
+        data_dir: data_dir.to_path_buf(),
+        tools: EtcdTools::new(etcd_binary(), etcdctl_binary()),
+        target: RestoreTarget::Latest,
+        options: RestoreOptions::default(),
+    }
+}
+
+/// quorate's restore of `snapshot` alone (no deltas) into the new directory `data_dir`.
+pub async fn restore_quorate(snapshot: &Path, data_dir: &Path) -> Result<Duration> {
+    let started = Instant::now();
+    restore(inputs(snapshot, deltas_from_iter([]), data_dir))
+        .await
+        .map_err(|e| BenchError::failed(format!("quorate restore: {e}")))?;
+    Ok(started.elapsed())
+}
+
+/// `etcdctl snapshot restore` of `snapshot` into the new directory `data_dir`, as the same
+/// member.
+pub async fn restore_etcdctl(snapshot: &Path, data_dir: &Path) -> Result<Duration> {
+    let started = Instant::now();
+    run_etcdctl(&[
+        "snapshot".to_string(),
+        "restore".to_string(),
+        snapshot.display().to_string(),
+        format!("--name={NAME}"),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--initial-cluster={NAME}={PEER_URL}"),
+        format!("--initial-cluster-token={TOKEN}"),
+        format!("--initial-advertise-peer-urls={PEER_URL}"),
+    ])
+    .await?;
+    Ok(started.elapsed())
+}
+
+/// `etcdctl snapshot status` of `snapshot`: the step quorate's restore runs before
+/// `snapshot restore` to learn the snapshot's revision.
+pub async fn status_etcdctl(snapshot: &Path) -> Result<Duration> {
+    let started = Instant::now();
+    run_etcdctl(&[
+        "snapshot".to_string(),
+        "status".to_string(),
+        snapshot.display().to_string(),
+        "--write-out=json".to_string(),
+    ])
+    .await?;
+    Ok(started.elapsed())
+}
+
+/// The delta snapshots in `store`, in order.
+async fn delta_objects(store: &SnapStore) -> Result<Vec<StoredSnapshot>> {
+    Ok(store
+        .list()
+        .await
+        .map_err(|e| BenchError::failed(format!("listing the delta snapshots: {e}")))?
+        .into_iter()
+        .filter(|s| s.name.kind == SnapshotKind::Incr)
+        .collect())
+}
+
+/// One object's decompressed bytes.
+async fn fetch(
+    store: &SnapStore,
+    object: &StoredSnapshot,
+) -> std::result::Result<Bytes, Box<dyn std::error::Error + Send + Sync>> {
+    let mut body = store.download(object).await?;
+    let mut data = Vec::new();
+    while let Some(chunk) = body.next().await {
+        data.extend_from_slice(&chunk?);
+    }
+    Ok(Bytes::from(data))
+}
+
+/// quorate's restore of `snapshot` plus every delta snapshot in `store`, downloaded and
+/// decompressed one at a time while the replay runs, as a restore from a bucket does.
+pub async fn restore_with_deltas(
+    snapshot: &Path,
+    store: &SnapStore,
+    data_dir: &Path,
+) -> Result<RestoreReport> {
+    let objects = delta_objects(store).await?;
+    let store = store.clone();
+    let deltas: DeltaStream = futures::stream::iter(objects)
+        .then(move |object| {
+            let store = store.clone();
+            async move {
+                let data = fetch(&store, &object).await.map_err(|source| FetchError {
+                    object: object.path.clone(),
+                    source,
+                })?;
+                Ok(DeltaObject {
+                    name: object.name.file_name(),
+                    content: DeltaContent::Raw(data),
+                })
+            }
+        })
+        .boxed();
+    restore(inputs(snapshot, deltas, data_dir))
+        .await
+        .map_err(|e| BenchError::failed(format!("quorate restore with deltas: {e}")))
+}
+
+/// How long downloading, decompressing and decoding every delta in `store` takes, without
+/// applying anything: the part of the replay that is not etcd.
+pub async fn fetch_and_decode(store: &SnapStore) -> Result<Duration> {
+    let started = Instant::now();
+    for object in delta_objects(store).await? {
+        let data = fetch(store, &object)
+            .await
+            .map_err(|e| BenchError::failed(format!("fetching {}: {e}", object.path)))?;
+        quorate_backup::delta::decode(&object.path, &data)
+            .map_err(|e| BenchError::failed(format!("decoding {}: {e}", object.path)))?;
+    }
+    Ok(started.elapsed())
+}
+
+/// `dir/<name>`, removed first if it exists (the restores want a new directory).
+pub fn fresh_dir(dir: &Path, name: &str) -> Result<PathBuf> {
+    let path = dir.join(name);
+    remove_dir(&path)?;
+    Ok(path)
+}
+
+/// Removes a directory tree; a missing one is fine.
+pub fn remove_dir(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(BenchError::io("remove", path)(e)),
+    }
+}
