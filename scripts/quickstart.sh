@@ -6,10 +6,19 @@ bash scripts/install-deps.sh
 cargo build --release --quiet -p quorate
 bin=target/release/quorate
 "$bin" up -d -f examples/etcd-cluster.yaml
-"$bin" get etcd -o wide
+echo
 "$bin" members etcd-main
 echo
-echo "etcdctl --endpoints=$("$bin" endpoints etcd-main) endpoint status -w table"
-etcdctl --endpoints="$("$bin" endpoints etcd-main)" endpoint status -w table
+endpoints=$("$bin" endpoints etcd-main)
+echo "etcdctl --endpoints=$endpoints endpoint status -w table"
+etcdctl --endpoints="$endpoints" endpoint status -w table
 echo
-echo "Stop it with: $bin down etcd-main   (add --purge to delete its data)"
+echo "waiting for the first backup ..."
+for _ in $(seq 30); do
+  "$bin" get etcd etcd-main | grep -q 'true *True *True *True' && break
+  sleep 1
+done
+"$bin" get etcd -o wide
+"$bin" backups list etcd-main
+echo
+echo "Stop it with: $bin down etcd-main   (add --purge to delete its data and backups)"
