@@ -93,17 +93,7 @@ pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence)
     match mine {
         Some(m) if m.name.is_empty() => {
             // Added (by a bootstrap or an earlier learner add) but never started: start and join.
-            let initial_cluster = members
-                .iter()
-                .map(|m| {
-                    let name = if m.name.is_empty() {
-                        name_for(cluster, m)
-                    } else {
-                        m.name.clone()
-                    };
-                    (name, m.peer_urls.first().cloned().unwrap_or_default())
-                })
-                .collect();
+            let initial_cluster = join_initial_cluster(cluster, members);
             if !evidence.cluster_existed && cluster.is_bootstrap_member(me) {
                 StartDecision::Start(StartMode::Bootstrap)
             } else {
