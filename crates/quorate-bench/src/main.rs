@@ -151,35 +151,38 @@ pub(crate) fn write_report(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(BenchError::io("write", path))
 }
 
+/// The first line `bin --version` prints, or why there is none.
+pub(crate) async fn version_line(bin: &Path) -> String {
+    match tokio::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .await
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        Err(e) => format!("unknown ({}: {e})", bin.display()),
+    }
+}
+
+/// etcd's version, as `etcd --version` names it.
+pub(crate) async fn etcd_version() -> String {
+    let line = version_line(&quorate_testkit::etcd_binary()).await;
+    line.strip_prefix("etcd Version: ")
+        .unwrap_or(&line)
+        .to_string()
+}
+
 async fn probe_machine(quorate: &Path) -> Machine {
-    let first_line = |bin: &Path| {
-        let bin = bin.to_path_buf();
-        async move {
-            match tokio::process::Command::new(&bin)
-                .arg("--version")
-                .output()
-                .await
-            {
-                Ok(out) => String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string(),
-                Err(e) => format!("unknown ({}: {e})", bin.display()),
-            }
-        }
-    };
-    let etcd = first_line(&quorate_testkit::etcd_binary()).await;
     Machine {
         cpus: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
-        etcd_version: etcd
-            .strip_prefix("etcd Version: ")
-            .unwrap_or(&etcd)
-            .to_string(),
-        quorate_version: first_line(quorate).await,
+        etcd_version: etcd_version().await,
+        quorate_version: version_line(quorate).await,
         quorate_path: quorate.display().to_string(),
         load_before: load_average(),
         load_after: String::new(),

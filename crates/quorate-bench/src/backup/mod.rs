@@ -485,28 +485,11 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 async fn probe_machine() -> Machine {
-    let etcd = quorate_testkit::etcd_binary();
-    let version = match tokio::process::Command::new(&etcd)
-        .arg("--version")
-        .output()
-        .await
-    {
-        Ok(out) => String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-        Err(e) => format!("unknown ({}: {e})", etcd.display()),
-    };
     Machine {
         cpus: std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
-        etcd_version: version
-            .strip_prefix("etcd Version: ")
-            .unwrap_or(&version)
-            .to_string(),
+        etcd_version: crate::etcd_version().await,
         load_before: crate::load_average(),
         load_after: String::new(),
         started: jiff::Timestamp::now()
