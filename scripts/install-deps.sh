@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing quorate needs, skipping what is already there:
-# etcd 3.4 (server + etcdctl) and protoc from Debian. Safe to run repeatedly.
+# etcd 3.4 (server + etcdctl) and protoc with its well-known types from Debian. Safe to run repeatedly.
 set -euo pipefail
 
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# protoc's well-known types (google/protobuf/descriptor.proto, ...) that etcd-client's protos
+# import; only a recommendation of protobuf-compiler, so --no-install-recommends skips them.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
