@@ -4,6 +4,7 @@
 pub mod backup_ready;
 pub mod backup_schedule;
 pub mod cluster_config;
+pub mod components;
 pub mod conditions;
 pub mod etcd_config;
 pub mod gc;

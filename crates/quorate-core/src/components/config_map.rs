@@ -1,0 +1,116 @@
+//! ConfigMap `<name>-config`: druid's `etcd.conf.yaml` plus quorate's `cluster.json`, which the
+//! agents read through the API. Its checksum goes on the pod template.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use quorate_api::Etcd;
+use quorate_api::names::{CONFIG_MAP_KEY, component, config_map_name};
+use sha2::{Digest, Sha256};
+
+use super::cluster_config::render_for_kubernetes;
+use super::context::ComponentContext;
+use super::error::ComponentError;
+use super::etcd_conf;
+use super::meta::EtcdIdentity;
+
+/// Key of quorate's [`crate::cluster_config::ClusterConfig`] (JSON) in the ConfigMap.
+pub const CLUSTER_CONFIG_KEY: &str = "cluster.json";
+
+/// The ConfigMap with both keys.
+pub fn build(etcd: &Etcd, ctx: &ComponentContext) -> Result<ConfigMap, ComponentError> {
+    let id = EtcdIdentity::of(etcd)?;
+    let cluster = render_for_kubernetes(etcd, ctx.bootstrap_members.as_deref())?;
+    let cluster_json =
+        serde_json::to_string_pretty(&cluster).map_err(|e| ComponentError::Serialize {
+            what: CLUSTER_CONFIG_KEY,
+            name: id.name.clone(),
+            detail: e.to_string(),
+        })?;
+    Ok(ConfigMap {
+        metadata: id.object_meta(component::CONFIG_MAP, &config_map_name(&id.name)),
+        data: Some(BTreeMap::from([
+            (CONFIG_MAP_KEY.to_string(), etcd_conf::render(etcd)?),
+            (CLUSTER_CONFIG_KEY.to_string(), cluster_json),
+        ])),
+        ..ConfigMap::default()
+    })
+}
+
+/// Checksum of a ConfigMap's data, computed like druid's: the SHA-256 (lower-case hex) of the
+/// data as a JSON object with sorted keys. It changes exactly when some key or value changes.
+pub fn checksum(data: &BTreeMap<String, String>) -> String {
+    // A map of strings always serializes; the empty fallback only keeps this total.
+    let json = serde_json::to_vec(data).unwrap_or_default();
+    Sha256::digest(&json)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// [`checksum`] of the ConfigMap's data (empty data when it has none).
+pub fn config_map_checksum(config_map: &ConfigMap) -> String {
+    checksum(&config_map.data.clone().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster_config::ClusterConfig;
+    use crate::components::meta::tests::etcd;
+
+    fn ctx() -> ComponentContext {
+        ComponentContext::new("quorate:test", "alpine:test")
+    }
+
+    #[test]
+    fn holds_druids_yaml_and_quorates_json() {
+        let cm = build(&etcd("etcd-main", 3), &ctx()).unwrap();
+        assert_eq!(cm.metadata.name.as_deref(), Some("etcd-main-config"));
+        assert_eq!(
+            cm.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"],
+            "etcd-configmap"
+        );
+        let data = cm.data.unwrap();
+        assert_eq!(data.len(), 2);
+        assert!(data["etcd.conf.yaml"].contains("data-dir: /var/etcd/data/new.etcd"));
+        let cluster: ClusterConfig = serde_json::from_str(&data["cluster.json"]).unwrap();
+        assert_eq!(cluster.members.len(), 3);
+    }
+
+    #[test]
+    fn checksum_is_sha256_of_the_sorted_json() {
+        let data = BTreeMap::from([("a".to_string(), "b".to_string())]);
+        // sha256 of `{"a":"b"}`.
+        assert_eq!(
+            checksum(&data),
+            "db4a7ecb114bc66c623a06c4ff6fe8daa2f49cc270ebbf7a1f81e22ab061c837"
+        );
+    }
+
+    #[test]
+    fn checksum_changes_with_the_config_and_only_then() {
+        let e = etcd("etcd-main", 3);
+        let a = config_map_checksum(&build(&e, &ctx()).unwrap());
+        let again = config_map_checksum(&build(&e, &ctx()).unwrap());
+        assert_eq!(a, again);
+        // Things outside the configuration (pod labels, images) do not change it.
+        let mut labelled = e.clone();
+        labelled.spec.labels.insert("team".into(), "x".into());
+        let other_image = ComponentContext::new("quorate:other", "alpine:test");
+        assert_eq!(
+            a,
+            config_map_checksum(&build(&labelled, &other_image).unwrap())
+        );
+        // Scaling, a port or the bootstrap set does.
+        let mut scaled = e.clone();
+        scaled.spec.replicas = 5;
+        assert_ne!(a, config_map_checksum(&build(&scaled, &ctx()).unwrap()));
+        let mut port = e.clone();
+        port.spec.etcd.client_port = Some(12379);
+        assert_ne!(a, config_map_checksum(&build(&port, &ctx()).unwrap()));
+        let mut recorded = ctx();
+        recorded.bootstrap_members = Some(vec!["etcd-main-0".into()]);
+        assert_ne!(a, config_map_checksum(&build(&e, &recorded).unwrap()));
+    }
+}

@@ -1,0 +1,245 @@
+//! Every component of an `Etcd` at once, in the order druid syncs them (ServiceAccount → Role
+//! → RoleBinding → member leases → snapshot leases → PDB → client Service → peer Service →
+//! ConfigMap → StatefulSet): the pod's permissions exist before the pods, and the ConfigMap
+//! before the StatefulSet whose pod template carries its checksum.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use quorate_api::Etcd;
+
+use super::context::ComponentContext;
+use super::error::ComponentError;
+use super::pod_disruption_budget::{PdbApiVersion, to_manifest};
+use super::{
+    client_service, config_map, member_leases, peer_service, pod_disruption_budget, role,
+    role_binding, service_account, snapshot_leases, statefulset,
+};
+
+/// The desired objects of one `Etcd`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredComponents {
+    /// ServiceAccount `<name>`.
+    pub service_account: ServiceAccount,
+    /// Role `druid.gardener.cloud:etcd:<name>`.
+    pub role: Role,
+    /// RoleBinding `druid.gardener.cloud:etcd:<name>`.
+    pub role_binding: RoleBinding,
+    /// One lease per desired member.
+    pub member_leases: Vec<Lease>,
+    /// Full and delta snapshot leases; empty without backups.
+    pub snapshot_leases: Vec<Lease>,
+    /// PodDisruptionBudget `<name>` (`policy/v1`).
+    pub pod_disruption_budget: PodDisruptionBudget,
+    /// Service `<name>-client`.
+    pub client_service: Service,
+    /// Headless Service `<name>-peer`.
+    pub peer_service: Service,
+    /// ConfigMap `<name>-config`.
+    pub config_map: ConfigMap,
+    /// StatefulSet `<name>`, with the ConfigMap's checksum on its pod template.
+    pub statefulset: StatefulSet,
+}
+
+/// One desired object, borrowed, for code that handles all kinds alike (apply loops, dumps).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DesiredObject<'a> {
+    /// The ServiceAccount.
+    ServiceAccount(&'a ServiceAccount),
+    /// The Role.
+    Role(&'a Role),
+    /// The RoleBinding.
+    RoleBinding(&'a RoleBinding),
+    /// A member or snapshot lease.
+    Lease(&'a Lease),
+    /// The PodDisruptionBudget.
+    PodDisruptionBudget(&'a PodDisruptionBudget),
+    /// The client or peer Service.
+    Service(&'a Service),
+    /// The ConfigMap.
+    ConfigMap(&'a ConfigMap),
+    /// The StatefulSet.
+    StatefulSet(&'a StatefulSet),
+}
+
+impl DesiredObject<'_> {
+    /// The object's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DesiredObject::ServiceAccount(_) => "ServiceAccount",
+            DesiredObject::Role(_) => "Role",
+            DesiredObject::RoleBinding(_) => "RoleBinding",
+            DesiredObject::Lease(_) => "Lease",
+            DesiredObject::PodDisruptionBudget(_) => "PodDisruptionBudget",
+            DesiredObject::Service(_) => "Service",
+            DesiredObject::ConfigMap(_) => "ConfigMap",
+            DesiredObject::StatefulSet(_) => "StatefulSet",
+        }
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        let meta = match self {
+            DesiredObject::ServiceAccount(o) => &o.metadata,
+            DesiredObject::Role(o) => &o.metadata,
+            DesiredObject::RoleBinding(o) => &o.metadata,
+            DesiredObject::Lease(o) => &o.metadata,
+            DesiredObject::PodDisruptionBudget(o) => &o.metadata,
+            DesiredObject::Service(o) => &o.metadata,
+            DesiredObject::ConfigMap(o) => &o.metadata,
+            DesiredObject::StatefulSet(o) => &o.metadata,
+        };
+        meta.name.as_deref().unwrap_or_default()
+    }
+
+    /// The object as a manifest (with `apiVersion` and `kind`); a PodDisruptionBudget is
+    /// written in `pdb_version`.
+    pub fn to_manifest(
+        &self,
+        pdb_version: PdbApiVersion,
+    ) -> Result<serde_json::Value, ComponentError> {
+        let value = match self {
+            DesiredObject::PodDisruptionBudget(o) => return to_manifest(o, pdb_version),
+            DesiredObject::ServiceAccount(o) => serde_json::to_value(o),
+            DesiredObject::Role(o) => serde_json::to_value(o),
+            DesiredObject::RoleBinding(o) => serde_json::to_value(o),
+            DesiredObject::Lease(o) => serde_json::to_value(o),
+            DesiredObject::Service(o) => serde_json::to_value(o),
+            DesiredObject::ConfigMap(o) => serde_json::to_value(o),
+            DesiredObject::StatefulSet(o) => serde_json::to_value(o),
+        };
+        value.map_err(|e| ComponentError::Serialize {
+            what: self.kind(),
+            name: self.name().to_string(),
+            detail: e.to_string(),
+        })
+    }
+}
+
+impl DesiredComponents {
+    /// All objects in druid's sync order.
+    pub fn in_sync_order(&self) -> Vec<DesiredObject<'_>> {
+        let mut out = vec![
+            DesiredObject::ServiceAccount(&self.service_account),
+            DesiredObject::Role(&self.role),
+            DesiredObject::RoleBinding(&self.role_binding),
+        ];
+        out.extend(self.member_leases.iter().map(DesiredObject::Lease));
+        out.extend(self.snapshot_leases.iter().map(DesiredObject::Lease));
+        out.extend([
+            DesiredObject::PodDisruptionBudget(&self.pod_disruption_budget),
+            DesiredObject::Service(&self.client_service),
+            DesiredObject::Service(&self.peer_service),
+            DesiredObject::ConfigMap(&self.config_map),
+            DesiredObject::StatefulSet(&self.statefulset),
+        ]);
+        out
+    }
+}
+
+/// Every component of `etcd`, with a StatefulSet of `spec.replicas` pods. When the controller
+/// needs another size (a TLS change rolls out at the current size), it rebuilds the
+/// StatefulSet with [`statefulset::build`].
+pub fn desired_components(
+    etcd: &Etcd,
+    ctx: &ComponentContext,
+) -> Result<DesiredComponents, ComponentError> {
+    let config_map = config_map::build(etcd, ctx)?;
+    let checksum = config_map::config_map_checksum(&config_map);
+    Ok(DesiredComponents {
+        service_account: service_account::build(etcd, ctx)?,
+        role: role::build(etcd)?,
+        role_binding: role_binding::build(etcd)?,
+        member_leases: member_leases::build(etcd)?,
+        snapshot_leases: snapshot_leases::build(etcd)?,
+        pod_disruption_budget: pod_disruption_budget::build(etcd)?,
+        client_service: client_service::build(etcd)?,
+        peer_service: peer_service::build(etcd)?,
+        statefulset: statefulset::build(etcd, ctx, etcd.spec.replicas, Some(&checksum))?,
+        config_map,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::components::meta::tests::etcd;
+    use quorate_api::StoreSpec;
+
+    #[test]
+    fn sync_order_is_druids() {
+        let mut e = etcd("etcd-main", 2);
+        e.spec.backup.store = Some(StoreSpec {
+            provider: Some("Local".into()),
+            container: Some("bucket".into()),
+            prefix: "p".into(),
+            ..StoreSpec::default()
+        });
+        let ctx = ComponentContext::new("q", "a");
+        let all = desired_components(&e, &ctx).unwrap();
+        let order: Vec<_> = all
+            .in_sync_order()
+            .iter()
+            .map(|o| format!("{}/{}", o.kind(), o.name()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "ServiceAccount/etcd-main",
+                "Role/druid.gardener.cloud:etcd:etcd-main",
+                "RoleBinding/druid.gardener.cloud:etcd:etcd-main",
+                "Lease/etcd-main-0",
+                "Lease/etcd-main-1",
+                "Lease/etcd-main-full-snap",
+                "Lease/etcd-main-delta-snap",
+                "PodDisruptionBudget/etcd-main",
+                "Service/etcd-main-client",
+                "Service/etcd-main-peer",
+                "ConfigMap/etcd-main-config",
+                "StatefulSet/etcd-main",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_object_is_owned_by_the_etcd_and_labelled() {
+        let ctx = ComponentContext::new("q", "a");
+        let all = desired_components(&etcd("etcd-main", 3), &ctx).unwrap();
+        for object in all.in_sync_order() {
+            let m = object.to_manifest(PdbApiVersion::V1).unwrap();
+            let what = format!("{}/{}", object.kind(), object.name());
+            assert_eq!(m["kind"], object.kind(), "{what}");
+            assert_eq!(m["metadata"]["namespace"], "shoot", "{what}");
+            let owner = &m["metadata"]["ownerReferences"][0];
+            assert_eq!(owner["kind"], "Etcd", "{what}");
+            assert_eq!(owner["controller"], true, "{what}");
+            let labels = &m["metadata"]["labels"];
+            assert_eq!(
+                labels["app.kubernetes.io/managed-by"], "etcd-druid",
+                "{what}"
+            );
+            assert_eq!(labels["app.kubernetes.io/part-of"], "etcd-main", "{what}");
+            assert!(labels["app.kubernetes.io/component"].is_string(), "{what}");
+            assert!(labels["app.kubernetes.io/name"].is_string(), "{what}");
+        }
+    }
+
+    #[test]
+    fn statefulset_carries_the_config_maps_checksum() {
+        let ctx = ComponentContext::new("q", "a");
+        let all = desired_components(&etcd("etcd-main", 3), &ctx).unwrap();
+        let annotations = all
+            .statefulset
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.annotations.clone())
+            .unwrap();
+        assert_eq!(
+            annotations["checksum/etcd-configmap"],
+            config_map::config_map_checksum(&all.config_map)
+        );
+    }
+}

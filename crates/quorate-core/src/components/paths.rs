@@ -1,0 +1,65 @@
+//! Paths inside a member pod and the names of the pod's volumes. The StatefulSet mounts things
+//! here and the ConfigMap (both `etcd.conf.yaml` and quorate's `cluster.json`) points at the
+//! same places, so the two can only agree if both read them from this one file. Where etcd-druid
+//! has a path for the same thing we use druid's, so a PVC or Secret laid out for druid fits.
+
+/// Mount point of the member's data volume (the PVC), as in druid.
+pub const DATA_MOUNT: &str = "/var/etcd/data";
+/// etcd's data directory inside [`DATA_MOUNT`]; druid's `new.etcd`, so a PVC written by a
+/// druid-managed member is picked up as it is.
+pub const DATA_DIR: &str = "/var/etcd/data/new.etcd";
+
+/// Client CA bundle (the `tlsCASecretRef` Secret of `spec.etcd.clientUrlTls`).
+pub const CLIENT_CA_MOUNT: &str = "/var/etcd/ssl/ca";
+/// etcd's client-facing server certificate and key (`serverTLSSecretRef`).
+pub const CLIENT_SERVER_TLS_MOUNT: &str = "/var/etcd/ssl/server";
+/// Client certificate and key the agent uses to talk to etcd (`clientTLSSecretRef`).
+pub const CLIENT_CLIENT_TLS_MOUNT: &str = "/var/etcd/ssl/client";
+/// Peer CA bundle (the `tlsCASecretRef` Secret of `spec.etcd.peerUrlTls`).
+pub const PEER_CA_MOUNT: &str = "/var/etcd/ssl/peer/ca";
+/// Peer server certificate and key; etcd also presents it as a client to its peers.
+pub const PEER_SERVER_TLS_MOUNT: &str = "/var/etcd/ssl/peer/server";
+
+/// Where the store Secret (`spec.backup.store.secretRef`) is mounted, for every provider but
+/// `Local`: druid's path for non-GCS providers. The agent reads the keys as files from here
+/// (`BackupConfig::secret_dir`), so one path serves GCS too.
+pub const BACKUP_SECRET_MOUNT: &str = "/var/etcd-backup";
+/// Directory under which `Local` containers (buckets) live in the pod
+/// (`BackupConfig::local_root`); the container `<c>` is mounted at `<root>/<c>`.
+pub const LOCAL_BACKUP_ROOT: &str = "/var/etcd/backups";
+/// Host directory of `Local` buckets when the store Secret has no `hostPath` key (druid's
+/// `LocalProviderDefaultMountPath`).
+pub const DEFAULT_LOCAL_BACKUP_HOST_PATH: &str = "/etc/gardener/local-backupbuckets";
+
+/// Name of the certificate inside a server or client TLS Secret.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+/// Name of the private key inside a server or client TLS Secret.
+pub const TLS_KEY_KEY: &str = "tls.key";
+
+/// Volume names, druid's, so a StatefulSet diff against a druid-rendered one stays small.
+pub mod volume {
+    /// Client CA Secret.
+    pub const CLIENT_CA: &str = "etcd-ca";
+    /// Client-facing server certificate Secret.
+    pub const CLIENT_SERVER_TLS: &str = "etcd-server-tls";
+    /// Agent client certificate Secret.
+    pub const CLIENT_CLIENT_TLS: &str = "etcd-client-tls";
+    /// Peer CA Secret.
+    pub const PEER_CA: &str = "etcd-peer-ca";
+    /// Peer server certificate Secret.
+    pub const PEER_SERVER_TLS: &str = "etcd-peer-server-tls";
+    /// Store credentials Secret.
+    pub const BACKUP_SECRET: &str = "etcd-backup-secret";
+    /// `Local` bucket (a hostPath).
+    pub const LOCAL_BACKUP: &str = "local-backup";
+}
+
+/// `<dir>/<file>`, for the file paths the configuration points at.
+pub(crate) fn file_in(dir: &str, file: &str) -> String {
+    format!("{dir}/{file}")
+}
+
+/// Where the `Local` container `container` is mounted in the pod.
+pub fn local_backup_mount(container: &str) -> String {
+    file_in(LOCAL_BACKUP_ROOT, container)
+}

@@ -1,0 +1,76 @@
+//! Role `druid.gardener.cloud:etcd:<name>`: only what the agent in a member pod does through
+//! the API. Unlike druid's Role there is no access to StatefulSets (the agent decides from
+//! etcd's member list, not from the StatefulSet), and the only ConfigMap it can read is its own.
+
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
+use quorate_api::Etcd;
+use quorate_api::names::{component, config_map_name, role_name};
+
+use super::error::ComponentError;
+use super::meta::EtcdIdentity;
+
+/// Verbs on leases: the agent creates a missing lease and renews member and snapshot leases.
+pub const LEASE_VERBS: [&str; 6] = ["get", "list", "watch", "create", "update", "patch"];
+/// Verbs on the cluster's ConfigMap, where the agent reads its `ClusterConfig`. With
+/// `resourceNames`, `list` and `watch` are allowed only with a `metadata.name` field selector.
+pub const CONFIG_MAP_VERBS: [&str; 3] = ["get", "list", "watch"];
+/// Verbs on pods (as druid grants).
+pub const POD_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+/// The Role of the member pods.
+pub fn build(etcd: &Etcd) -> Result<Role, ComponentError> {
+    let id = EtcdIdentity::of(etcd)?;
+    let rule =
+        |group: &str, resource: &str, names: Option<Vec<String>>, verbs: &[&str]| PolicyRule {
+            api_groups: Some(vec![group.to_string()]),
+            resources: Some(vec![resource.to_string()]),
+            resource_names: names,
+            verbs: verbs.iter().map(|v| v.to_string()).collect(),
+            ..PolicyRule::default()
+        };
+    Ok(Role {
+        metadata: id.object_meta(component::ROLE, &role_name(&id.name)),
+        rules: Some(vec![
+            rule("coordination.k8s.io", "leases", None, &LEASE_VERBS),
+            rule(
+                "",
+                "configmaps",
+                Some(vec![config_map_name(&id.name)]),
+                &CONFIG_MAP_VERBS,
+            ),
+            rule("", "pods", None, &POD_VERBS),
+        ]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::components::meta::tests::etcd;
+
+    #[test]
+    fn grants_leases_own_config_map_and_pods_only() {
+        let role = build(&etcd("etcd-main", 3)).unwrap();
+        assert_eq!(
+            role.metadata.name.as_deref(),
+            Some("druid.gardener.cloud:etcd:etcd-main")
+        );
+        assert_eq!(
+            role.metadata.labels.unwrap()["app.kubernetes.io/name"],
+            "druid.gardener.cloud-etcd-etcd-main"
+        );
+        let rules = role.rules.unwrap();
+        let resources: Vec<_> = rules
+            .iter()
+            .map(|r| r.resources.clone().unwrap()[0].clone())
+            .collect();
+        assert_eq!(resources, ["leases", "configmaps", "pods"]);
+        assert!(rules[0].verbs.contains(&"create".to_string()));
+        assert!(rules[0].resource_names.is_none());
+        assert_eq!(
+            rules[1].resource_names.as_deref(),
+            Some(&["etcd-main-config".to_string()][..])
+        );
+        assert!(!rules[2].verbs.contains(&"update".to_string()));
+    }
+}

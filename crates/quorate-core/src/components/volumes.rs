@@ -1,0 +1,307 @@
+//! The volumes of a member pod and where the member container mounts them: the data PVC,
+//! the TLS Secrets that are configured, and the backup store (its credentials Secret, or the
+//! host directory of a `Local` bucket with an init container that hands it to the non-root
+//! user, as druid does).
+
+use k8s_openapi::api::core::v1::{
+    Container, HostPathVolumeSource, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use quorate_api::Etcd;
+use quorate_api::defaults::NON_ROOT_USER_ID;
+use quorate_api::names::volume_claim_template_name;
+use quorate_api::provider::StorageProvider;
+
+use super::cluster_config::mounts_store_secret;
+use super::context::ComponentContext;
+use super::paths::{
+    BACKUP_SECRET_MOUNT, CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT, CLIENT_SERVER_TLS_MOUNT,
+    DATA_MOUNT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT, local_backup_mount, volume,
+};
+
+/// File mode of mounted Secrets: owner read-write, group read (druid's `0640`); the pod's
+/// `fsGroup` makes the group the container's.
+pub const SECRET_FILE_MODE: i32 = 0o640;
+/// Name of the init container that changes the owner of a `Local` bucket (druid's).
+pub const CHANGE_BACKUP_BUCKET_PERMISSIONS: &str = "change-backup-bucket-permissions";
+
+/// Volumes of the pod and the member container's mounts of them (the data volume is the
+/// PVC template and has a mount but no pod volume).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodVolumes {
+    /// `spec.template.spec.volumes`.
+    pub volumes: Vec<Volume>,
+    /// The member container's `volumeMounts`.
+    pub mounts: Vec<VolumeMount>,
+}
+
+impl PodVolumes {
+    fn add(&mut self, volume: Volume, mount_path: &str) {
+        self.mounts.push(mount(&volume.name, mount_path));
+        self.volumes.push(volume);
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        ..VolumeMount::default()
+    }
+}
+
+fn secret_volume(name: &str, secret: Option<&String>) -> Volume {
+    Volume {
+        name: name.to_string(),
+        secret: Some(SecretVolumeSource {
+            secret_name: secret.cloned(),
+            default_mode: Some(SECRET_FILE_MODE),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Everything the member container mounts, in druid's order: data, client TLS, peer TLS,
+/// backup store.
+pub fn pod_volumes(etcd: &Etcd, ctx: &ComponentContext) -> PodVolumes {
+    let mut v = PodVolumes::default();
+    v.mounts
+        .push(mount(&volume_claim_template_name(etcd), DATA_MOUNT));
+    if let Some(tls) = &etcd.spec.etcd.client_url_tls {
+        v.add(
+            secret_volume(volume::CLIENT_CA, tls.tls_ca_secret_ref.name.as_ref()),
+            CLIENT_CA_MOUNT,
+        );
+        v.add(
+            secret_volume(
+                volume::CLIENT_SERVER_TLS,
+                tls.server_tls_secret_ref.name.as_ref(),
+            ),
+            CLIENT_SERVER_TLS_MOUNT,
+        );
+        if let Some(client) = &tls.client_tls_secret_ref {
+            v.add(
+                secret_volume(volume::CLIENT_CLIENT_TLS, client.name.as_ref()),
+                CLIENT_CLIENT_TLS_MOUNT,
+            );
+        }
+    }
+    if let Some(tls) = &etcd.spec.etcd.peer_url_tls {
+        v.add(
+            secret_volume(volume::PEER_CA, tls.tls_ca_secret_ref.name.as_ref()),
+            PEER_CA_MOUNT,
+        );
+        v.add(
+            secret_volume(
+                volume::PEER_SERVER_TLS,
+                tls.server_tls_secret_ref.name.as_ref(),
+            ),
+            PEER_SERVER_TLS_MOUNT,
+        );
+    }
+    if let Some(store) = &etcd.spec.backup.store {
+        if mounts_store_secret(etcd) {
+            let secret = store.secret_ref.as_ref().and_then(|r| r.name.as_ref());
+            v.add(
+                secret_volume(volume::BACKUP_SECRET, secret),
+                BACKUP_SECRET_MOUNT,
+            );
+        }
+        if let Some(container) = local_container(etcd) {
+            v.add(
+                Volume {
+                    name: volume::LOCAL_BACKUP.to_string(),
+                    host_path: Some(HostPathVolumeSource {
+                        path: format!("{}/{container}", ctx.local_backup_host_path()),
+                        type_: Some("DirectoryOrCreate".to_string()),
+                    }),
+                    ..Volume::default()
+                },
+                &local_backup_mount(container),
+            );
+        }
+    }
+    v
+}
+
+/// The container of a `Local` store, when it has one (only then is a bucket mounted).
+fn local_container(etcd: &Etcd) -> Option<&str> {
+    let store = etcd.spec.backup.store.as_ref()?;
+    if store.provider_kind() != Some(StorageProvider::Local) {
+        return None;
+    }
+    store.container.as_deref().filter(|c| !c.is_empty())
+}
+
+/// Init containers of the pod: with a `Local` bucket and non-root members, one that gives the
+/// bucket directory (created by the kubelet as root) to the member's user.
+pub fn init_containers(etcd: &Etcd, ctx: &ComponentContext) -> Vec<Container> {
+    let Some(container) = local_container(etcd) else {
+        return Vec::new();
+    };
+    if etcd.spec.run_as_root() {
+        return Vec::new();
+    }
+    let path = local_backup_mount(container);
+    vec![Container {
+        name: CHANGE_BACKUP_BUCKET_PERMISSIONS.to_string(),
+        image: Some(ctx.init_image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_string()),
+        command: Some(vec!["sh".into(), "-c".into(), "--".into()]),
+        args: Some(vec![format!(
+            "chown -R {NON_ROOT_USER_ID}:{NON_ROOT_USER_ID} {path}"
+        )]),
+        volume_mounts: Some(vec![mount(volume::LOCAL_BACKUP, &path)]),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            run_as_group: Some(0),
+            run_as_non_root: Some(false),
+            run_as_user: Some(0),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::components::meta::tests::etcd;
+    use k8s_openapi::api::core::v1::SecretReference as CoreSecretReference;
+    use quorate_api::{PeerTlsConfig, SecretReference, StoreSpec, TlsConfig};
+
+    fn ctx() -> ComponentContext {
+        ComponentContext::new("quorate:test", "alpine:test")
+    }
+
+    fn secret(name: &str) -> CoreSecretReference {
+        CoreSecretReference {
+            name: Some(name.into()),
+            namespace: None,
+        }
+    }
+
+    fn mount_paths(v: &PodVolumes) -> Vec<&str> {
+        v.mounts.iter().map(|m| m.mount_path.as_str()).collect()
+    }
+
+    #[test]
+    fn without_tls_or_backups_only_data_is_mounted() {
+        let v = pod_volumes(&etcd("etcd-main", 3), &ctx());
+        assert!(v.volumes.is_empty());
+        assert_eq!(mount_paths(&v), ["/var/etcd/data"]);
+        assert_eq!(v.mounts[0].name, "etcd-main");
+        assert!(init_containers(&etcd("etcd-main", 3), &ctx()).is_empty());
+    }
+
+    #[test]
+    fn tls_mounts_appear_only_for_what_is_configured() {
+        let mut e = etcd("etcd-main", 3);
+        e.spec.etcd.peer_url_tls = Some(PeerTlsConfig {
+            tls_ca_secret_ref: SecretReference {
+                name: Some("peer-ca".into()),
+                ..SecretReference::default()
+            },
+            server_tls_secret_ref: secret("peer-server"),
+            ..PeerTlsConfig::default()
+        });
+        let v = pod_volumes(&e, &ctx());
+        assert_eq!(
+            mount_paths(&v),
+            [
+                "/var/etcd/data",
+                "/var/etcd/ssl/peer/ca",
+                "/var/etcd/ssl/peer/server"
+            ]
+        );
+        let secret_of = |i: usize| {
+            v.volumes[i]
+                .secret
+                .as_ref()
+                .unwrap()
+                .secret_name
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(secret_of(0), "peer-ca");
+        assert_eq!(secret_of(1), "peer-server");
+        assert_eq!(
+            v.volumes[0].secret.as_ref().unwrap().default_mode,
+            Some(0o640)
+        );
+
+        e.spec.etcd.client_url_tls = Some(TlsConfig {
+            server_tls_secret_ref: secret("server"),
+            client_tls_secret_ref: Some(secret("client")),
+            ..TlsConfig::default()
+        });
+        let v = pod_volumes(&e, &ctx());
+        assert_eq!(
+            mount_paths(&v),
+            [
+                "/var/etcd/data",
+                "/var/etcd/ssl/ca",
+                "/var/etcd/ssl/server",
+                "/var/etcd/ssl/client",
+                "/var/etcd/ssl/peer/ca",
+                "/var/etcd/ssl/peer/server"
+            ]
+        );
+    }
+
+    #[test]
+    fn store_secret_is_mounted_for_cloud_providers() {
+        let mut e = etcd("etcd-main", 3);
+        e.spec.backup.store = Some(StoreSpec {
+            provider: Some("gcp".into()),
+            container: Some("bucket".into()),
+            prefix: "p".into(),
+            secret_ref: Some(secret("creds")),
+            ..StoreSpec::default()
+        });
+        let v = pod_volumes(&e, &ctx());
+        assert_eq!(mount_paths(&v), ["/var/etcd/data", "/var/etcd-backup"]);
+        assert!(init_containers(&e, &ctx()).is_empty());
+        // Without a secretRef the provider's default credentials are used; nothing to mount.
+        if let Some(s) = e.spec.backup.store.as_mut() {
+            s.secret_ref = None;
+        }
+        assert_eq!(mount_paths(&pod_volumes(&e, &ctx())), ["/var/etcd/data"]);
+    }
+
+    #[test]
+    fn local_bucket_is_a_host_path_chowned_for_non_root() {
+        let mut e = etcd("etcd-main", 3);
+        e.spec.backup.store = Some(StoreSpec {
+            provider: Some("Local".into()),
+            container: Some("bucket".into()),
+            prefix: "p".into(),
+            secret_ref: Some(secret("local")),
+            ..StoreSpec::default()
+        });
+        let mut c = ctx();
+        let v = pod_volumes(&e, &c);
+        assert_eq!(
+            mount_paths(&v),
+            ["/var/etcd/data", "/var/etcd/backups/bucket"]
+        );
+        let host = v.volumes[0].host_path.clone().unwrap();
+        assert_eq!(host.path, "/etc/gardener/local-backupbuckets/bucket");
+        assert_eq!(host.type_.as_deref(), Some("DirectoryOrCreate"));
+        c.local_backup_host_path = Some("/srv/buckets".into());
+        let v = pod_volumes(&e, &c);
+        assert_eq!(
+            v.volumes[0].host_path.as_ref().unwrap().path,
+            "/srv/buckets/bucket"
+        );
+        let init = init_containers(&e, &c);
+        assert_eq!(init.len(), 1);
+        assert_eq!(init[0].image.as_deref(), Some("alpine:test"));
+        assert_eq!(
+            init[0].args.as_ref().unwrap()[0],
+            "chown -R 65532:65532 /var/etcd/backups/bucket"
+        );
+        e.spec.run_as_root = Some(true);
+        assert!(init_containers(&e, &c).is_empty());
+    }
+}
