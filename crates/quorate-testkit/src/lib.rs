@@ -1,11 +1,13 @@
-//! Test helpers shared by quorate's crates: real etcd members and clusters, free ports,
-//! kill-on-drop process guards and throwaway TLS certificates. Tests use the real etcd binary,
-//! never mocks; everything started here dies when its guard drops, even when a test panics.
+//! Test helpers shared by quorate's crates: real etcd members and clusters, a real
+//! kube-apiserver, free ports, kill-on-drop process guards and throwaway TLS certificates. Tests
+//! use the real binaries, never mocks; everything started here dies when its guard drops, even
+//! when a test panics.
 
 pub mod binaries;
 pub mod child;
 pub mod cluster;
 pub mod etcd;
+pub mod kube_apiserver;
 pub mod moto;
 pub mod ports;
 pub mod tls;
@@ -17,6 +19,7 @@ pub use etcd::{
     ClusterState, EtcdMemberConfig, EtcdProcess, NotReady, RaftTiming, ServerTlsFiles,
     format_initial_cluster,
 };
+pub use kube_apiserver::{KubeApiServer, KubeApiServerError, k8s_bin_dir, kubectl_binary};
 pub use moto::{MotoServer, moto_binary};
 pub use nix::sys::signal::Signal;
 pub use ports::{PortBlock, free_port};
