@@ -14,4 +14,6 @@ pub mod lease;
 pub mod member_health;
 pub mod member_start;
 pub mod planner;
+pub mod reconcile_control;
 pub mod rollout;
+pub mod statefulset_step;
