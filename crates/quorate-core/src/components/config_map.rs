@@ -1,5 +1,6 @@
 //! ConfigMap `<name>-config`: druid's `etcd.conf.yaml` plus quorate's `cluster.json`, which the
-//! agents read through the API. Its checksum goes on the pod template.
+//! agents read through the API. A checksum of its size-independent part goes on the pod
+//! template ([`template_checksum`]).
 
 use std::collections::BTreeMap;
 
@@ -51,6 +52,21 @@ pub fn checksum(data: &BTreeMap<String, String>) -> String {
 /// [`checksum`] of the ConfigMap's data (empty data when it has none).
 pub fn config_map_checksum(config_map: &ConfigMap) -> String {
     checksum(&config_map.data.clone().unwrap_or_default())
+}
+
+/// The checksum the pod template carries: that of the ConfigMap rendered as if the cluster had
+/// one member and no recorded bootstrap set, so it changes with every setting a pod must be
+/// restarted for, but not with the member list. Scaling therefore never rolls the running
+/// pods (druid's checksum covers `initial-cluster` and rolls them, the second restart of its
+/// TLS-then-scale sequence); joining members learn the list through the API.
+pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, ComponentError> {
+    let mut one = etcd.clone();
+    one.spec.replicas = 1;
+    let ctx = ComponentContext {
+        bootstrap_members: Some(Vec::new()),
+        ..ctx.clone()
+    };
+    Ok(config_map_checksum(&build(&one, &ctx)?))
 }
 
 #[cfg(test)]
@@ -112,5 +128,20 @@ mod tests {
         let mut recorded = ctx();
         recorded.bootstrap_members = Some(vec!["etcd-main-0".into()]);
         assert_ne!(a, config_map_checksum(&build(&e, &recorded).unwrap()));
+    }
+
+    #[test]
+    fn the_template_checksum_ignores_the_member_list_only() {
+        let e = etcd("etcd-main", 1);
+        let one = template_checksum(&e, &ctx()).unwrap();
+        let mut scaled = e.clone();
+        scaled.spec.replicas = 3;
+        assert_eq!(one, template_checksum(&scaled, &ctx()).unwrap());
+        let mut recorded = ctx();
+        recorded.bootstrap_members = Some(vec!["etcd-main-0".into()]);
+        assert_eq!(one, template_checksum(&scaled, &recorded).unwrap());
+        let mut quota = scaled.clone();
+        quota.spec.etcd.client_port = Some(12379);
+        assert_ne!(one, template_checksum(&quota, &ctx()).unwrap());
     }
 }

@@ -39,7 +39,7 @@ pub struct DesiredComponents {
     pub peer_service: Service,
     /// ConfigMap `<name>-config`.
     pub config_map: ConfigMap,
-    /// StatefulSet `<name>`, with the ConfigMap's checksum on its pod template.
+    /// StatefulSet `<name>`, with [`config_map::template_checksum`] on its pod template.
     pub statefulset: StatefulSet,
 }
 
@@ -147,7 +147,7 @@ pub fn desired_components(
     ctx: &ComponentContext,
 ) -> Result<DesiredComponents, ComponentError> {
     let config_map = config_map::build(etcd, ctx)?;
-    let checksum = config_map::config_map_checksum(&config_map);
+    let checksum = config_map::template_checksum(etcd, ctx)?;
     Ok(DesiredComponents {
         service_account: service_account::build(etcd, ctx)?,
         role: role::build(etcd)?,
@@ -227,9 +227,10 @@ mod tests {
     }
 
     #[test]
-    fn statefulset_carries_the_config_maps_checksum() {
+    fn statefulset_carries_the_size_independent_config_checksum() {
         let ctx = ComponentContext::new("q", "a");
-        let all = desired_components(&etcd("etcd-main", 3), &ctx).unwrap();
+        let e = etcd("etcd-main", 3);
+        let all = desired_components(&e, &ctx).unwrap();
         let annotations = all
             .statefulset
             .spec
@@ -239,7 +240,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             annotations["checksum/etcd-configmap"],
-            config_map::config_map_checksum(&all.config_map)
+            config_map::template_checksum(&e, &ctx).unwrap()
         );
     }
 }
