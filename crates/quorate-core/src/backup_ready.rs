@@ -268,6 +268,39 @@ pub fn backup_ready_full_interval(backup: &BackupSpec, now: Timestamp) -> Durati
     }
 }
 
+/// The snapshot leases `BackupReady` is judged from.
+pub struct BackupLeases {
+    /// `<name>-full-snap`.
+    pub full: Option<SnapshotLease>,
+    /// `<name>-delta-snap`.
+    pub delta: Option<SnapshotLease>,
+    /// When the full-snapshot lease was created.
+    pub full_created: Option<jiff::Timestamp>,
+}
+
+/// The `BackupReady` check of `etcd`: the leader's store error if it recorded one on a
+/// snapshot lease, else druid's rules.
+pub fn backup_ready_from_leases(
+    etcd: &quorate_api::Etcd,
+    leases: &BackupLeases,
+    previous: &quorate_api::status::EtcdStatus,
+    now: jiff::Timestamp,
+) -> CheckResult {
+    if let Some(error) = lease_backup_error(leases.full.as_ref(), leases.delta.as_ref()) {
+        return check_backup_ready_with_store_error(error);
+    }
+    let backup = &etcd.spec.backup;
+    check_backup_ready(
+        leases.full.as_ref(),
+        leases.full_created,
+        leases.delta.as_ref(),
+        previous.conditions.iter().find(|c| c.type_ == BACKUP_READY),
+        backup.delta_snapshot_period(),
+        backup_ready_full_interval(backup, now),
+        now,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,16 +3,10 @@
 
 use quorate_api::Etcd;
 use quorate_api::status::{EtcdStatus, LastOperationState};
-use quorate_core::backup_ready::{
-    backup_ready_full_interval, check_backup_ready, check_backup_ready_with_store_error,
-    lease_backup_error,
-};
-use quorate_core::conditions::{
-    BACKUP_READY, CheckResult, SKIP_MERGE, member_checks, merge_conditions,
-};
+use quorate_core::backup_ready::{BackupLeases, backup_ready_from_leases};
+use quorate_core::conditions::{SKIP_MERGE, member_checks, merge_conditions};
 use quorate_core::last_operation::{ErrorCode, last_error, outcome_state, reconcile_operation};
 use quorate_core::lease::MemberLease;
-use quorate_core::lease::SnapshotLease;
 use quorate_core::member_health::{HealthThresholds, member_statuses};
 use std::collections::BTreeMap;
 
@@ -38,38 +32,6 @@ pub struct StatusInputs<'a> {
     pub now: jiff::Timestamp,
 }
 
-/// The snapshot leases `BackupReady` is judged from.
-pub struct BackupLeases {
-    /// `<name>-full-snap`.
-    pub full: Option<SnapshotLease>,
-    /// `<name>-delta-snap`.
-    pub delta: Option<SnapshotLease>,
-    /// When the full-snapshot lease was created.
-    pub full_created: Option<jiff::Timestamp>,
-}
-
-/// The `BackupReady` check: the leader's store error if it recorded one, else druid's rules.
-fn backup_ready(
-    etcd: &Etcd,
-    leases: &BackupLeases,
-    previous: &EtcdStatus,
-    now: jiff::Timestamp,
-) -> CheckResult {
-    if let Some(error) = lease_backup_error(leases.full.as_ref(), leases.delta.as_ref()) {
-        return check_backup_ready_with_store_error(error);
-    }
-    let backup = &etcd.spec.backup;
-    check_backup_ready(
-        leases.full.as_ref(),
-        leases.full_created,
-        leases.delta.as_ref(),
-        previous.conditions.iter().find(|c| c.type_ == BACKUP_READY),
-        backup.delta_snapshot_period(),
-        backup_ready_full_interval(backup, now),
-        now,
-    )
-}
-
 /// The new status.
 pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
     let etcd = i.etcd;
@@ -87,7 +49,7 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
     );
     let mut checks = member_checks(&members, i.leases, replicas);
     if let Some(backup) = &i.backup {
-        checks.push(backup_ready(etcd, backup, i.previous, i.now));
+        checks.push(backup_ready_from_leases(etcd, backup, i.previous, i.now));
     }
     let conditions = merge_conditions(&i.previous.conditions, &checks, replicas, SKIP_MERGE, i.now);
     let ready_replicas = i.ready.values().filter(|r| **r).count() as i32;
