@@ -64,6 +64,7 @@ impl Coordination for FileCoordination {
         let path = self.config_path();
         json_file::read(&path, "cluster configuration")?.ok_or(CoordError::NoConfig {
             path: path.display().to_string(),
+            hint: "is the cluster created (`quorate up`)?",
         })
     }
 

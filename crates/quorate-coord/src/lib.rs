@@ -5,6 +5,7 @@
 
 pub mod file;
 pub mod json_file;
+pub mod kube;
 
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::lease::{MemberLease, SnapshotLease};
@@ -12,6 +13,7 @@ use std::future::Future;
 use thiserror::Error;
 
 pub use file::FileCoordination;
+pub use kube::{ApiFailure, KubeCoordination};
 
 /// A failure to read or write coordination state.
 #[derive(Debug, Error)]
@@ -36,12 +38,69 @@ pub enum CoordError {
         /// The parse error.
         message: String,
     },
-    /// The cluster configuration has not been written yet.
-    #[error("no cluster configuration at {path} yet; is the cluster created (`quorate up`)?")]
+    /// The cluster configuration has not been written yet; the agent waits for it.
+    #[error("no cluster configuration at {path} yet; {hint}")]
     NoConfig {
         /// Where it was looked for.
         path: String,
+        /// Who writes it, so the reader knows what to check.
+        hint: &'static str,
     },
+    /// A call to the Kubernetes API failed.
+    #[error(transparent)]
+    Api(Box<ApiFailure>),
+    /// A lease the agent renews does not exist: only the operator creates leases (with the
+    /// labels and owner reference that tie them to the `Etcd`), so the agent never does.
+    #[error(
+        "{kind} lease {namespace}/{name} does not exist; the operator creates it when it \
+         reconciles the Etcd {cluster} (is `quorate operator` running and the Etcd reconciled?)"
+    )]
+    MissingLease {
+        /// `member` or `snapshot`.
+        kind: &'static str,
+        /// Namespace of the lease.
+        namespace: String,
+        /// Name of the lease.
+        name: String,
+        /// Name of the `Etcd`.
+        cluster: String,
+    },
+    /// The ConfigMap exists but lacks the key holding the cluster configuration.
+    #[error(
+        "ConfigMap {namespace}/{config_map} has no key {key}; the operator writes quorate's \
+         cluster configuration there, so the ConfigMap was written by something else (an \
+         etcd-druid?) or edited by hand; let `quorate operator` reconcile the Etcd"
+    )]
+    MissingConfigKey {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Name of the ConfigMap.
+        config_map: String,
+        /// The missing key.
+        key: &'static str,
+    },
+    /// The ConfigMap's cluster configuration is not valid JSON of the expected shape.
+    #[error(
+        "key {key} of ConfigMap {namespace}/{config_map} is not a valid cluster configuration: \
+         {message}; it was edited by hand or written by a different quorate version; let \
+         `quorate operator` reconcile the Etcd to rewrite it"
+    )]
+    InvalidConfig {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Name of the ConfigMap.
+        config_map: String,
+        /// The key.
+        key: &'static str,
+        /// The parse error.
+        message: String,
+    },
+}
+
+impl From<ApiFailure> for CoordError {
+    fn from(failure: ApiFailure) -> Self {
+        CoordError::Api(Box::new(failure))
+    }
 }
 
 /// Where an agent finds its configuration and publishes its liveness.
