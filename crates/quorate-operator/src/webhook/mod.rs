@@ -1,1 +1,45 @@
-//! Validating admission webhooks.
+//! Validating admission webhooks. Kubernetes 1.20 ignores the CEL rules of the CRD, so the
+//! `Etcd` webhook is where the cluster refuses the manifests local mode refuses, with the same
+//! messages; the component-protection webhook keeps people from editing or deleting the
+//! resources the operator manages for an `Etcd`, as etcd-druid's does.
+//!
+//! The decisions ([`etcd`], [`protection`]) are pure functions of the admission request (and, for
+//! protection, of what is known about the owning `Etcd`); [`etcd_lookup`] reads that `Etcd`,
+//! [`server`] serves both over TLS, [`tls`] loads and reloads the serving certificate and
+//! [`certs`] makes one when nobody else provides it.
+
+pub mod certs;
+pub mod etcd;
+pub mod etcd_lookup;
+pub mod protection;
+mod review;
+pub mod server;
+pub mod tls;
+
+pub use certs::{WebhookCerts, generate_webhook_certs, service_dns_names};
+pub use etcd_lookup::{EtcdLookup, KubeEtcdLookup, LookupError};
+pub use protection::{EtcdFacts, ProtectionConfig};
+pub use server::{
+    WebhookConfig, WebhookError, review_component, router, serve_webhooks, serve_webhooks_on,
+};
+
+/// Path of the webhook that validates `Etcd` objects on CREATE and UPDATE; the
+/// ValidatingWebhookConfiguration's `clientConfig.service.path` (or `url` path) must be this.
+pub const ETCD_VALIDATION_PATH: &str = "/webhooks/validate/etcd";
+
+/// Path of the webhook that protects the components managed for an `Etcd` on UPDATE and
+/// DELETE.
+pub const COMPONENT_PROTECTION_PATH: &str = "/webhooks/validate/components";
+
+/// Port the webhook server listens on by default (etcd-druid's `server.webhooks.port`).
+pub const DEFAULT_WEBHOOK_PORT: u16 = 9443;
+
+/// Directory the serving certificate is read from by default (etcd-druid's
+/// `server.webhooks.serverCertDir`), holding [`tls::CERT_FILE`] and [`tls::KEY_FILE`].
+pub const DEFAULT_CERT_DIR: &str = "/etc/webhook-server-tls";
+
+/// The username Kubernetes gives a ServiceAccount's requests, as it appears in an
+/// AdmissionRequest's `userInfo.username`.
+pub fn service_account_username(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}

@@ -1,0 +1,318 @@
+//! The `Etcd` webhook: on CREATE and UPDATE it runs the validation local mode runs
+//! (`quorate_api::validate`, and `validate_update` with druid's transition rules on updates), so a
+//! manifest `quorate up` refuses is refused by the cluster too, with the same lines. Kubernetes
+//! 1.20 drops the CRD's CEL rules, so without this webhook it would accept them.
+
+use std::fmt;
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::response::StatusCause;
+use quorate_api::{Etcd, ValidationErrors, validate, validate_update};
+use serde_json::Value;
+
+use super::review::{object_key, refuse};
+
+/// What the webhook decided about one request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EtcdVerdict {
+    /// Nothing to object to.
+    Allowed,
+    /// The object (or the change) breaks validation rules; refused with these problems.
+    Invalid(ValidationErrors),
+    /// The object cannot be read as an `Etcd` at all (wrong type, unknown enum value, ...).
+    Unreadable(Unreadable),
+}
+
+/// Why an object could not be decoded as an `Etcd`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct Unreadable {
+    /// Where decoding failed, e.g. `spec.replicas` (`.` when the whole object is wrong).
+    pub path: String,
+    /// What serde found there and what it expected.
+    pub message: String,
+}
+
+/// Decodes an object of an AdmissionRequest as an `Etcd`, naming the field when it fails.
+pub fn decode_etcd(object: &Value) -> Result<Etcd, Unreadable> {
+    serde_path_to_error::deserialize(object).map_err(|e| Unreadable {
+        path: e.path().to_string(),
+        message: e.inner().to_string(),
+    })
+}
+
+/// The decision for one request, given its operation and its objects as JSON.
+///
+/// An UPDATE that leaves `spec` as it was is allowed without validation: it only changes
+/// metadata (finalizers, annotations, labels), and refusing it would keep an `Etcd` that
+/// predates the webhook (or a newer rule) from ever being deleted or annotated. An UPDATE whose
+/// stored object cannot be decoded gets the rules for new objects only, so it can be repaired.
+pub fn judge_etcd(
+    operation: &Operation,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> EtcdVerdict {
+    match operation {
+        Operation::Create => match object {
+            Some(object) => check(object, None),
+            None => missing_object(),
+        },
+        Operation::Update => {
+            let Some(object) = object else {
+                return missing_object();
+            };
+            if let Some(old) = old
+                && old.get("spec") == object.get("spec")
+            {
+                return EtcdVerdict::Allowed;
+            }
+            check(object, old)
+        }
+        Operation::Delete | Operation::Connect => EtcdVerdict::Allowed,
+    }
+}
+
+fn check(object: &Value, old: Option<&Value>) -> EtcdVerdict {
+    let etcd = match decode_etcd(object) {
+        Ok(etcd) => etcd,
+        Err(e) => return EtcdVerdict::Unreadable(e),
+    };
+    let old = old.and_then(|old| decode_etcd(old).ok());
+    let result = match &old {
+        Some(old) => validate_update(old, &etcd),
+        None => validate(&etcd),
+    };
+    match result {
+        Ok(()) => EtcdVerdict::Allowed,
+        Err(errors) => EtcdVerdict::Invalid(errors),
+    }
+}
+
+fn missing_object() -> EtcdVerdict {
+    EtcdVerdict::Unreadable(Unreadable {
+        path: ".".to_string(),
+        message: "the AdmissionRequest carries no object".to_string(),
+    })
+}
+
+/// The message of a refusal: a first line naming the object, then exactly the lines `quorate
+/// up`/`quorate apply` print for the same manifest (the `Display` of [`ValidationErrors`]).
+pub fn invalid_message(key: &str, errors: &ValidationErrors) -> String {
+    format!("Etcd {key} is invalid:\n{errors}")
+}
+
+/// The message when the object is not an `Etcd` at all.
+pub fn unreadable_message(key: &str, unreadable: &Unreadable) -> String {
+    format!(
+        "Etcd {key} cannot be read as {}: {unreadable}; fix the field's type or value",
+        quorate_api::etcd::API_VERSION
+    )
+}
+
+impl fmt::Display for EtcdVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EtcdVerdict::Allowed => f.write_str("allowed"),
+            EtcdVerdict::Invalid(errors) => write!(f, "invalid: {errors}"),
+            EtcdVerdict::Unreadable(u) => write!(f, "unreadable: {u}"),
+        }
+    }
+}
+
+/// Answers one AdmissionRequest for an `Etcd`.
+pub fn review_etcd(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let to_value = |o: &DynamicObject| serde_json::to_value(o).ok();
+    let object = request.object.as_ref().and_then(to_value);
+    let old = request.old_object.as_ref().and_then(to_value);
+    let verdict = judge_etcd(&request.operation, object.as_ref(), old.as_ref());
+    let key = object_key(request);
+    tracing::debug!(etcd = %key, operation = ?request.operation, %verdict, "Etcd admission");
+    match verdict {
+        EtcdVerdict::Allowed => AdmissionResponse::from(request),
+        EtcdVerdict::Invalid(errors) => {
+            let causes = errors
+                .errors
+                .iter()
+                .map(|e| StatusCause {
+                    reason: "FieldValueInvalid".to_string(),
+                    message: e.message.clone(),
+                    field: e.path.clone(),
+                })
+                .collect();
+            refuse(
+                request,
+                422,
+                "Invalid",
+                invalid_message(&key, &errors),
+                causes,
+            )
+        }
+        EtcdVerdict::Unreadable(u) => {
+            let cause = StatusCause {
+                reason: "FieldValueInvalid".to_string(),
+                message: u.message.clone(),
+                field: u.path.clone(),
+            };
+            refuse(
+                request,
+                400,
+                "BadRequest",
+                unreadable_message(&key, &u),
+                vec![cause],
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn etcd(replicas: i64, delta: &str, gc: &str) -> Value {
+        json!({
+            "apiVersion": "druid.gardener.cloud/v1alpha1",
+            "kind": "Etcd",
+            "metadata": { "name": "etcd-main", "namespace": "shoot" },
+            "spec": {
+                "replicas": replicas,
+                "labels": { "app": "etcd-main" },
+                "etcd": {},
+                "backup": {
+                    "deltaSnapshotPeriod": delta,
+                    "garbageCollectionPeriod": gc,
+                },
+            },
+        })
+    }
+
+    fn typed(value: &Value) -> Etcd {
+        decode_etcd(value).expect("decodes")
+    }
+
+    #[test]
+    fn a_valid_etcd_is_allowed_on_create() {
+        let e = etcd(3, "20s", "1m");
+        assert_eq!(
+            judge_etcd(&Operation::Create, Some(&e), None),
+            EtcdVerdict::Allowed
+        );
+    }
+
+    #[test]
+    fn create_refuses_with_exactly_the_errors_local_mode_reports() {
+        let e = etcd(3, "20 seconds", "1m");
+        let EtcdVerdict::Invalid(errors) = judge_etcd(&Operation::Create, Some(&e), None) else {
+            panic!("not refused")
+        };
+        let local = validate(&typed(&e)).expect_err("local mode refuses it too");
+        assert_eq!(errors, local);
+        let message = invalid_message("shoot/etcd-main", &errors);
+        assert_eq!(
+            message,
+            "Etcd shoot/etcd-main is invalid:\nspec.backup.deltaSnapshotPeriod: \"20 seconds\" is \
+             not a duration; use Go duration syntax such as \"20s\" or \"1m30s\""
+        );
+    }
+
+    #[test]
+    fn every_problem_gets_its_own_line() {
+        let e = etcd(-1, "20s", "10s");
+        let EtcdVerdict::Invalid(errors) = judge_etcd(&Operation::Create, Some(&e), None) else {
+            panic!("not refused")
+        };
+        let message = invalid_message("shoot/etcd-main", &errors);
+        let lines: Vec<&str> = message.lines().collect();
+        assert_eq!(lines.len(), 3, "{message}");
+        assert!(lines[1].starts_with("spec.replicas: "), "{message}");
+        assert!(
+            lines[2].starts_with("spec.backup.garbageCollectionPeriod: \"10s\" must be greater"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn update_lowering_replicas_is_refused_like_local_mode() {
+        let (old, new) = (etcd(3, "20s", "1m"), etcd(1, "20s", "1m"));
+        let EtcdVerdict::Invalid(errors) = judge_etcd(&Operation::Update, Some(&new), Some(&old))
+        else {
+            panic!("not refused")
+        };
+        assert_eq!(
+            errors,
+            validate_update(&typed(&old), &typed(&new)).expect_err("local refuses")
+        );
+        assert_eq!(
+            errors.to_string(),
+            "spec.replicas: cannot go from 3 to 1; Replicas can either be increased or be \
+             downscaled to 0."
+        );
+        let to_zero = etcd(0, "20s", "1m");
+        assert_eq!(
+            judge_etcd(&Operation::Update, Some(&to_zero), Some(&old)),
+            EtcdVerdict::Allowed
+        );
+    }
+
+    #[test]
+    fn metadata_only_updates_of_an_invalid_etcd_are_allowed() {
+        let old = etcd(3, "20 seconds", "1m");
+        let mut new = old.clone();
+        new["metadata"]["finalizers"] = json!([]);
+        assert_eq!(
+            judge_etcd(&Operation::Update, Some(&new), Some(&old)),
+            EtcdVerdict::Allowed
+        );
+        new["spec"]["replicas"] = json!(5);
+        assert!(matches!(
+            judge_etcd(&Operation::Update, Some(&new), Some(&old)),
+            EtcdVerdict::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn an_undecodable_stored_object_still_lets_a_valid_update_through() {
+        let mut old = etcd(3, "20s", "1m");
+        old["spec"]["replicas"] = json!("three");
+        let new = etcd(1, "20s", "1m");
+        assert_eq!(
+            judge_etcd(&Operation::Update, Some(&new), Some(&old)),
+            EtcdVerdict::Allowed
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_refused_with_the_field() {
+        let mut e = etcd(3, "20s", "1m");
+        e["spec"]["replicas"] = json!("three");
+        let EtcdVerdict::Unreadable(u) = judge_etcd(&Operation::Create, Some(&e), None) else {
+            panic!("not refused")
+        };
+        assert_eq!(u.path, "spec.replicas");
+        let message = unreadable_message("shoot/etcd-main", &u);
+        assert!(
+            message.starts_with(
+                "Etcd shoot/etcd-main cannot be read as druid.gardener.cloud/v1alpha1: \
+                 spec.replicas: invalid type: string \"three\""
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn delete_and_connect_are_not_judged() {
+        assert_eq!(
+            judge_etcd(&Operation::Delete, None, None),
+            EtcdVerdict::Allowed
+        );
+        assert_eq!(
+            judge_etcd(&Operation::Connect, None, None),
+            EtcdVerdict::Allowed
+        );
+        assert!(matches!(
+            judge_etcd(&Operation::Create, None, None),
+            EtcdVerdict::Unreadable(_)
+        ));
+    }
+}
