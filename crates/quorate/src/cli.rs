@@ -1,6 +1,6 @@
 //! Command-line interface.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// etcd clusters from etcd-druid `Etcd` manifests, managed locally or on Kubernetes.
@@ -131,17 +131,7 @@ pub enum Command {
     /// Print the Etcd CustomResourceDefinition (YAML).
     Crd,
     /// Run the agent of one member (started by `quorate up` or in a pod).
-    Agent {
-        /// Directory of the local cluster (its coordination files).
-        #[arg(long)]
-        cluster_dir: PathBuf,
-        /// The member this agent runs.
-        #[arg(long)]
-        member: String,
-        /// The etcd binary.
-        #[arg(long)]
-        etcd_binary: Option<PathBuf>,
-    },
+    Agent(AgentArgs),
     /// Run the supervisor of a local cluster in the foreground (what `up -d` starts).
     #[command(hide = true)]
     Supervise {
@@ -151,6 +141,57 @@ pub enum Command {
         #[arg(long)]
         etcd_binary: Option<PathBuf>,
     },
+}
+
+/// `quorate agent`: in local mode the supervisor starts it with `--cluster-dir --member`; in a
+/// member pod the StatefulSet starts it with `--kubernetes` and the flags of
+/// `quorate_core::components::agent_args`, and it coordinates through the API instead of files.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("mode").required(true).args(["cluster_dir", "kubernetes"])))]
+#[command(group(
+    ArgGroup::new("local").multiple(true).args(["cluster_dir", "member"])
+        .conflicts_with("in_pod")
+))]
+#[command(group(
+    ArgGroup::new("in_pod").multiple(true)
+        .args(["kubernetes", "namespace", "cluster", "member_from_pod"])
+))]
+pub struct AgentArgs {
+    /// Directory of the local cluster (its coordination files).
+    #[arg(long, requires = "member", help_heading = "Local mode")]
+    pub cluster_dir: Option<PathBuf>,
+    /// The member this agent runs.
+    #[arg(long, requires = "cluster_dir", help_heading = "Local mode")]
+    pub member: Option<String>,
+    /// Coordinate through the Kubernetes API: member and snapshot leases, and the cluster
+    /// configuration from the `<cluster>-config` ConfigMap. The client comes from the pod's
+    /// ServiceAccount, or from KUBECONFIG when it is set.
+    #[arg(
+        long,
+        requires_all = ["namespace", "cluster", "member_from_pod", "data_dir"],
+        help_heading = "Kubernetes mode"
+    )]
+    pub kubernetes: bool,
+    /// Namespace of the Etcd (the pod's, `$(POD_NAMESPACE)`).
+    #[arg(long, requires = "kubernetes", help_heading = "Kubernetes mode")]
+    pub namespace: Option<String>,
+    /// Name of the Etcd.
+    #[arg(long, requires = "kubernetes", help_heading = "Kubernetes mode")]
+    pub cluster: Option<String>,
+    /// Name of the pod this agent runs in (`$(POD_NAME)`); its member is the one whose peer
+    /// URL names the pod.
+    #[arg(long, requires = "kubernetes", help_heading = "Kubernetes mode")]
+    pub member_from_pod: Option<String>,
+    /// etcd's data directory [local default: <cluster-dir>/members/<member>/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// File etcd's output is appended to [local default: <cluster-dir>/members/<member>/etcd.log;
+    /// Kubernetes default: /dev/stderr, the container's log].
+    #[arg(long)]
+    pub etcd_log: Option<PathBuf>,
+    /// The etcd binary [default: $QUORATE_ETCD_BIN or etcd on the PATH].
+    #[arg(long)]
+    pub etcd_binary: Option<PathBuf>,
 }
 
 /// `quorate backups ...`.

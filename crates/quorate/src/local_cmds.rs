@@ -1,8 +1,6 @@
 //! Dispatch of the subcommands to the local runtime, the agent and the API crate.
 
 use crate::cli::{Cli, Command, Output};
-use quorate_agent::AgentOptions;
-use quorate_coord::{Coordination, FileCoordination};
 use quorate_local::LocalError;
 use quorate_local::commands::{self, LocalContext};
 use std::path::PathBuf;
@@ -209,11 +207,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             print!("{}", quorate_api::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Agent {
-            cluster_dir,
-            member,
-            etcd_binary,
-        } => run_agent(cluster_dir, member, etcd_binary).await,
+        Command::Agent(args) => crate::agent_cmd::run(args).await,
         Command::Supervise { name, etcd_binary } => {
             let ctx = context(etcd_binary);
             commands::supervise(&ctx, &name, shutdown_on_signals()).await?;
@@ -231,39 +225,8 @@ fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(),
     Ok(())
 }
 
-async fn run_agent(
-    cluster_dir: PathBuf,
-    member: String,
-    etcd_binary: Option<PathBuf>,
-) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let coord = FileCoordination::new(&cluster_dir);
-    let config = coord.cluster_config().await?;
-    let endpoints = config.member(&member).ok_or_else(|| {
-        format!(
-            "member {member} is not in {}",
-            coord.config_path().display()
-        )
-    })?;
-    let listen = format!("127.0.0.1:{}", endpoints.agent_port).parse()?;
-    let member_dir = cluster_dir.join("members").join(&member);
-    let opts = AgentOptions {
-        data_dir: member_dir.join("data"),
-        etcd_log: member_dir.join("etcd.log"),
-        etcd_binary: etcd_binary.unwrap_or_else(quorate_agent::etcd_process::etcd_binary),
-        poll_interval: Duration::from_secs(1),
-        retry_interval: Duration::from_millis(200),
-        member,
-    };
-    match quorate_agent::serve(coord, opts, listen, shutdown_on_signals()).await? {
-        quorate_agent::AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
-        quorate_agent::AgentExit::Removed => {
-            Ok(ExitCode::from(quorate_local::agents::EXIT_REMOVED as u8))
-        }
-    }
-}
-
 /// A flag that turns true on SIGINT or SIGTERM.
-fn shutdown_on_signals() -> watch::Receiver<bool> {
+pub(crate) fn shutdown_on_signals() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};

@@ -1,6 +1,7 @@
 //! `quorate`: etcd clusters described by etcd-druid's `Etcd` resource, run locally or on
 //! Kubernetes. One binary; each subcommand is one program of the system.
 
+mod agent_cmd;
 mod backup_cmds;
 mod cli;
 mod local_cmds;
