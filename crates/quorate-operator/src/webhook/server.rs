@@ -309,6 +309,153 @@ mod tests {
         );
     }
 
+    /// One HTTP/1.1 POST over TLS, trusting only `ca_pem`; the response body, or the TLS or
+    /// I/O error.
+    fn post(port: u16, ca_pem: &str, path: &str, body: &str) -> Result<String, String> {
+        use rustls::pki_types::pem::PemObject;
+        use std::io::{Read, Write};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots
+                .add(cert.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name =
+            rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+        let conn =
+            rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+        let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tls.write_all(request.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        match tls.read_to_string(&mut response) {
+            Ok(_) => {}
+            // Some servers close without close_notify; what was read is complete.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP response")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("unexpected response: {head}"));
+        }
+        Ok(body.to_string())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn serves_over_tls_and_picks_up_a_rotated_certificate() {
+        use crate::webhook::generate_webhook_certs;
+        let names = ["127.0.0.1".to_string()];
+        let first = generate_webhook_certs(&names, jiff::Timestamp::now()).expect("certs");
+        let dir = tempfile::tempdir().expect("tempdir");
+        first.write_to(dir.path()).expect("write");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // Never contacted: no request here needs an Etcd.
+        let client = Client::try_from(kube::Config::new(
+            "https://127.0.0.1:9".parse().expect("uri"),
+        ))
+        .expect("client");
+        let config = WebhookConfig {
+            cert_reload_interval: Duration::from_millis(100),
+            ..WebhookConfig::new("system:serviceaccount:ops:quorate")
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let cert_dir = dir.path().to_path_buf();
+        let server = tokio::spawn(async move {
+            serve_webhooks_on(listener, &cert_dir, config, client, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+
+        let review = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "7",
+                "kind": { "group": "druid.gardener.cloud", "version": "v1alpha1", "kind": "Etcd" },
+                "resource": { "group": "druid.gardener.cloud", "version": "v1alpha1", "resource": "etcds" },
+                "name": "etcd-main",
+                "namespace": "shoot",
+                "operation": "CREATE",
+                "userInfo": { "username": "jane" },
+                "object": {
+                    "apiVersion": "druid.gardener.cloud/v1alpha1",
+                    "kind": "Etcd",
+                    "metadata": { "name": "etcd-main", "namespace": "shoot" },
+                    "spec": { "replicas": "three", "labels": {}, "etcd": {}, "backup": {} },
+                },
+            },
+        })
+        .to_string();
+        let ca = first.ca_pem.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            post(port, &ca, crate::webhook::ETCD_VALIDATION_PATH, &review)
+        })
+        .await
+        .expect("join")
+        .expect("the webhook answers over TLS");
+        let answer: serde_json::Value = serde_json::from_str(&answer).expect("a review");
+        let response = &answer["response"];
+        assert_eq!(response["uid"], "7");
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["code"], 400);
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("spec.replicas: invalid type: string \"three\""),
+            "{answer}"
+        );
+
+        let second = generate_webhook_certs(&names, jiff::Timestamp::now()).expect("certs");
+        second.write_to(dir.path()).expect("rotate");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let ca = second.ca_pem.clone();
+            let answer = tokio::task::spawn_blocking(move || {
+                post(port, &ca, crate::webhook::COMPONENT_PROTECTION_PATH, "{}")
+            })
+            .await
+            .expect("join");
+            match answer {
+                Ok(body) => {
+                    assert!(body.contains("\"allowed\":false"), "{body}");
+                    break;
+                }
+                Err(e) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "the rotated certificate is not served after 10s: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ca = first.ca_pem.clone();
+        let old = tokio::task::spawn_blocking(move || {
+            post(port, &ca, crate::webhook::ETCD_VALIDATION_PATH, "{}")
+        })
+        .await
+        .expect("join");
+        assert!(old.is_err(), "the old certificate is still served");
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(15), server)
+            .await
+            .expect("stops")
+            .expect("no panic")
+            .expect("no error");
+    }
+
     #[test]
     fn a_body_that_is_no_review_is_refused_inside_a_review() {
         let refusal = read_request(b"{\"kind\": 3}").expect_err("unreadable");
