@@ -3,4 +3,17 @@
 //! the status fresh from the member leases and the StatefulSet, and serves the validating
 //! webhooks (the `Etcd` itself, and protection of the components it manages).
 
+pub mod apply;
+pub mod context;
+pub mod controller;
+pub mod delete_flow;
+pub mod error;
+pub mod images;
+pub mod metrics;
+pub mod reconcile;
+pub mod spec_flow;
+pub mod status;
 pub mod webhook;
+
+pub use context::OperatorSettings;
+pub use error::Error;

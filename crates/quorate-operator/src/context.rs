@@ -1,0 +1,96 @@
+//! What every reconcile shares: the client, the operator's settings, the caches of the objects
+//! it reads every pass, metrics and the event recorder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{ObjectRef, Store};
+use quorate_core::components::PdbApiVersion;
+
+use crate::images::Images;
+use crate::metrics::Metrics;
+
+/// How the operator behaves; set from its command line.
+#[derive(Clone, Debug)]
+pub struct OperatorSettings {
+    /// `--enable-etcd-spec-auto-reconcile`: apply spec changes without the reconcile
+    /// annotation.
+    pub auto_reconcile: bool,
+    /// Images of the etcd pods.
+    pub images: Images,
+    /// `--disable-etcd-serviceaccount-automount`.
+    pub disable_service_account_automount: bool,
+    /// How often a cluster's status is refreshed when nothing else triggers a pass (druid's
+    /// `etcdStatusSyncPeriod`, 15 s).
+    pub status_sync_period: Duration,
+    /// How soon a pass that has to wait (peer TLS, pods not ready) looks again (druid: 10 s).
+    pub wait_period: Duration,
+    /// Clusters reconciled at the same time.
+    pub workers: u16,
+}
+
+impl Default for OperatorSettings {
+    fn default() -> Self {
+        OperatorSettings {
+            auto_reconcile: false,
+            images: Images::default(),
+            disable_service_account_automount: false,
+            status_sync_period: Duration::from_secs(15),
+            wait_period: Duration::from_secs(10),
+            workers: 3,
+        }
+    }
+}
+
+/// Caches of the objects every pass reads, filled by watches, so a pass that changes nothing
+/// costs no API reads.
+#[derive(Clone)]
+pub struct Caches {
+    /// StatefulSets managed for some `Etcd`.
+    pub statefulsets: Store<StatefulSet>,
+    /// Member and snapshot leases.
+    pub leases: Store<Lease>,
+    /// Etcd pods, for container readiness.
+    pub pods: Store<Pod>,
+}
+
+impl Caches {
+    /// The StatefulSet `namespace/name`.
+    pub fn statefulset(&self, namespace: &str, name: &str) -> Option<Arc<StatefulSet>> {
+        self.statefulsets
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The lease `namespace/name`.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Arc<Lease>> {
+        self.leases.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// The pod `namespace/name`.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pods.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// The operator's settings.
+    pub settings: OperatorSettings,
+    /// Which PodDisruptionBudget API the cluster serves.
+    pub pdb_version: PdbApiVersion,
+    /// Object caches.
+    pub caches: Caches,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Publishes Kubernetes events.
+    pub recorder: Recorder,
+    /// This process's identity in `lastOperation.runID`.
+    pub run_id: String,
+}

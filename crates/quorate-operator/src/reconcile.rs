@@ -1,0 +1,235 @@
+//! One reconcile pass of an `Etcd`: the delete flow when it is being deleted; otherwise the
+//! spec flow when the reconcile controls allow it, then — always — the status flow, which is
+//! what keeps `kubectl get etcd` true even while the spec flow is suspended or waiting.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use quorate_api::Etcd;
+use quorate_api::annotations::{DRUID_OPERATION, GARDENER_OPERATION, has_reconcile_operation};
+use quorate_api::names::{
+    delta_snapshot_lease_name, full_snapshot_lease_name, member_lease_name, pod_name,
+};
+use quorate_coord::kube::lease_map::{member_lease, snapshot_lease};
+use quorate_core::backup_ready::BackupLeases;
+use quorate_core::reconcile_control::{SpecDecision, spec_decision};
+
+use crate::context::Context;
+use crate::delete_flow::{self, DeleteProgress};
+use crate::error::Error;
+use crate::spec_flow::{self, names};
+use crate::status::{PassOutcome, StatusInputs, compute_status, needs_write};
+
+/// How soon a deletion that is still removing components looks again.
+const DELETE_RECHECK: Duration = Duration::from_secs(5);
+
+/// The controller's reconcile function.
+pub async fn reconcile(etcd: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let (namespace, name) = names(&etcd)?;
+    let cluster = format!("{namespace}/{name}");
+    if etcd.metadata.deletion_timestamp.is_some() {
+        let progress = delete_flow::delete(&etcd, &ctx).await?;
+        return Ok(match progress {
+            DeleteProgress::Waiting(left) => {
+                tracing::info!(%cluster, ?left, "waiting for components to be deleted");
+                ctx.metrics.pass("deleting", started.elapsed());
+                Action::requeue(DELETE_RECHECK)
+            }
+            DeleteProgress::Done => {
+                tracing::info!(%cluster, "every component is deleted; finalizer removed");
+                ctx.metrics.pass("deleted", started.elapsed());
+                ctx.metrics.cluster_conditions(&cluster, None);
+                Action::await_change()
+            }
+        });
+    }
+    let outcome = match spec_decision(&etcd, ctx.settings.auto_reconcile) {
+        SpecDecision::Run => spec_flow::sync(&etcd, &ctx).await,
+        SpecDecision::Suspended => PassOutcome::Suspended,
+        SpecDecision::AwaitingAnnotation | SpecDecision::UpToDate => PassOutcome::NotRun,
+    };
+    announce(&etcd, &ctx, &outcome).await;
+    let status = update_status(&etcd, &ctx, &outcome, &namespace, &name).await?;
+    if outcome == PassOutcome::Succeeded
+        && has_reconcile_operation(etcd.metadata.annotations.as_ref())
+    {
+        remove_operation_annotation(&ctx, &namespace, &name).await?;
+    }
+    let conditions = status
+        .conditions
+        .iter()
+        .map(|c| (c.type_.clone(), format!("{:?}", c.status)))
+        .collect();
+    ctx.metrics.cluster_conditions(&cluster, Some(conditions));
+    let (result, next) = match &outcome {
+        PassOutcome::Succeeded => ("succeeded", ctx.settings.status_sync_period),
+        PassOutcome::Requeue(_) => ("requeue", ctx.settings.wait_period),
+        PassOutcome::Failed(failures) => {
+            for (code, message) in failures {
+                ctx.metrics.error(code.as_str());
+                tracing::warn!(%cluster, code = code.as_str(), "{message}");
+            }
+            ("error", ctx.settings.wait_period)
+        }
+        PassOutcome::Suspended => ("suspended", ctx.settings.status_sync_period),
+        PassOutcome::NotRun => ("not_run", ctx.settings.status_sync_period),
+    };
+    ctx.metrics.pass(result, started.elapsed());
+    Ok(Action::requeue(next))
+}
+
+/// What the controller does when a pass returns an error (the status could not be written,
+/// the deletion could not list or delete): log, count, try again after a short pause.
+pub fn error_policy(etcd: Arc<Etcd>, error: &Error, ctx: Arc<Context>) -> Action {
+    let cluster = format!(
+        "{}/{}",
+        etcd.metadata.namespace.as_deref().unwrap_or_default(),
+        etcd.metadata.name.as_deref().unwrap_or_default()
+    );
+    tracing::warn!(%cluster, "reconcile failed: {error}");
+    ctx.metrics.error(error.code().as_str());
+    ctx.metrics.pass("error", Duration::ZERO);
+    Action::requeue(ctx.settings.wait_period)
+}
+
+/// Events a person looking at the `Etcd` should see: a Warning while the spec is suspended or
+/// a sync fails, a Normal one when a spec change has been applied.
+async fn announce(etcd: &Etcd, ctx: &Context, outcome: &PassOutcome) {
+    let (type_, reason, note) = match outcome {
+        PassOutcome::Suspended => (
+            EventType::Warning,
+            "SpecReconcileSuspended",
+            format!(
+                "spec reconciliation is suspended by the annotation {}; only the status is updated",
+                quorate_api::annotations::SUSPEND_ETCD_SPEC_RECONCILE
+            ),
+        ),
+        PassOutcome::Failed(failures) => (
+            EventType::Warning,
+            "ReconcileError",
+            failures
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        PassOutcome::Succeeded => {
+            let observed = etcd.status.as_ref().and_then(|s| s.observed_generation);
+            let asked = has_reconcile_operation(etcd.metadata.annotations.as_ref());
+            if observed == etcd.metadata.generation && !asked {
+                return;
+            }
+            (
+                EventType::Normal,
+                "ReconcileSucceeded",
+                "every component is as the spec asks".to_string(),
+            )
+        }
+        PassOutcome::Requeue(_) | PassOutcome::NotRun => return,
+    };
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &etcd.object_ref(&())).await {
+        tracing::debug!("could not publish event {reason}: {e}");
+    }
+}
+
+/// Computes the status from the caches and writes it when it changed.
+async fn update_status(
+    etcd: &Etcd,
+    ctx: &Context,
+    outcome: &PassOutcome,
+    namespace: &str,
+    name: &str,
+) -> Result<quorate_api::status::EtcdStatus, Error> {
+    let caches = &ctx.caches;
+    let leases: Vec<_> = quorate_api::names::member_lease_names(etcd)
+        .iter()
+        .filter_map(|l| caches.lease(namespace, l))
+        .map(|l| member_lease(&l))
+        .collect();
+    let backup = etcd.spec.backup.store.as_ref().map(|_| {
+        let full = caches.lease(namespace, &full_snapshot_lease_name(name));
+        BackupLeases {
+            full_created: full
+                .as_ref()
+                .and_then(|l| l.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0),
+            full: full.map(|l| snapshot_lease(&l)),
+            delta: caches
+                .lease(namespace, &delta_snapshot_lease_name(name))
+                .map(|l| snapshot_lease(&l)),
+        }
+    });
+    let ready: BTreeMap<String, bool> = (0..etcd.spec.replicas.max(0) as u32)
+        .map(|i| {
+            let pod = caches.pod(namespace, &pod_name(name, i));
+            (
+                member_lease_name(etcd, i),
+                pod.is_some_and(|p| container_ready(&p)),
+            )
+        })
+        .collect();
+    let statefulset = caches.statefulset(namespace, name);
+    let now = jiff::Timestamp::now();
+    let status = compute_status(StatusInputs {
+        etcd,
+        leases: &leases,
+        backup,
+        statefulset: statefulset.as_deref(),
+        ready: &ready,
+        outcome,
+        run_id: &ctx.run_id,
+        now,
+    });
+    if needs_write(etcd.status.as_ref(), &status, now) {
+        let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube("update the status of", "Etcd", namespace, name))?;
+    }
+    Ok(status)
+}
+
+/// Whether the pod's etcd container is ready (druid reads the same for member health).
+fn container_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.name == "etcd" && c.ready))
+}
+
+/// The reconcile the annotation asked for is done: remove it, as druid does.
+async fn remove_operation_annotation(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<(), Error> {
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        DRUID_OPERATION: null,
+        GARDENER_OPERATION: null,
+    }}});
+    let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(Error::kube(
+            "remove the operation annotation from",
+            "Etcd",
+            namespace,
+            name,
+        ))
+}
