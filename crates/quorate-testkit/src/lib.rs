@@ -7,6 +7,7 @@ pub mod binaries;
 pub mod child;
 pub mod cluster;
 pub mod etcd;
+pub mod etcd_crd;
 pub mod kube_apiserver;
 pub mod moto;
 pub mod ports;
@@ -19,6 +20,7 @@ pub use etcd::{
     ClusterState, EtcdMemberConfig, EtcdProcess, NotReady, RaftTiming, ServerTlsFiles,
     format_initial_cluster,
 };
+pub use etcd_crd::install_etcd_crd;
 pub use kube_apiserver::{KubeApiServer, KubeApiServerError, k8s_bin_dir, kubectl_binary};
 pub use moto::{MotoServer, moto_binary};
 pub use nix::sys::signal::Signal;
