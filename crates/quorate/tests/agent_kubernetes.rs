@@ -1,0 +1,308 @@
+//! `quorate agent --kubernetes` as a member pod runs it, against the real kube-apiserver and a
+//! real etcd: the agent reads its configuration from the ConfigMap through the API, runs etcd,
+//! renews its member lease and, as backup leader, records its snapshots on the snapshot
+//! leases. It runs as the member pods' ServiceAccount (impersonated through its kubeconfig) so
+//! the Role the operator renders is what allows it all. The etcd listens on loopback ports
+//! because pod DNS names do not resolve here; everything else is what a pod gets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::PostParams;
+use kube::{Api, Client};
+use quorate_api::Etcd;
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::components::cluster_config::render_for_kubernetes;
+use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
+use quorate_core::components::{
+    ComponentContext, config_map, member_leases, role, role_binding, snapshot_leases,
+};
+use quorate_core::lease::TLS_ENABLED_ANNOTATION;
+use quorate_testkit::{ChildGuard, KubeApiServer, free_port};
+
+const NAME: &str = "etcd-main";
+const POD: &str = "etcd-main-0";
+
+/// One member, backups to a `Local` bucket with a delta every second.
+fn etcd(namespace: &str) -> Etcd {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "druid.gardener.cloud/v1alpha1",
+        "kind": "Etcd",
+        "metadata": {
+            "name": NAME,
+            "namespace": namespace,
+            "uid": "7e57a9e1-0000-4000-8000-000000000001",
+        },
+        "spec": {
+            "replicas": 1,
+            "labels": {"app": NAME},
+            "etcd": {},
+            "backup": {
+                "store": {"provider": "Local", "container": "bucket", "prefix": NAME},
+                "deltaSnapshotPeriod": "1s",
+            },
+        },
+    }))
+    .expect("a valid Etcd")
+}
+
+/// The operator's configuration for the pod, moved to loopback: free ports, 127.0.0.1
+/// instead of the pod's DNS name, the bucket in `local_root`, a 500 ms lease heartbeat.
+fn loopback_config(etcd: &Etcd, local_root: &Path) -> ClusterConfig {
+    let mut config = render_for_kubernetes(etcd, None).expect("cluster config");
+    config.listen_host = "127.0.0.1".into();
+    config.heartbeat_millis = 500;
+    for m in &mut config.members {
+        (m.client_port, m.peer_port, m.agent_port) = (free_port(), free_port(), free_port());
+        m.client_url = format!("http://127.0.0.1:{}", m.client_port);
+        m.peer_url = format!("http://127.0.0.1:{}", m.peer_port);
+        m.agent_url = format!("http://127.0.0.1:{}", m.agent_port);
+    }
+    if let Some(backup) = config.backup.as_mut() {
+        backup.local_root = local_root.display().to_string();
+    }
+    config
+}
+
+/// What the operator creates: Role, RoleBinding, the leases and the ConfigMap (with
+/// `config` as its `cluster.json`).
+async fn operator_objects(admin: &Client, etcd: &Etcd, config: &ClusterConfig) {
+    let ns = etcd.metadata.namespace.clone().unwrap_or_default();
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(admin.clone(), &ns)
+        .create(&pp, &role::build(etcd).expect("role"))
+        .await
+        .expect("create Role");
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+        .create(&pp, &role_binding::build(etcd).expect("binding"))
+        .await
+        .expect("create RoleBinding");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
+    let all = member_leases::build(etcd)
+        .expect("member leases")
+        .into_iter()
+        .chain(snapshot_leases::build(etcd).expect("snapshot leases"));
+    for lease in all {
+        leases.create(&pp, &lease).await.expect("create lease");
+    }
+    let ctx = ComponentContext::new("quorate:test", "alpine:test");
+    let mut cm = config_map::build(etcd, &ctx).expect("config map");
+    cm.data.get_or_insert_default().insert(
+        CLUSTER_CONFIG_KEY.to_string(),
+        serde_json::to_string_pretty(config).expect("json"),
+    );
+    Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+        .create(&pp, &cm)
+        .await
+        .expect("create ConfigMap");
+}
+
+/// The admin kubeconfig, acting as the member pods' ServiceAccount (`as:`).
+fn service_account_kubeconfig(server: &KubeApiServer, namespace: &str, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(server.kubeconfig()).expect("read kubeconfig");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("JSON kubeconfig");
+    config["users"][0]["user"]["as"] =
+        serde_json::Value::String(format!("system:serviceaccount:{namespace}:{NAME}"));
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, config.to_string()).expect("write kubeconfig");
+    path
+}
+
+/// Runs `quorate agent` as the StatefulSet does, with `KUBECONFIG` instead of the pod's token.
+fn start_agent(namespace: &str, kubeconfig: &Path, dir: &Path) -> ChildGuard {
+    let log = std::fs::File::create(dir.join("agent.log")).expect("agent log");
+    let log_err = log.try_clone().expect("agent log");
+    let data_dir = dir.join("data").join("new.etcd");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_quorate"));
+    cmd.args(["agent", "--kubernetes", "--namespace", namespace])
+        .args(["--cluster", NAME, "--member-from-pod", POD, "--data-dir"])
+        .arg(&data_dir)
+        .env("KUBECONFIG", kubeconfig)
+        .env("POD_NAME", POD)
+        .env("POD_NAMESPACE", namespace)
+        .env("QUORATE_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    ChildGuard::spawn(&mut cmd).expect("start quorate agent")
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Polls `f` until it returns `Some`; on timeout panics with `what` and the agent's log.
+async fn eventually<T, F, Fut>(what: &str, log: &Path, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}; agent log (with etcd's):\n{}",
+            tail(log, 60)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn holder(lease: &Lease) -> Option<String> {
+    lease.spec.as_ref()?.holder_identity.clone()
+}
+
+fn renew_time(lease: &Lease) -> Option<jiff::Timestamp> {
+    Some(lease.spec.as_ref()?.renew_time.as_ref()?.0)
+}
+
+fn revision(lease: &Lease) -> Option<i64> {
+    holder(lease)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases_advance() {
+    let Some(server) = KubeApiServer::shared_or_skip(
+        "agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases_advance",
+    )
+    .await
+    else {
+        return;
+    };
+    let admin = server.client().await.expect("admin client");
+    let namespace = server
+        .create_namespace(&admin, "agent")
+        .await
+        .expect("namespace");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let local_root = dir.path().join("buckets");
+    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
+    let etcd = etcd(&namespace);
+    let config = loopback_config(&etcd, &local_root);
+    operator_objects(&admin, &etcd, &config).await;
+    let before = Api::<Lease>::namespaced(admin.clone(), &namespace)
+        .get(POD)
+        .await
+        .expect("member lease");
+
+    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
+    let _agent = start_agent(&namespace, &kubeconfig, dir.path());
+    let log = dir.path().join("agent.log");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
+
+    // The member lease names etcd's own member and cluster IDs, as the leader.
+    let endpoint = config.members[0].client_url.clone();
+    let mut etcd_client = eventually("etcd to answer", &log, Duration::from_secs(30), || {
+        let endpoint = endpoint.clone();
+        async move {
+            let mut c = etcd_client::Client::connect([endpoint], None).await.ok()?;
+            c.status().await.ok()?;
+            Some(c)
+        }
+    })
+    .await;
+    let status = etcd_client.status().await.expect("etcd status");
+    let header = status.header().expect("status header");
+    let expected = format!("{:x}:{:x}:Leader", header.member_id(), header.cluster_id());
+    let first = eventually(
+        "the member lease to name the leader",
+        &log,
+        Duration::from_secs(30),
+        || async {
+            let lease = leases.get(POD).await.ok()?;
+            (holder(&lease).as_deref() == Some(expected.as_str())).then_some(lease)
+        },
+    )
+    .await;
+    let annotations = first.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations[TLS_ENABLED_ANNOTATION], "false");
+    assert_eq!(first.metadata.labels, before.metadata.labels);
+    assert_eq!(
+        first.metadata.owner_references,
+        before.metadata.owner_references
+    );
+
+    // It keeps renewing (heartbeat 500 ms).
+    let t1 = renew_time(&first).expect("renewTime");
+    let t2 = eventually(
+        "the member lease to be renewed again",
+        &log,
+        Duration::from_secs(10),
+        || async {
+            let t = renew_time(&leases.get(POD).await.ok()?)?;
+            (t > t1).then_some(t)
+        },
+    )
+    .await;
+    assert!(t2 > t1);
+
+    // As backup leader it takes a full snapshot and records it.
+    let full = eventually(
+        "the full-snapshot lease to record a revision",
+        &log,
+        Duration::from_secs(30),
+        || async { revision(&leases.get("etcd-main-full-snap").await.ok()?) },
+    )
+    .await;
+    assert!(full >= 1, "full snapshot revision {full}");
+    let delta_before = revision(
+        &leases
+            .get("etcd-main-delta-snap")
+            .await
+            .expect("delta lease"),
+    );
+
+    // Writes reach a delta snapshot within a delta period or two.
+    for i in 0..20 {
+        etcd_client
+            .put(format!("/k8s-agent/{i}"), format!("value-{i}"), None)
+            .await
+            .expect("put");
+    }
+    let written = etcd_client
+        .get("/k8s-agent/19", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision();
+    let delta = eventually(
+        "the delta-snapshot lease to reach the written revision",
+        &log,
+        Duration::from_secs(15),
+        || async {
+            let r = revision(&leases.get("etcd-main-delta-snap").await.ok()?)?;
+            (r >= written).then_some(r)
+        },
+    )
+    .await;
+    assert!(
+        delta > delta_before.unwrap_or(0),
+        "{delta} after {delta_before:?}"
+    );
+    assert!(
+        delta > full,
+        "delta {delta} must be past the full snapshot {full}"
+    );
+    let snapshots = std::fs::read_dir(local_root.join("bucket").join(NAME).join("v2"))
+        .expect("the bucket has a v2 directory")
+        .count();
+    assert!(
+        snapshots >= 2,
+        "a full and at least one delta in the bucket"
+    );
+    eprintln!(
+        "member lease {expected} renewed {t1} -> {t2}; full snapshot at {full}, delta at \
+         {delta}; agent log:\n{}",
+        tail(&log, 25)
+    );
+}
