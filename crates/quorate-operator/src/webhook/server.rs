@@ -56,7 +56,9 @@ impl WebhookConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The address cannot be listened on.
-    #[error("cannot listen on {addr} for the webhooks: {source}; choose another --webhook-port")]
+    #[error(
+        "cannot listen on {addr} for the webhooks: {source}; free the port or choose another one"
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
