@@ -16,11 +16,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config, CustomResourceExt};
+use kube::{Api, Client, Config};
 use quorate_api::Etcd;
 use quorate_api::annotations::DISABLE_ETCD_COMPONENT_PROTECTION;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, default_labels};
@@ -29,41 +28,15 @@ use quorate_operator::webhook::{
     generate_webhook_certs, serve_webhooks_on, service_account_username,
 };
 use quorate_testkit::KubeApiServer;
+use quorate_testkit::etcd_crd::install_etcd_crd;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 const EXAMPLE: &str = include_str!("../../../examples/etcd-cluster.yaml");
-const CRD_NAME: &str = "etcds.druid.gardener.cloud";
 const OPERATOR_USER: &str = "system:serviceaccount:quorate-system:quorate-operator";
 /// Label put on the test's namespace; both webhooks select namespaces by it.
 const SCOPE_LABEL: &str = "quorate.test/webhooks";
-
-/// Creates the CRD (the committed `deploy/crds/druid.gardener.cloud_etcds.yaml` is exactly
-/// `Etcd::crd()`, which quorate-api's drift test checks) and waits until it is Established.
-async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match crds.create(&PostParams::default(), &Etcd::crd()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {} // another test installed it
-        Err(e) => panic!("creating CRD {CRD_NAME}: {e}"),
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let current = crds.get(CRD_NAME).await.expect("read back the CRD");
-        let established = current
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return;
-        }
-        assert!(Instant::now() < deadline, "CRD {CRD_NAME} not Established");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The webhook server of one test, registered for that test's namespace.
 struct Webhooks {
@@ -80,7 +53,7 @@ impl Webhooks {
     /// server calls them.
     async fn start(server: &KubeApiServer, prefix: &str) -> Webhooks {
         let client = server.client().await.expect("kube client");
-        install_crd(&client).await;
+        install_etcd_crd(&client).await;
         let namespace = server
             .create_namespace(&client, prefix)
             .await
