@@ -1,0 +1,621 @@
+//! The Etcd controller against a real kube-apiserver v1.20.2. No kubelet runs there, so the
+//! tests play the agents' part: they renew member leases and set StatefulSet readiness the way
+//! the pods would, and check what the controller makes of it. Each test runs its own
+//! controller scoped to its own namespace.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Resource};
+use quorate_api::Etcd;
+use quorate_api::annotations::{DRUID_OPERATION, SUSPEND_ETCD_SPEC_RECONCILE};
+use quorate_api::status::LastOperationState;
+use quorate_operator::OperatorSettings;
+use quorate_operator::controller::{Scope, run};
+use quorate_operator::metrics::Metrics;
+use quorate_testkit::{KubeApiServer, install_etcd_crd};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+const CLUSTER: &str = include_str!("../../../examples/etcd-cluster.yaml");
+const SINGLE: &str = include_str!("../../../examples/etcd-single.yaml");
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A controller scoped to one namespace; stopped when dropped.
+struct Operator {
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Operator {
+    fn start(client: &Client, namespace: &str, auto_reconcile: bool) -> Operator {
+        let settings = OperatorSettings {
+            auto_reconcile,
+            status_sync_period: Duration::from_millis(500),
+            wait_period: Duration::from_millis(500),
+            ..OperatorSettings::default()
+        };
+        let (shutdown, stopped) = watch::channel(false);
+        let scope = Scope {
+            namespace: Some(namespace.to_string()),
+            identity: format!("test-{namespace}"),
+        };
+        let client = client.clone();
+        let task = tokio::spawn(async move {
+            run(client, settings, Metrics::default(), scope, stopped)
+                .await
+                .expect("the controller starts");
+        });
+        Operator { shutdown, task }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        self.task.abort();
+    }
+}
+
+/// Polls `check` until it returns `Some`, panicking with `what` after [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn setup(test: &str) -> Option<(Client, String)> {
+    let server = KubeApiServer::shared_or_skip(test).await?;
+    let client = server.client().await.expect("client");
+    install_etcd_crd(&client).await;
+    let namespace = server
+        .create_namespace(&client, &test.replace('_', "-"))
+        .await
+        .expect("namespace");
+    Some((client, namespace))
+}
+
+fn manifest(yaml: &str, namespace: &str) -> Etcd {
+    let mut etcd: Etcd = serde_saphyr::from_str(yaml).expect("example parses");
+    etcd.metadata.namespace = Some(namespace.to_string());
+    etcd
+}
+
+async fn create(client: &Client, etcd: &Etcd) -> Api<Etcd> {
+    let api: Api<Etcd> =
+        Api::namespaced(client.clone(), etcd.metadata.namespace.as_deref().unwrap());
+    api.create(&PostParams::default(), etcd)
+        .await
+        .expect("create the Etcd");
+    api
+}
+
+async fn wait_observed(api: &Api<Etcd>, name: &str, generation: i64) -> Etcd {
+    eventually(
+        &format!("{name} observed at generation {generation}"),
+        || async {
+            let etcd = api.get(name).await.ok()?;
+            let status = etcd.status.as_ref()?;
+            (status.observed_generation == Some(generation)).then_some(etcd)
+        },
+    )
+    .await
+}
+
+fn labels_of<K: Resource>(object: &K) -> BTreeMap<String, String> {
+    object.meta().labels.clone().unwrap_or_default()
+}
+
+fn assert_managed<K: Resource>(object: &K, etcd: &Etcd, component: &str) {
+    let name = object.meta().name.clone().unwrap_or_default();
+    let labels = labels_of(object);
+    assert_eq!(
+        labels["app.kubernetes.io/managed-by"], "etcd-druid",
+        "{name}"
+    );
+    assert_eq!(
+        labels["app.kubernetes.io/part-of"],
+        etcd.metadata.name.clone().unwrap(),
+        "{name}"
+    );
+    assert_eq!(labels["app.kubernetes.io/component"], component, "{name}");
+    let owners = object.meta().owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{name}: {owners:?}");
+    assert_eq!(owners[0].kind, "Etcd");
+    assert_eq!(Some(&owners[0].uid), etcd.metadata.uid.as_ref());
+    assert_eq!(owners[0].controller, Some(true));
+    assert_eq!(owners[0].block_owner_deletion, Some(true));
+}
+
+fn pdb_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// Renews a member lease as its agent would.
+async fn renew(client: &Client, namespace: &str, lease: &str, role: &str, tls: bool) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {"member.etcd.gardener.cloud/tls-enabled": tls.to_string()}},
+        "spec": {
+            "holderIdentity": format!("1a2b3c:4d5e6f:{role}"),
+            "leaseDurationSeconds": 40,
+            "renewTime": now,
+        }
+    });
+    api.patch(lease, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("renew the member lease");
+}
+
+/// Sets the StatefulSet's status as its controller would once the pods are ready.
+async fn set_ready(client: &Client, namespace: &str, name: &str, ready: i32) {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let sts = api.get(name).await.expect("StatefulSet");
+    let replicas = sts.spec.and_then(|s| s.replicas).unwrap_or(0);
+    let patch = serde_json::json!({"status": {
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "currentReplicas": replicas,
+        "updatedReplicas": replicas,
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch StatefulSet status");
+}
+
+fn condition(etcd: &Etcd, type_: &str) -> Option<String> {
+    etcd.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| format!("{:?}", c.status))
+}
+
+#[tokio::test]
+async fn every_component_appears_named_labelled_and_owned_and_status_follows_the_leases() {
+    let Some((client, ns)) = setup("components_and_status").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, false);
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    let etcd = wait_observed(&api, "etcd-main", 1).await;
+    assert!(
+        etcd.metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == "druid.gardener.cloud/etcd-druid"))
+    );
+    let op = etcd
+        .status
+        .as_ref()
+        .unwrap()
+        .last_operation
+        .clone()
+        .unwrap();
+    assert_eq!(op.state, LastOperationState::Succeeded);
+
+    let sa = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .get("etcd-main")
+        .await
+        .unwrap();
+    assert_managed(&sa, &etcd, "etcd-service-account");
+    let role_name = "druid.gardener.cloud:etcd:etcd-main";
+    let role = Api::<Role>::namespaced(client.clone(), &ns)
+        .get(role_name)
+        .await
+        .unwrap();
+    assert_managed(&role, &etcd, "etcd-role");
+    let binding = Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .get(role_name)
+        .await
+        .unwrap();
+    assert_managed(&binding, &etcd, "etcd-role-binding");
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    for i in 0..3 {
+        let lease = leases.get(&format!("etcd-main-{i}")).await.unwrap();
+        assert_managed(&lease, &etcd, "etcd-member-lease");
+    }
+    for name in ["etcd-main-full-snap", "etcd-main-delta-snap"] {
+        assert_managed(
+            &leases.get(name).await.unwrap(),
+            &etcd,
+            "etcd-snapshot-lease",
+        );
+    }
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    let client_svc = services.get("etcd-main-client").await.unwrap();
+    assert_managed(&client_svc, &etcd, "etcd-client-service");
+    let peer = services.get("etcd-main-peer").await.unwrap();
+    assert_managed(&peer, &etcd, "etcd-peer-service");
+    assert_eq!(peer.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("etcd-main-config")
+        .await
+        .unwrap();
+    assert_managed(&cm, &etcd, "etcd-configmap");
+    assert!(cm.data.as_ref().unwrap().contains_key("etcd.conf.yaml"));
+    // v1.20 serves no policy/v1: the PDB is a policy/v1beta1 one, minAvailable 3/2+1.
+    let pdb = pdb_api(&client, &ns).get("etcd-main").await.unwrap();
+    assert_eq!(pdb.data["spec"]["minAvailable"], 2);
+    assert_eq!(
+        pdb.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"],
+        "etcd-pdb"
+    );
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), &ns)
+        .get("etcd-main")
+        .await
+        .unwrap();
+    assert_managed(&sts, &etcd, "etcd-statefulset");
+    let spec = sts.spec.unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    assert_eq!(spec.service_name.as_deref(), Some("etcd-main-peer"));
+    assert!(
+        spec.template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()
+            .contains_key("checksum/etcd-configmap")
+    );
+
+    // Nothing ready yet: not Ready.
+    assert_ne!(etcd.status.as_ref().unwrap().ready, Some(true));
+    // The agents renew, the pods become ready: Ready, AllMembersReady, three members.
+    for i in 0..3 {
+        let role = if i == 0 { "Leader" } else { "Member" };
+        renew(&client, &ns, &format!("etcd-main-{i}"), role, false).await;
+    }
+    set_ready(&client, &ns, "etcd-main", 3).await;
+    let etcd = eventually("the status to show three ready members", || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        let status = etcd.status.as_ref()?;
+        (status.ready == Some(true)
+            && status.members.len() == 3
+            && condition(&etcd, "AllMembersReady").as_deref() == Some("True"))
+        .then_some(etcd)
+    })
+    .await;
+    assert_eq!(condition(&etcd, "Ready").as_deref(), Some("True"));
+    let status = etcd.status.unwrap();
+    assert_eq!((status.replicas, status.ready_replicas), (3, 3));
+    assert_eq!(status.members[0].id.as_deref(), Some("1a2b3c"));
+}
+
+#[tokio::test]
+async fn a_spec_change_waits_for_the_reconcile_annotation_which_is_removed_after() {
+    let Some((client, ns)) = setup("reconcile_annotation").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, false);
+    let api = create(&client, &manifest(SINGLE, &ns)).await;
+    wait_observed(&api, "etcd-single", 1).await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let before = cms.get("etcd-single-config").await.unwrap().data.unwrap();
+
+    let patch = serde_json::json!({"spec": {"etcd": {"snapshotCount": 12345}}});
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    // Several passes later nothing changed and generation 2 is not observed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let etcd = api.get("etcd-single").await.unwrap();
+    assert_eq!(etcd.metadata.generation, Some(2));
+    assert_eq!(etcd.status.unwrap().observed_generation, Some(1));
+    assert_eq!(
+        cms.get("etcd-single-config").await.unwrap().data.unwrap(),
+        before
+    );
+
+    let annotate = serde_json::json!({"metadata": {"annotations": {DRUID_OPERATION: "reconcile"}}});
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(&annotate),
+    )
+    .await
+    .unwrap();
+    let etcd = wait_observed(&api, "etcd-single", 2).await;
+    let after = cms.get("etcd-single-config").await.unwrap().data.unwrap();
+    assert!(
+        after["etcd.conf.yaml"].contains("snapshot-count: 12345"),
+        "{}",
+        after["etcd.conf.yaml"]
+    );
+    let annotations = eventually("the operation annotation to be removed", || async {
+        let etcd = api.get("etcd-single").await.ok()?;
+        let a = etcd.metadata.annotations.clone().unwrap_or_default();
+        (!a.contains_key(DRUID_OPERATION)).then_some(a)
+    })
+    .await;
+    assert!(!annotations.contains_key(DRUID_OPERATION));
+    assert_eq!(etcd.metadata.generation, Some(2));
+}
+
+#[tokio::test]
+async fn auto_reconcile_applies_at_once_and_suspension_stops_it_but_not_the_status() {
+    let Some((client, ns)) = setup("auto_and_suspend").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let api = create(&client, &manifest(SINGLE, &ns)).await;
+    wait_observed(&api, "etcd-single", 1).await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+
+    let patch = serde_json::json!({"spec": {"etcd": {"snapshotCount": 2222}}});
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    wait_observed(&api, "etcd-single", 2).await;
+    let data = cms.get("etcd-single-config").await.unwrap().data.unwrap();
+    assert!(data["etcd.conf.yaml"].contains("snapshot-count: 2222"));
+
+    let suspend = serde_json::json!({
+        "metadata": {"annotations": {SUSPEND_ETCD_SPEC_RECONCILE: "true"}},
+        "spec": {"etcd": {"snapshotCount": 3333}},
+    });
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(&suspend),
+    )
+    .await
+    .unwrap();
+    // The status keeps following the leases while the spec is suspended.
+    renew(&client, &ns, "etcd-single-0", "Leader", false).await;
+    let etcd = eventually("a member in the status while suspended", || async {
+        let etcd = api.get("etcd-single").await.ok()?;
+        (etcd.status.as_ref()?.members.len() == 1).then_some(etcd)
+    })
+    .await;
+    assert_eq!(etcd.status.unwrap().observed_generation, Some(2));
+    let data = cms.get("etcd-single-config").await.unwrap().data.unwrap();
+    assert!(data["etcd.conf.yaml"].contains("snapshot-count: 2222"));
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    eventually("a SpecReconcileSuspended warning event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("SpecReconcileSuspended")
+                    && e.type_.as_deref() == Some("Warning")
+            })
+            .then_some(())
+    })
+    .await;
+
+    let resume =
+        serde_json::json!({"metadata": {"annotations": {SUSPEND_ETCD_SPEC_RECONCILE: null}}});
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(&resume),
+    )
+    .await
+    .unwrap();
+    wait_observed(&api, "etcd-single", 3).await;
+    let data = cms.get("etcd-single-config").await.unwrap().data.unwrap();
+    assert!(data["etcd.conf.yaml"].contains("snapshot-count: 3333"));
+}
+
+fn peer_tls_volumes(sts: &StatefulSet) -> Vec<String> {
+    sts.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.volumes.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .filter(|n| n.starts_with("etcd-peer"))
+        .collect()
+}
+
+fn template_checksum(sts: &StatefulSet) -> String {
+    sts.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()["checksum/etcd-configmap"]
+        .clone()
+}
+
+#[tokio::test]
+async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
+    let Some((client, ns)) = setup("tls_then_scale").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let api = create(&client, &manifest(SINGLE, &ns)).await;
+    wait_observed(&api, "etcd-single", 1).await;
+    renew(&client, &ns, "etcd-single-0", "Leader", false).await;
+    set_ready(&client, &ns, "etcd-single", 1).await;
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
+    assert!(peer_tls_volumes(&statefulsets.get("etcd-single").await.unwrap()).is_empty());
+
+    let grow = serde_json::json!({"spec": {"replicas": 3, "etcd": {"peerUrlTls": {
+        "tlsCASecretRef": {"name": "peer-ca", "dataKey": "ca.crt"},
+        "serverTLSSecretRef": {"name": "peer-server"},
+    }}}});
+    api.patch("etcd-single", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    // Step 1: the TLS mounts, at one replica; the pass asks to be requeued.
+    let sts = eventually("peer TLS mounts at one replica", || async {
+        let sts = statefulsets.get("etcd-single").await.ok()?;
+        (!peer_tls_volumes(&sts).is_empty()).then_some(sts)
+    })
+    .await;
+    assert_eq!(sts.spec.as_ref().unwrap().replicas, Some(1));
+    let checksum_with_tls = template_checksum(&sts);
+    let etcd = eventually("lastOperation Requeue", || async {
+        let etcd = api.get("etcd-single").await.ok()?;
+        let op = etcd.status.as_ref()?.last_operation.clone()?;
+        (op.state == LastOperationState::Requeue).then_some(etcd)
+    })
+    .await;
+    let status = etcd.status.unwrap();
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!(status.last_errors[0].code, "ERR_REQUEUE_AFTER");
+    // Step 2: still one replica while the member has not reported TLS.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        statefulsets
+            .get("etcd-single")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas,
+        Some(1)
+    );
+    // Step 3: the agent restarted etcd with https and says so; the cluster grows, and the
+    // pod template is the same as at step 1, so the running pod is not restarted again.
+    renew(&client, &ns, "etcd-single-0", "Leader", true).await;
+    let sts = eventually("three replicas", || async {
+        let sts = statefulsets.get("etcd-single").await.ok()?;
+        (sts.spec.as_ref()?.replicas == Some(3)).then_some(sts)
+    })
+    .await;
+    assert_eq!(template_checksum(&sts), checksum_with_tls);
+    wait_observed(&api, "etcd-single", 2).await;
+    let pdb = pdb_api(&client, &ns).get("etcd-single").await.unwrap();
+    assert_eq!(pdb.data["spec"]["minAvailable"], 2);
+}
+
+#[tokio::test]
+async fn deleting_the_etcd_removes_every_component_then_the_finalizer() {
+    let Some((client, ns)) = setup("delete_flow").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, false);
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    // Something not owned by this Etcd, with the same labels, must survive.
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let mut foreign = ConfigMap::default();
+    foreign.metadata.name = Some("bystander".into());
+    foreign.metadata.labels = Some(BTreeMap::from([
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "etcd-druid".to_string(),
+        ),
+        (
+            "app.kubernetes.io/part-of".to_string(),
+            "etcd-main".to_string(),
+        ),
+    ]));
+    cms.create(&PostParams::default(), &foreign).await.unwrap();
+
+    api.delete("etcd-main", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the Etcd to be gone", || async {
+        matches!(api.get_opt("etcd-main").await, Ok(None)).then_some(())
+    })
+    .await;
+    let selector = "app.kubernetes.io/part-of=etcd-main";
+    let lp = ListParams::default().labels(selector);
+    let left = |n: usize, kind: &str| assert_eq!(n, 0, "{kind} left after delete");
+    left(
+        Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "StatefulSet",
+    );
+    left(
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "Service",
+    );
+    left(
+        Api::<Lease>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "Lease",
+    );
+    left(
+        Api::<Role>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "Role",
+    );
+    left(
+        Api::<RoleBinding>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "RoleBinding",
+    );
+    left(
+        Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "ServiceAccount",
+    );
+    left(
+        pdb_api(&client, &ns).list(&lp).await.unwrap().items.len(),
+        "PodDisruptionBudget",
+    );
+    let configmaps: Vec<_> = cms
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(configmaps, ["bystander"]);
+}
