@@ -8,12 +8,15 @@ pub mod context;
 pub mod controller;
 pub mod delete_flow;
 pub mod error;
+pub mod http;
 pub mod images;
 pub mod metrics;
 pub mod reconcile;
+pub mod run;
 pub mod spec_flow;
 pub mod status;
 pub mod webhook;
 
 pub use context::OperatorSettings;
 pub use error::Error;
+pub use run::{OperatorArgs, RunError, run_operator};

@@ -132,6 +132,8 @@ pub enum Command {
     Crd,
     /// Run the agent of one member (started by `quorate up` or in a pod).
     Agent(AgentArgs),
+    /// Run the Kubernetes operator: the Etcd controller and its validating webhooks.
+    Operator(quorate_operator::OperatorArgs),
     /// Run the supervisor of a local cluster in the foreground (what `up -d` starts).
     #[command(hide = true)]
     Supervise {

@@ -208,6 +208,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent(args) => crate::agent_cmd::run(args).await,
+        Command::Operator(args) => {
+            quorate_operator::run_operator(args, shutdown_on_signals()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Supervise { name, etcd_binary } => {
             let ctx = context(etcd_binary);
             commands::supervise(&ctx, &name, shutdown_on_signals()).await?;

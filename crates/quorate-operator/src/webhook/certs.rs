@@ -37,6 +37,9 @@ pub enum CertError {
     },
 }
 
+/// File of the CA certificate beside `tls.crt` and `tls.key`.
+pub const CA_FILE: &str = "ca.crt";
+
 /// A serving certificate, its key and the CA that signed it, all PEM.
 #[derive(Clone, Debug)]
 pub struct WebhookCerts {
@@ -49,8 +52,9 @@ pub struct WebhookCerts {
 }
 
 impl WebhookCerts {
-    /// Writes `tls.crt` and `tls.key` (the layout of a `kubernetes.io/tls` Secret volume) into
-    /// `dir`, creating it, for [`super::serve_webhooks`] to read. The key is written mode 0600.
+    /// Writes `tls.crt`, `tls.key` and `ca.crt` (the layout of a `kubernetes.io/tls` Secret
+    /// volume as cert-manager fills it) into `dir`, creating it, for [`super::serve_webhooks`]
+    /// to read. The key is written mode 0600.
     pub fn write_to(&self, dir: &Path) -> Result<(), CertError> {
         let write_err = |path: &Path| {
             let path = path.display().to_string();
@@ -59,6 +63,8 @@ impl WebhookCerts {
         fs::create_dir_all(dir).map_err(write_err(dir))?;
         let key = dir.join(KEY_FILE);
         write_private(&key, &self.key_pem).map_err(write_err(&key))?;
+        let ca = dir.join(CA_FILE);
+        fs::write(&ca, &self.ca_pem).map_err(write_err(&ca))?;
         let cert = dir.join(CERT_FILE);
         fs::write(&cert, &self.cert_pem).map_err(write_err(&cert))
     }
