@@ -180,10 +180,10 @@ pub async fn run_operator(
             .await
             .map_err(RunError::from)
     };
-    if let Some(webhooks) = webhooks {
-        if let Ok(Err(e)) = webhooks.await {
-            tracing::warn!("webhooks: {e}");
-        }
+    if let Some(webhooks) = webhooks
+        && let Ok(Err(e)) = webhooks.await
+    {
+        tracing::warn!("webhooks: {e}");
     }
     match http.await {
         Ok(Err(source)) => Err(RunError::Http {
@@ -194,13 +194,9 @@ pub async fn run_operator(
     }
 }
 
-/// A future that completes when `shutdown` turns true.
-fn stopped(
-    mut shutdown: watch::Receiver<bool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    }
+/// Completes when `shutdown` turns true.
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 async fn run_as_leader(

@@ -9,8 +9,9 @@ use quorate_api::names::{component, config_map_name, role_name};
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
 
-/// Verbs on leases: the agent creates a missing lease and renews member and snapshot leases.
-pub const LEASE_VERBS: [&str; 6] = ["get", "list", "watch", "create", "update", "patch"];
+/// Verbs on leases: the agent reads and renews (patches) the member and snapshot leases the
+/// operator creates; it never creates or replaces one.
+pub const LEASE_VERBS: [&str; 4] = ["get", "list", "watch", "patch"];
 /// Verbs on the cluster's ConfigMap, where the agent reads its `ClusterConfig`. With
 /// `resourceNames`, `list` and `watch` are allowed only with a `metadata.name` field selector.
 pub const CONFIG_MAP_VERBS: [&str; 3] = ["get", "list", "watch"];
@@ -65,7 +66,8 @@ mod tests {
             .map(|r| r.resources.clone().unwrap()[0].clone())
             .collect();
         assert_eq!(resources, ["leases", "configmaps", "pods"]);
-        assert!(rules[0].verbs.contains(&"create".to_string()));
+        assert!(rules[0].verbs.contains(&"patch".to_string()));
+        assert!(!rules[0].verbs.contains(&"create".to_string()));
         assert!(rules[0].resource_names.is_none());
         assert_eq!(
             rules[1].resource_names.as_deref(),
