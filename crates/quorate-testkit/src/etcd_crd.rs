@@ -8,7 +8,8 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 /// The committed CRD.
-pub const ETCD_CRD_YAML: &str = include_str!("../../../deploy/crds/druid.gardener.cloud_etcds.yaml");
+pub const ETCD_CRD_YAML: &str =
+    include_str!("../../../deploy/crds/druid.gardener.cloud_etcds.yaml");
 /// Its name.
 pub const ETCD_CRD_NAME: &str = "etcds.druid.gardener.cloud";
 
@@ -27,7 +28,10 @@ pub async fn install_etcd_crd(client: &Client) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let current = crds.get(ETCD_CRD_NAME).await.expect("read back the CRD");
-        let conditions = current.status.and_then(|s| s.conditions).unwrap_or_default();
+        let conditions = current
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default();
         if conditions
             .iter()
             .any(|c| c.type_ == "Established" && c.status == "True")
