@@ -82,6 +82,11 @@ where
 }
 
 async fn setup(test: &str) -> Option<(Client, String)> {
+    let (client, namespace, _) = setup_with_server(test).await?;
+    Some((client, namespace))
+}
+
+async fn setup_with_server(test: &str) -> Option<(Client, String, &'static KubeApiServer)> {
     let server = KubeApiServer::shared_or_skip(test).await?;
     let client = server.client().await.expect("client");
     install_etcd_crd(&client).await;
@@ -89,7 +94,7 @@ async fn setup(test: &str) -> Option<(Client, String)> {
         .create_namespace(&client, &test.replace('_', "-"))
         .await
         .expect("namespace");
-    Some((client, namespace))
+    Some((client, namespace, server))
 }
 
 fn manifest(yaml: &str, namespace: &str) -> Etcd {
@@ -196,7 +201,7 @@ fn condition(etcd: &Etcd, type_: &str) -> Option<String> {
 
 #[tokio::test]
 async fn every_component_appears_named_labelled_and_owned_and_status_follows_the_leases() {
-    let Some((client, ns)) = setup("components_and_status").await else {
+    let Some((client, ns, server)) = setup_with_server("components_and_status").await else {
         return;
     };
     let _operator = Operator::start(&client, &ns, false);
@@ -302,6 +307,46 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
     let status = etcd.status.unwrap();
     assert_eq!((status.replicas, status.ready_replicas), (3, 3));
     assert_eq!(status.members[0].id.as_deref(), Some("1a2b3c"));
+
+    // What a user sees.
+    let output = server
+        .kubectl()
+        .args(["get", "etcd", "-n", &ns, "-o", "wide"])
+        .output()
+        .expect("run kubectl");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "READY",
+            "QUORATE",
+            "ALL MEMBERS READY",
+            "BACKUP READY",
+            "AGE",
+            "CLUSTER SIZE",
+            "CURRENT REPLICAS",
+            "READY REPLICAS"
+        ],
+        "{stdout}"
+    );
+    // NAME READY QUORATE ALL-MEMBERS-READY BACKUP-READY AGE SIZE CURRENT READY; BACKUP READY
+    // has no value before the first snapshot lease renewal.
+    assert_eq!(row[..4], ["etcd-main", "true", "True", "True"], "{stdout}");
+    assert_eq!(row[row.len() - 3..], ["3", "3", "3"], "{stdout}");
 }
 
 #[tokio::test]
