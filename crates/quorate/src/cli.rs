@@ -13,9 +13,26 @@ pub struct Cli {
     /// Log level (error, warn, info, debug, trace); QUORATE_LOG takes a full filter.
     #[arg(long, global = true)]
     pub log_level: Option<String>,
+    /// Log format: `text` for people, `json` (one object per line) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        env = "QUORATE_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
     /// The command.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with every span and event field.
+    Json,
 }
 
 /// Subcommands.

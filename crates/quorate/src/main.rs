@@ -13,7 +13,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = cli::Cli::parse();
-    init_tracing(cli.log_level.as_deref());
+    init_tracing(cli.log_level.as_deref(), cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -27,11 +27,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(level: Option<&str>) {
+fn init_tracing(level: Option<&str>, format: cli::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("QUORATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.unwrap_or("info")));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        cli::LogFormat::Text => builder.init(),
+        cli::LogFormat::Json => builder.json().init(),
+    }
 }
