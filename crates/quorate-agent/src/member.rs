@@ -358,6 +358,8 @@ async fn run_etcd<C: Coordination>(
     // A lone member compares its revision with the bucket's once it serves (after etcd has
     // replayed its write-ahead log), as etcd-backup-restore does before starting etcd.
     let mut revision_checked = cluster.members.len() != 1 || cluster.backup.is_none();
+    // Whether the member list has this member's configured peer URL (checked once per run).
+    let mut peer_urls_settled = false;
     let mut probe = tokio::time::interval(opts.retry_interval);
     let mut config_check = tokio::time::interval(opts.poll_interval);
     loop {
@@ -416,6 +418,9 @@ async fn run_etcd<C: Coordination>(
                         });
                         if st.is_learner {
                             promote(cluster, me, st.member_id).await;
+                        } else if !peer_urls_settled && st.leader_id != 0 {
+                            peer_urls_settled =
+                                settle_peer_urls(client, cluster, me, st.member_id, state).await;
                         }
                         let due = last_renewal.is_none_or(|t| t.elapsed() >= heartbeat);
                         if due && st.leader_id != 0 && renew_lease(coord, cluster, me, state).await {
@@ -470,6 +475,48 @@ async fn promote(cluster: &ClusterConfig, me: &str, id: u64) {
     }
 }
 
+/// Makes the cluster know this member by the peer URL it is configured with, as etcd keeps a
+/// member's peer URLs from when it joined: after peer TLS is turned on, etcd already listens
+/// with https but its peers would still dial http. etcd-backup-restore does the same
+/// (`updatePeerURLIfChanged`). Records the registered URLs; true once they are right.
+async fn settle_peer_urls(
+    client: &MemberClient,
+    cluster: &ClusterConfig,
+    me: &str,
+    id: u64,
+    state: &SharedState,
+) -> bool {
+    let Some(wanted) = cluster.member(me).map(|m| vec![m.peer_url.clone()]) else {
+        return true;
+    };
+    let registered = match client.member_list().await {
+        Ok(list) => list.into_iter().find(|m| m.id == id).map(|m| m.peer_urls),
+        Err(e) => {
+            tracing::debug!(member = %me, error = %e, "member list failed");
+            return false;
+        }
+    };
+    let Some(registered) = registered else {
+        return false;
+    };
+    if registered == wanted {
+        state.update(|s| s.registered_peer_urls = registered);
+        return true;
+    }
+    match client.update_peer_urls(id, &wanted).await {
+        Ok(_) => {
+            tracing::info!(member = %me, from = ?registered, to = ?wanted, "updated the member's peer URLs");
+            state.update(|s| s.registered_peer_urls = wanted);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(member = %me, error = %e, "updating the member's peer URLs failed; retrying");
+            state.update(|s| s.registered_peer_urls = registered);
+            false
+        }
+    }
+}
+
 /// Writes this member's lease; false when it could not be written.
 async fn renew_lease<C: Coordination>(
     coord: &C,
@@ -494,11 +541,8 @@ async fn renew_lease<C: Coordination>(
         cluster_id: s.cluster_id,
         role,
     };
-    let tls_enabled = cluster
-        .member(me)
-        .is_some_and(|m| m.peer_url.starts_with("https://"));
     let mut lease = MemberLease::new(lease_name);
-    lease.renew(&identity, tls_enabled, jiff::Timestamp::now());
+    lease.renew(&identity, s.peer_tls_enabled(), jiff::Timestamp::now());
     lease
         .annotations
         .insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash(cluster));

@@ -38,6 +38,21 @@ pub struct MemberState {
     pub message: String,
     /// The etcd command line in use.
     pub etcd_args: Vec<String>,
+    /// This member's peer URLs as the cluster's member list has them (empty until read).
+    pub registered_peer_urls: Vec<String>,
+}
+
+impl MemberState {
+    /// Whether every peer URL the cluster knows this member by uses TLS: what the member
+    /// lease's `member.etcd.gardener.cloud/tls-enabled` reports (etcd-backup-restore's rule).
+    /// False until the member list has been read.
+    pub fn peer_tls_enabled(&self) -> bool {
+        !self.registered_peer_urls.is_empty()
+            && self
+                .registered_peer_urls
+                .iter()
+                .all(|u| u.starts_with("https://"))
+    }
 }
 
 /// Shared handle on [`MemberState`].

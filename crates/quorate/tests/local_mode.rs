@@ -6,7 +6,7 @@ use etcd_client::Client;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-use support::{Local, dump, eventually, manifest, path_str, runtime};
+use support::{Local, dump, eventually, manifest, path_str, put_keys, runtime};
 
 /// Every key under `prefix` on one member only, as (key, value) pairs.
 async fn keys_on_member(url: &str, prefix: &str) -> Vec<(String, String)> {
@@ -651,4 +651,78 @@ fn foreground_up_runs_until_interrupted_and_keeps_data() {
             .is_dir(),
         "data is kept"
     );
+}
+
+#[test]
+fn peer_tls_is_turned_on_with_one_etcd_restart_then_the_cluster_grows_over_tls() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("tlsup", 1, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    rt.block_on(put_keys(&local.endpoints("tlsup"), "before/", 20));
+    let first_pid = local.etcd_pid("tlsup", "tlsup-0").expect("etcd runs");
+    let lease_file = local.cluster_dir("tlsup").join("leases/tlsup-0.json");
+    let tls_reported = |want: &str| {
+        std::fs::read_to_string(&lease_file)
+            .unwrap_or_default()
+            .contains(&format!(
+                "\"member.etcd.gardener.cloud/tls-enabled\": \"{want}\""
+            ))
+    };
+    assert!(tls_reported("false"));
+
+    let peer_tls = "    peerUrlTls:
+      tlsCASecretRef: {name: peer-ca}
+      serverTLSSecretRef: {name: peer-server}
+";
+    let with_tls = |replicas| {
+        manifest("tlsup", replicas, "").replace(
+            "    heartbeatDuration: 1s\n",
+            &format!("    heartbeatDuration: 1s\n{peer_tls}"),
+        )
+    };
+    local.manifest("c.yaml", &with_tls(1));
+    local.ok(&["apply", "-f", path_str(&path), "--wait", "--timeout", "60s"]);
+    // etcd restarted in place once; the member list now has the https peer URL and the lease
+    // says so.
+    eventually(
+        "the lease to report peer TLS",
+        Duration::from_secs(30),
+        || tls_reported("true").then_some(()),
+    );
+    let members = local.ok(&["members", "tlsup"]);
+    assert!(members.contains("https://127.0.0.1"), "{members}");
+    let restarted_pid = local.etcd_pid("tlsup", "tlsup-0").expect("etcd runs");
+    assert_ne!(
+        restarted_pid, first_pid,
+        "etcd restarted with the TLS listener"
+    );
+
+    local.manifest("c.yaml", &with_tls(3));
+    local.ok(&[
+        "apply",
+        "-f",
+        path_str(&path),
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    let members = local.ok(&["members", "tlsup"]);
+    assert_eq!(
+        members
+            .lines()
+            .filter(|l| l.contains("https://127.0.0.1"))
+            .count(),
+        3,
+        "every member joined over TLS:\n{members}"
+    );
+    assert_eq!(
+        local.etcd_pid("tlsup", "tlsup-0"),
+        Some(restarted_pid),
+        "growing the cluster did not restart the first member again"
+    );
+    for url in local.endpoints("tlsup") {
+        let keys = rt.block_on(dump(&url, "before/"));
+        assert_eq!(keys.len(), 20, "every write is on {url}");
+    }
 }
