@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
@@ -15,14 +15,11 @@ use quorate_api::Etcd;
 use quorate_coord::{CoordError, Coordination, KubeCoordination};
 use quorate_core::components::cluster_config::render_for_kubernetes;
 use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
-use quorate_core::components::{
-    ComponentContext, config_map, member_leases, role, role_binding, snapshot_leases,
-};
 use quorate_core::lease::{
     BACKUP_ERROR_ANNOTATION, HolderIdentity, MemberLease, SnapshotLease, TLS_ENABLED_ANNOTATION,
 };
 use quorate_core::rollout::CONFIG_HASH_ANNOTATION;
-use quorate_testkit::KubeApiServer;
+use quorate_testkit::{AgentConfig, KubeApiServer, create_agent_objects};
 
 const NAME: &str = "etcd-main";
 
@@ -55,36 +52,6 @@ async fn agent_client(server: &KubeApiServer, namespace: &str) -> Client {
     Client::try_from(config).expect("impersonating client")
 }
 
-/// A namespace with what the operator creates for `etcd`: Role, RoleBinding, member and
-/// snapshot leases and, when `with_config`, the ConfigMap.
-async fn operator_objects(client: &Client, etcd: &Etcd, with_config: bool) {
-    let ns = etcd.metadata.namespace.clone().unwrap_or_default();
-    let pp = PostParams::default();
-    Api::<Role>::namespaced(client.clone(), &ns)
-        .create(&pp, &role::build(etcd).expect("role"))
-        .await
-        .expect("create Role");
-    Api::<RoleBinding>::namespaced(client.clone(), &ns)
-        .create(&pp, &role_binding::build(etcd).expect("binding"))
-        .await
-        .expect("create RoleBinding");
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let all = member_leases::build(etcd)
-        .expect("member leases")
-        .into_iter()
-        .chain(snapshot_leases::build(etcd).expect("snapshot leases"));
-    for lease in all {
-        leases.create(&pp, &lease).await.expect("create lease");
-    }
-    if with_config {
-        let ctx = ComponentContext::new("quorate:test", "alpine:test");
-        Api::<ConfigMap>::namespaced(client.clone(), &ns)
-            .create(&pp, &config_map::build(etcd, &ctx).expect("config map"))
-            .await
-            .expect("create ConfigMap");
-    }
-}
-
 struct Setup {
     admin: Client,
     namespace: String,
@@ -98,7 +65,12 @@ async fn setup(test: &str, replicas: i32, with_config: bool) -> Option<Setup> {
         .create_namespace(&admin, "coord")
         .await
         .expect("namespace");
-    operator_objects(&admin, &etcd(&namespace, replicas), with_config).await;
+    let config = if with_config {
+        AgentConfig::Rendered
+    } else {
+        AgentConfig::None
+    };
+    create_agent_objects(&admin, &etcd(&namespace, replicas), config).await;
     let coord = KubeCoordination::new(agent_client(server, &namespace).await, &namespace, NAME);
     Some(Setup {
         admin,

@@ -3,6 +3,7 @@
 //! use the real binaries, never mocks; everything started here dies when its guard drops, even
 //! when a test panics.
 
+pub mod agent_objects;
 pub mod binaries;
 pub mod child;
 pub mod cluster;
@@ -13,6 +14,7 @@ pub mod moto;
 pub mod ports;
 pub mod tls;
 
+pub use agent_objects::{AgentConfig, create_agent_objects};
 pub use binaries::{etcd_binary, etcdctl_binary};
 pub use child::ChildGuard;
 pub use cluster::{CLUSTER_READY_TIMEOUT, EtcdTestCluster};

@@ -3,48 +3,13 @@
 //! API groups the operator falls back on are what we expect, and the processes die with their
 //! guard, also on panic.
 
-use std::time::{Duration, Instant};
-
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
-use kube::{Api, Client};
-use quorate_testkit::KubeApiServer;
+use quorate_testkit::{KubeApiServer, install_etcd_crd};
 use serde_json::Value;
 
-const CRD: &str = include_str!("../../../deploy/crds/druid.gardener.cloud_etcds.yaml");
 const EXAMPLE: &str = include_str!("../../../examples/etcd-cluster.yaml");
-const CRD_NAME: &str = "etcds.druid.gardener.cloud";
-
-/// Creates the CRD (once per server: tests share it) and waits until it is Established.
-async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(CRD).expect("the CRD parses");
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {} // another test installed it
-        Err(e) => panic!("creating CRD {CRD_NAME}: {e}"),
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let current = crds.get(CRD_NAME).await.expect("read back the CRD");
-        let conditions = current
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default();
-        if conditions
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "CRD {CRD_NAME} not Established after 60s: {conditions:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn etcd_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -79,7 +44,7 @@ async fn etcd_crd_serves_the_example_and_kubectl_prints_druids_columns() {
         return;
     };
     let client = server.client().await.expect("kube client");
-    install_crd(&client).await;
+    install_etcd_crd(&client).await;
     let namespace = server
         .create_namespace(&client, "crd")
         .await

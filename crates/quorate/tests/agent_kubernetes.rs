@@ -10,19 +10,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::PostParams;
-use kube::{Api, Client};
+use kube::Api;
 use quorate_api::Etcd;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::components::cluster_config::render_for_kubernetes;
-use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
-use quorate_core::components::{
-    ComponentContext, config_map, member_leases, role, role_binding, snapshot_leases,
-};
 use quorate_core::lease::TLS_ENABLED_ANNOTATION;
-use quorate_testkit::{ChildGuard, KubeApiServer, free_port};
+use quorate_testkit::{AgentConfig, ChildGuard, KubeApiServer, create_agent_objects, free_port};
 
 const NAME: &str = "etcd-main";
 const POD: &str = "etcd-main-0";
@@ -66,39 +59,6 @@ fn loopback_config(etcd: &Etcd, local_root: &Path) -> ClusterConfig {
         backup.local_root = local_root.display().to_string();
     }
     config
-}
-
-/// What the operator creates: Role, RoleBinding, the leases and the ConfigMap (with
-/// `config` as its `cluster.json`).
-async fn operator_objects(admin: &Client, etcd: &Etcd, config: &ClusterConfig) {
-    let ns = etcd.metadata.namespace.clone().unwrap_or_default();
-    let pp = PostParams::default();
-    Api::<Role>::namespaced(admin.clone(), &ns)
-        .create(&pp, &role::build(etcd).expect("role"))
-        .await
-        .expect("create Role");
-    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
-        .create(&pp, &role_binding::build(etcd).expect("binding"))
-        .await
-        .expect("create RoleBinding");
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
-    let all = member_leases::build(etcd)
-        .expect("member leases")
-        .into_iter()
-        .chain(snapshot_leases::build(etcd).expect("snapshot leases"));
-    for lease in all {
-        leases.create(&pp, &lease).await.expect("create lease");
-    }
-    let ctx = ComponentContext::new("quorate:test", "alpine:test");
-    let mut cm = config_map::build(etcd, &ctx).expect("config map");
-    cm.data.get_or_insert_default().insert(
-        CLUSTER_CONFIG_KEY.to_string(),
-        serde_json::to_string_pretty(config).expect("json"),
-    );
-    Api::<ConfigMap>::namespaced(admin.clone(), &ns)
-        .create(&pp, &cm)
-        .await
-        .expect("create ConfigMap");
 }
 
 /// The admin kubeconfig, acting as the member pods' ServiceAccount (`as:`).
@@ -188,7 +148,7 @@ async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases
     std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
     let etcd = etcd(&namespace);
     let config = loopback_config(&etcd, &local_root);
-    operator_objects(&admin, &etcd, &config).await;
+    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
     let before = Api::<Lease>::namespaced(admin.clone(), &namespace)
         .get(POD)
         .await
