@@ -9,8 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use quorate_api::Etcd;
 use quorate_coord::{CoordError, Coordination, KubeCoordination};
 use quorate_core::components::cluster_config::render_for_kubernetes;
@@ -44,12 +43,10 @@ fn etcd(namespace: &str, replicas: i32) -> Etcd {
 
 /// A client that is the member pods' ServiceAccount `etcd-main` in `namespace`.
 async fn agent_client(server: &KubeApiServer, namespace: &str) -> Client {
-    let kubeconfig = Kubeconfig::read_from(server.kubeconfig()).expect("read kubeconfig");
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    server
+        .client_as(&format!("system:serviceaccount:{namespace}:{NAME}"), &[])
         .await
-        .expect("kube config");
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{NAME}"));
-    Client::try_from(config).expect("impersonating client")
+        .expect("impersonating client")
 }
 
 struct Setup {

@@ -26,8 +26,6 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use quorate_api::Etcd;
 use quorate_operator::OperatorSettings;
 use quorate_operator::controller::{Scope, run};
@@ -830,17 +828,6 @@ where
     }
 }
 
-/// A client that acts as `user` (the admin impersonating it; for a ServiceAccount the API
-/// server adds its groups).
-async fn client_as(server: &KubeApiServer, user: &str) -> Client {
-    let kubeconfig = Kubeconfig::read_from(server.kubeconfig()).expect("kubeconfig");
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("client config");
-    config.auth_info.impersonate = Some(user.to_string());
-    Client::try_from(config).expect("impersonating client")
-}
-
 /// `kubectl apply -f <each path>` as the admin; panics with kubectl's output on failure.
 fn kubectl_apply(server: &KubeApiServer, paths: &[PathBuf]) -> String {
     let mut command = server.kubectl();
@@ -892,7 +879,10 @@ async fn every_manifest_applies_and_the_leader_lease_is_allowed_only_at_home() {
         return;
     };
     let admin = server.client().await.expect("admin client");
-    let operator = client_as(&server, OPERATOR_USER).await;
+    let operator = server
+        .client_as(OPERATOR_USER, &[])
+        .await
+        .expect("impersonating client");
     // The leader-election Role alone: the operator's own Lease at home, nothing elsewhere.
     kubectl_apply(
         &server,
@@ -1023,7 +1013,10 @@ async fn the_clusterrole_is_enough_for_the_controller() {
             manifest("04-clusterrolebinding.yaml"),
         ],
     );
-    let operator = client_as(&server, OPERATOR_USER).await;
+    let operator = server
+        .client_as(OPERATOR_USER, &[])
+        .await
+        .expect("impersonating client");
     let namespace = server
         .create_namespace(&admin, "etcd")
         .await

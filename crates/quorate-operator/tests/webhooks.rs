@@ -18,8 +18,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use quorate_api::Etcd;
 use quorate_api::annotations::DISABLE_ETCD_COMPONENT_PROTECTION;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, default_labels};
@@ -239,18 +238,6 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> kube::core::St
     }
 }
 
-/// A client acting as `user` (with the admin token; `system:masters` so RBAC allows it all,
-/// leaving the webhooks as the only thing that can refuse).
-async fn client_as(server: &KubeApiServer, user: &str) -> Client {
-    let kubeconfig = Kubeconfig::read_from(server.kubeconfig()).expect("read kubeconfig");
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("kube config");
-    config.auth_info.impersonate = Some(user.to_string());
-    config.auth_info.impersonate_groups = Some(vec!["system:masters".to_string()]);
-    Client::try_from(config).expect("impersonating client")
-}
-
 #[tokio::test]
 async fn etcd_webhook_refuses_what_local_mode_refuses_with_the_same_lines() {
     let Some(server) =
@@ -413,7 +400,8 @@ async fn component_protection_refuses_hand_edits_until_the_etcd_allows_them() {
     );
 
     // The operator may.
-    let operator: Api<ConfigMap> = Api::namespaced(client_as(server, OPERATOR_USER).await, &ns);
+    let operator: Api<ConfigMap> =
+        Api::namespaced(client_as_masters(server, OPERATOR_USER).await, &ns);
     operator
         .patch(
             "etcd-main-config",
@@ -437,7 +425,7 @@ async fn component_protection_refuses_hand_edits_until_the_etcd_allows_them() {
         .await
         .expect("create the member lease");
     let etcd_pods: Api<Lease> = Api::namespaced(
-        client_as(server, &service_account_username(&ns, "etcd-main")).await,
+        client_as_masters(server, &service_account_username(&ns, "etcd-main")).await,
         &ns,
     );
     etcd_pods
@@ -499,4 +487,12 @@ async fn component_protection_refuses_hand_edits_until_the_etcd_allows_them() {
         .await
         .expect("the admin deletes it once protection is off");
     webhooks.stop().await;
+}
+
+/// `user`, impersonated with the `system:masters` group, as the tests' admin token allows.
+async fn client_as_masters(server: &KubeApiServer, user: &str) -> Client {
+    server
+        .client_as(user, &["system:masters"])
+        .await
+        .expect("impersonating client")
 }

@@ -292,6 +292,17 @@ impl KubeApiServer {
         client_from_kubeconfig(&self.info.kubeconfig).await
     }
 
+    /// A client acting as `user` (e.g. `system:serviceaccount:<ns>:<name>`), impersonated by the
+    /// admin, with `groups` added to the groups the API server gives that user; so RBAC and
+    /// admission see that user, as they would see a pod's or the operator's requests.
+    pub async fn client_as(
+        &self,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<Client, KubeApiServerError> {
+        client_from_kubeconfig_as(&self.info.kubeconfig, Some((user, groups))).await
+    }
+
     /// Creates a namespace with a fresh name starting with `prefix` (the server appends a
     /// random suffix) and returns its name, so tests sharing the server do not meet.
     pub async fn create_namespace(
@@ -417,6 +428,15 @@ fn skip_or_panic<T>(test: &str, result: Result<T, KubeApiServerError>) -> Option
 
 /// Builds a kube client from a kubeconfig file.
 async fn client_from_kubeconfig(path: &Path) -> Result<Client, KubeApiServerError> {
+    client_from_kubeconfig_as(path, None).await
+}
+
+/// A client from the kubeconfig at `path`, impersonating `(user, groups)` when given (the
+/// API server adds a ServiceAccount's own groups; `groups` adds more).
+async fn client_from_kubeconfig_as(
+    path: &Path,
+    impersonate: Option<(&str, &[&str])>,
+) -> Result<Client, KubeApiServerError> {
     let error = |reason: String| KubeApiServerError::Client {
         kubeconfig: path.to_path_buf(),
         reason,
@@ -424,9 +444,16 @@ async fn client_from_kubeconfig(path: &Path) -> Result<Client, KubeApiServerErro
     // kube's rustls needs a process-wide crypto provider when more than one is compiled in.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| error(e.to_string()))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| error(e.to_string()))?;
+    if let Some((user, groups)) = impersonate {
+        config.auth_info.impersonate = Some(user.to_string());
+        if !groups.is_empty() {
+            config.auth_info.impersonate_groups =
+                Some(groups.iter().map(|g| g.to_string()).collect());
+        }
+    }
     Client::try_from(config).map_err(|e| error(e.to_string()))
 }
 
