@@ -20,6 +20,8 @@ pub const READY: &str = "Ready";
 pub const ALL_MEMBERS_READY: &str = "AllMembersReady";
 /// Condition type: members report more than one etcd cluster ID.
 pub const CLUSTER_ID_MISMATCH: &str = "ClusterIDMismatch";
+/// Condition type: every pod runs the StatefulSet's current revision.
+pub const ALL_MEMBERS_UPDATED: &str = "AllMembersUpdated";
 /// Condition type: backups are current (computed elsewhere, from the snapshot leases).
 pub const BACKUP_READY: &str = "BackupReady";
 /// Condition type owned by the compaction controller; never recomputed by the status checks.
@@ -57,6 +59,62 @@ fn result(
         status,
         reason,
         message: message.into(),
+    }
+}
+
+/// What `AllMembersUpdated` is judged from: the StatefulSet's generation and revisions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatefulSetRollout {
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.updatedReplicas`.
+    pub updated_replicas: i32,
+    /// `status.currentRevision`.
+    pub current_revision: Option<String>,
+    /// `status.updateRevision`.
+    pub update_revision: Option<String>,
+}
+
+impl StatefulSetRollout {
+    /// Whether every pod runs the latest template (druid's rule, also behind `status.ready`).
+    pub fn is_complete(&self) -> bool {
+        self.observed_generation.is_some()
+            && self.observed_generation == self.generation
+            && self.updated_replicas == self.replicas
+            && self.current_revision == self.update_revision
+    }
+}
+
+/// `AllMembersUpdated` (druid): True when the StatefulSet controller has seen the latest
+/// generation, every replica is updated and the current revision is the update revision;
+/// False while a rollout runs; False with `StatefulSetNotFound` without a StatefulSet.
+pub fn check_all_members_updated(statefulset: Option<&StatefulSetRollout>) -> CheckResult {
+    match statefulset {
+        None => result(
+            ALL_MEMBERS_UPDATED,
+            ConditionStatus::False,
+            "StatefulSetNotFound",
+            "the StatefulSet does not exist",
+        ),
+        Some(s) if s.is_complete() => result(
+            ALL_MEMBERS_UPDATED,
+            ConditionStatus::True,
+            "AllMembersUpdated",
+            "all members run the latest pod template",
+        ),
+        Some(s) => result(
+            ALL_MEMBERS_UPDATED,
+            ConditionStatus::False,
+            "NotAllMembersUpdated",
+            format!(
+                "{} of {} members run the latest pod template",
+                s.updated_replicas, s.replicas
+            ),
+        ),
     }
 }
 
@@ -508,5 +566,42 @@ mod tests {
         let r = check_ready(&members(&[Ready]));
         let out = merge_conditions(&[], &[r.clone(), r], 1, SKIP_MERGE, now());
         assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn all_members_updated_follows_the_statefulset_rollout() {
+        let done = StatefulSetRollout {
+            generation: Some(3),
+            observed_generation: Some(3),
+            replicas: 3,
+            updated_replicas: 3,
+            current_revision: Some("r2".into()),
+            update_revision: Some("r2".into()),
+        };
+        assert_eq!(
+            check_all_members_updated(Some(&done)).status,
+            ConditionStatus::True
+        );
+        let rolling = StatefulSetRollout {
+            updated_replicas: 1,
+            current_revision: Some("r1".into()),
+            ..done.clone()
+        };
+        let r = check_all_members_updated(Some(&rolling));
+        assert_eq!(
+            (r.status, r.reason),
+            (ConditionStatus::False, "NotAllMembersUpdated")
+        );
+        assert_eq!(r.message, "1 of 3 members run the latest pod template");
+        let unseen = StatefulSetRollout {
+            observed_generation: Some(2),
+            ..done.clone()
+        };
+        assert!(!unseen.is_complete());
+        let r = check_all_members_updated(None);
+        assert_eq!(
+            (r.status, r.reason),
+            (ConditionStatus::False, "StatefulSetNotFound")
+        );
     }
 }

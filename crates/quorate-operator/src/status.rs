@@ -7,10 +7,13 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::autoscaling::v1::CrossVersionObjectReference;
 use quorate_api::Etcd;
 use quorate_api::status::{EtcdStatus, LastError, LastOperationState};
 use quorate_core::backup_ready::{BackupLeases, backup_ready_from_leases};
-use quorate_core::conditions::{SKIP_MERGE, member_checks, merge_conditions};
+use quorate_core::conditions::{
+    SKIP_MERGE, StatefulSetRollout, check_all_members_updated, member_checks, merge_conditions,
+};
 use quorate_core::last_operation::{ErrorCode, last_error, reconcile_operation};
 use quorate_core::lease::MemberLease;
 use quorate_core::member_health::{HealthThresholds, member_statuses};
@@ -66,20 +69,26 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         &HealthThresholds::default(),
         i.now,
     );
+    let rollout = i.statefulset.map(rollout_of);
     let mut checks = member_checks(&members, i.leases, replicas);
+    checks.push(check_all_members_updated(rollout.as_ref()));
     if let Some(backup) = &i.backup {
         checks.push(backup_ready_from_leases(etcd, backup, &previous, i.now));
     }
     let conditions = merge_conditions(&previous.conditions, &checks, replicas, SKIP_MERGE, i.now);
 
     let sts_status = i.statefulset.and_then(|s| s.status.as_ref());
-    let sts_replicas = i
-        .statefulset
-        .and_then(|s| s.spec.as_ref())
-        .and_then(|s| s.replicas)
-        .unwrap_or(0);
     let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
     let current_replicas = sts_status.and_then(|s| s.current_replicas).unwrap_or(0);
+    // druid: ready when the StatefulSet has rolled out and enough pods are ready; "enough" is
+    // the spec's count once reconciled, else the StatefulSet's.
+    let expected = match i.outcome {
+        PassOutcome::Succeeded => replicas,
+        _ => rollout.as_ref().map_or(replicas, |r| r.replicas),
+    };
+    let ready = rollout
+        .as_ref()
+        .is_some_and(|r| r.is_complete() && ready_replicas >= expected);
 
     let (state, description, errors) = match i.outcome {
         PassOutcome::Succeeded => (
@@ -135,18 +144,35 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         observed_generation,
         conditions,
         members,
+        // druid copies currentReplicas into both (the scale subresource reads `replicas`).
         current_replicas,
-        replicas: sts_replicas,
+        replicas: current_replicas,
         ready_replicas,
-        ready: Some(
-            i.statefulset.is_some() && ready_replicas >= replicas && sts_replicas == replicas,
-        ),
+        ready: Some(ready),
+        etcd: i.statefulset.map(|_| CrossVersionObjectReference {
+            api_version: Some("apps/v1".to_string()),
+            kind: "StatefulSet".to_string(),
+            name: etcd.metadata.name.clone().unwrap_or_default(),
+        }),
         last_operation,
         last_errors,
         selector: Some(quorate_api::names::selector_string(
             etcd.metadata.name.as_deref().unwrap_or_default(),
         )),
         ..previous
+    }
+}
+
+/// The rollout facts of a StatefulSet.
+fn rollout_of(sts: &StatefulSet) -> StatefulSetRollout {
+    let status = sts.status.as_ref();
+    StatefulSetRollout {
+        generation: sts.metadata.generation,
+        observed_generation: status.and_then(|s| s.observed_generation),
+        replicas: sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+        updated_replicas: status.and_then(|s| s.updated_replicas).unwrap_or(0),
+        current_revision: status.and_then(|s| s.current_revision.clone()),
+        update_revision: status.and_then(|s| s.update_revision.clone()),
     }
 }
 
@@ -207,7 +233,7 @@ mod tests {
     }
 
     fn sts(replicas: i32, ready: i32) -> StatefulSet {
-        StatefulSet {
+        let mut sts = StatefulSet {
             spec: Some(StatefulSetSpec {
                 replicas: Some(replicas),
                 ..Default::default()
@@ -216,10 +242,16 @@ mod tests {
                 replicas,
                 ready_replicas: Some(ready),
                 current_replicas: Some(replicas),
+                updated_replicas: Some(replicas),
+                observed_generation: Some(1),
+                current_revision: Some("r1".into()),
+                update_revision: Some("r1".into()),
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        };
+        sts.metadata.generation = Some(1);
+        sts
     }
 
     fn lease(name: &str, renewed: Timestamp, role: &str) -> MemberLease {

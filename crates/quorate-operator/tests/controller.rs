@@ -174,16 +174,20 @@ async fn renew(client: &Client, namespace: &str, lease: &str, role: &str, tls: b
         .expect("renew the member lease");
 }
 
-/// Sets the StatefulSet's status as its controller would once the pods are ready.
+/// Sets the StatefulSet's status as its controller would once the pods are ready and run the
+/// current template.
 async fn set_ready(client: &Client, namespace: &str, name: &str, ready: i32) {
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     let sts = api.get(name).await.expect("StatefulSet");
     let replicas = sts.spec.and_then(|s| s.replicas).unwrap_or(0);
     let patch = serde_json::json!({"status": {
+        "observedGeneration": sts.metadata.generation,
         "replicas": replicas,
         "readyReplicas": ready,
         "currentReplicas": replicas,
         "updatedReplicas": replicas,
+        "currentRevision": format!("{name}-1"),
+        "updateRevision": format!("{name}-1"),
     }});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -304,7 +308,15 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
     })
     .await;
     assert_eq!(condition(&etcd, "Ready").as_deref(), Some("True"));
+    assert_eq!(
+        condition(&etcd, "AllMembersUpdated").as_deref(),
+        Some("True")
+    );
     let status = etcd.status.unwrap();
+    assert_eq!(
+        status.etcd.as_ref().map(|r| r.name.as_str()),
+        Some("etcd-main")
+    );
     assert_eq!((status.replicas, status.ready_replicas), (3, 3));
     assert_eq!(status.members[0].id.as_deref(), Some("1a2b3c"));
 
