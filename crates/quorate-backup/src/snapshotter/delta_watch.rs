@@ -33,7 +33,7 @@ use super::buffer::{CutReason, DeltaBatch, DeltaBatchInfo, DeltaBuffer};
 use super::clock::{Clock, SystemClock, go_time_json};
 use super::error::CaptureError;
 use super::lease_ttl::LeaseTtlCache;
-use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT, EtcdEvent, KeyValue};
+use crate::delta::{EVENT_DELETE, EVENT_PUT, JsonTime, KeyValueFields, write_event_json};
 
 /// etcd-backup-restore's default delta period.
 pub const DEFAULT_DELTA_PERIOD: Duration = Duration::from_secs(20);
@@ -63,8 +63,8 @@ pub struct DeltaConfig {
     /// `last_revision + 1`.
     pub start_revision: i64,
     /// A batch is cut when its encoded size would exceed this (a single transaction larger
-    /// than it still makes one batch). The buffer holds the events beside their encoding, so
-    /// it takes up to about 1.8 times this (base64 makes the encoding the larger part).
+    /// than it still makes one batch). The buffer holds only the encoding, so it takes about
+    /// this much (plus the growth slack of one `Vec`).
     pub memory_limit: usize,
     /// When the delta period elapses.
     pub schedule: CutSchedule,
@@ -457,48 +457,81 @@ impl DeltaWatcher {
             // Created, or a progress report.
             return Ok(());
         }
-        let time = go_time_json(self.clock.now());
-        let mut revisions: Vec<(i64, Vec<DeltaEvent>)> = Vec::new();
-        for event in response.events() {
+        let events = response.events();
+        let lease_ttls = self.lease_ttls(events).await?;
+        let time = JsonTime::new(&go_time_json(self.clock.now()));
+        // Each event is encoded straight from the response into the buffer; a revision's
+        // events are consecutive, and the batches a revision cuts are delivered before the
+        // next one is taken in.
+        for (i, event) in events.iter().enumerate() {
             let Some(kv) = event.kv() else { continue };
-            let is_put = event.event_type() == EventType::Put;
-            let lease_ttl = if is_put && kv.lease() != 0 {
-                let (client, id) = (&self.client, kv.lease());
-                self.leases
-                    .get(id, || client.lease_granted_ttl(id))
-                    .await
-                    .map_err(|e| Absorb::Broken(format!("cannot read the lease's TTL: {e}")))?
-            } else {
-                None
-            };
-            let captured = DeltaEvent {
-                etcd_event: EtcdEvent {
-                    kind: if is_put { EVENT_PUT } else { EVENT_DELETE },
-                    kv: Some(key_value(kv)),
-                    prev_kv: event.prev_kv().map(key_value),
-                },
-                time: time.clone(),
-                lease_ttl,
-            };
             let revision = kv.mod_revision();
-            match revisions.last_mut() {
-                Some((last, events)) if *last == revision => events.push(captured),
-                _ => revisions.push((revision, vec![captured])),
+            if self.buffer.open_revision() != Some(revision) {
+                self.end_revision().await?;
+                self.buffer.begin_revision(revision).map_err(|e| {
+                    Absorb::Fatal(CaptureError::OutOfOrder {
+                        endpoint: self.client.endpoint().to_string(),
+                        revision: e.revision,
+                        captured_through: e.captured_through,
+                    })
+                })?;
             }
+            let is_put = event.event_type() == EventType::Put;
+            let lease_ttl = lease_ttls.as_ref().and_then(|ttls| ttls[i]);
+            self.buffer.push_event(|out| {
+                write_event_json(
+                    out,
+                    if is_put { EVENT_PUT } else { EVENT_DELETE },
+                    Some(kv),
+                    event.prev_kv(),
+                    &time,
+                    lease_ttl,
+                )
+            });
         }
-        for (revision, events) in revisions {
-            let cuts = self.buffer.push_revision(revision, events).map_err(|e| {
-                Absorb::Fatal(CaptureError::OutOfOrder {
-                    endpoint: self.client.endpoint().to_string(),
-                    revision: e.revision,
-                    captured_through: e.captured_through,
-                })
-            })?;
-            self.captured_through
-                .store(self.buffer.next_revision() - 1, Ordering::Release);
-            for batch in cuts {
-                self.deliver(batch).await.map_err(Absorb::Fatal)?;
-            }
+        self.end_revision().await
+    }
+
+    /// The granted TTL of each PUT's lease, by event index; `None` when no event carries a
+    /// lease. Looked up before any event is taken in, so a failed lookup leaves the buffer as
+    /// it was and the re-opened watch brings the whole response again.
+    async fn lease_ttls(
+        &mut self,
+        events: &[etcd_client::Event],
+    ) -> Result<Option<Vec<Option<i64>>>, Absorb> {
+        let leased = |event: &etcd_client::Event| {
+            event.event_type() == EventType::Put && event.kv().is_some_and(|kv| kv.lease() != 0)
+        };
+        if !events.iter().any(leased) {
+            return Ok(None);
+        }
+        let mut ttls = Vec::with_capacity(events.len());
+        for event in events {
+            let ttl = match event.kv() {
+                Some(kv) if leased(event) => {
+                    let (client, id) = (&self.client, kv.lease());
+                    self.leases
+                        .get(id, || client.lease_granted_ttl(id))
+                        .await
+                        .map_err(|e| Absorb::Broken(format!("cannot read the lease's TTL: {e}")))?
+                }
+                _ => None,
+            };
+            ttls.push(ttl);
+        }
+        Ok(Some(ttls))
+    }
+
+    /// Finishes the revision being taken in (if any) and delivers the batches it cut.
+    async fn end_revision(&mut self) -> Result<(), Absorb> {
+        if self.buffer.open_revision().is_none() {
+            return Ok(());
+        }
+        let cuts = self.buffer.end_revision();
+        self.captured_through
+            .store(self.buffer.next_revision() - 1, Ordering::Release);
+        for batch in cuts {
+            self.deliver(batch).await.map_err(Absorb::Fatal)?;
         }
         Ok(())
     }
@@ -539,14 +572,24 @@ impl DeltaWatcher {
     }
 }
 
-fn key_value(kv: &etcd_client::KeyValue) -> KeyValue {
-    KeyValue {
-        key: kv.key().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
-        version: kv.version(),
-        value: kv.value().to_vec(),
-        lease: kv.lease(),
+impl KeyValueFields for etcd_client::KeyValue {
+    fn key(&self) -> &[u8] {
+        self.key()
+    }
+    fn create_revision(&self) -> i64 {
+        self.create_revision()
+    }
+    fn mod_revision(&self) -> i64 {
+        self.mod_revision()
+    }
+    fn version(&self) -> i64 {
+        self.version()
+    }
+    fn value(&self) -> &[u8] {
+        self.value()
+    }
+    fn lease(&self) -> i64 {
+        self.lease()
     }
 }
 

@@ -11,6 +11,8 @@
 //! Uploading, scheduling and leadership belong to the caller: this module only captures.
 
 mod buffer;
+#[cfg(test)]
+mod capture_cost;
 mod clock;
 mod delta_watch;
 mod error;
