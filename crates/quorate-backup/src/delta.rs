@@ -270,15 +270,10 @@ fn base64_len(n: usize) -> usize {
 }
 
 /// A JSON string holding `bytes` in standard base64 (which never needs escaping), written
-/// straight into `out`.
+/// straight into `out` (SIMD where the CPU has it: the same text as [`STANDARD`], faster).
 fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
-    let start = out.len();
-    out.resize(start + base64_len(bytes.len()), 0);
-    let written = STANDARD
-        .encode_slice(bytes, &mut out[start..])
-        .expect("room for the base64 text was made");
-    debug_assert_eq!(written, out.len() - start);
+    base64_simd::STANDARD.encode_append(bytes, out);
     out.push(b'"');
 }
 
