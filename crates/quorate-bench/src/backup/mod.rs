@@ -465,7 +465,7 @@ async fn write_rounds(
 
 /// User + system CPU time of process `pid` (this process for `None`) from `/proc/<pid>/stat`,
 /// whose times are in USER_HZ ticks (100 per second on Linux).
-fn cpu_time(pid: Option<u32>) -> Option<Duration> {
+pub(crate) fn cpu_time(pid: Option<u32>) -> Option<Duration> {
     let path = match pid {
         Some(pid) => format!("/proc/{pid}/stat"),
         None => "/proc/self/stat".to_string(),
