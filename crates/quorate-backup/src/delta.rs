@@ -179,7 +179,15 @@ pub(crate) struct JsonTime(Vec<u8>);
 
 impl JsonTime {
     pub(crate) fn new(time: &str) -> JsonTime {
-        JsonTime(serde_json::to_vec(time).expect("a string always serializes"))
+        // What serde_json escapes; a time stamp as quorate writes it has none of these.
+        if time.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            return JsonTime(serde_json::to_vec(time).expect("a string always serializes"));
+        }
+        let mut json = Vec::with_capacity(time.len() + 2);
+        json.push(b'"');
+        json.extend_from_slice(time.as_bytes());
+        json.push(b'"');
+        JsonTime(json)
     }
 }
 

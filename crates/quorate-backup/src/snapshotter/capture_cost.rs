@@ -5,8 +5,8 @@
 use std::time::Instant;
 
 use super::buffer::{CutReason, DeltaBuffer};
-use super::clock::go_time_json;
-use crate::delta::{EVENT_PUT, JsonTime, KeyValue, write_event_json};
+use super::clock::JsonTimes;
+use crate::delta::{EVENT_PUT, KeyValue, write_event_json};
 
 /// Responses as the benchmark's load makes them: one PUT per revision, 1 KiB alphanumeric
 /// values, keys `bench/load/cNN/kNNNN`.
@@ -48,10 +48,11 @@ fn responses(count: usize, per_response: usize) -> Vec<Vec<KeyValue>> {
 /// encoded bytes (so nothing is optimized away).
 fn capture(responses: &[Vec<KeyValue>], per_cut: usize) -> usize {
     let mut buffer = DeltaBuffer::new(1001, 10 * 1024 * 1024);
+    let mut times = JsonTimes::default();
     let mut since_cut = 0;
     let mut bytes = 0;
     for response in responses {
-        let time = JsonTime::new(&go_time_json(jiff::Timestamp::now()));
+        let time = times.render(jiff::Timestamp::now());
         for kv in response {
             let revision = kv.mod_revision;
             if buffer.open_revision() != Some(revision) {

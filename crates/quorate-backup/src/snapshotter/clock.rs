@@ -2,6 +2,8 @@
 
 use jiff::Timestamp;
 
+use crate::delta::JsonTime;
+
 /// Source of the current time for event time stamps.
 pub trait Clock: Send + Sync {
     /// Now.
@@ -31,6 +33,47 @@ pub fn go_time_json(ts: Timestamp) -> String {
     }
     text.push('Z');
     text
+}
+
+/// Renders capture time stamps as [`go_time_json`] does, as JSON strings, formatting the date
+/// and time of day only when the second changes (capture stamps every watch response).
+#[derive(Debug, Default)]
+pub(crate) struct JsonTimes {
+    /// The second last formatted, and its `%Y-%m-%dT%H:%M:%S`.
+    last: Option<(i64, String)>,
+}
+
+impl JsonTimes {
+    pub(crate) fn render(&mut self, ts: Timestamp) -> JsonTime {
+        let nanos = ts.subsec_nanosecond();
+        if nanos < 0 {
+            // Before 1970: not worth a fast path.
+            return JsonTime::new(&go_time_json(ts));
+        }
+        let second = ts.as_second();
+        let prefix = match &mut self.last {
+            Some((cached, prefix)) if *cached == second => prefix,
+            last => {
+                let prefix = ts.strftime("%Y-%m-%dT%H:%M:%S").to_string();
+                &mut last.insert((second, prefix)).1
+            }
+        };
+        let mut text = String::with_capacity(prefix.len() + 11);
+        text.push_str(prefix);
+        if nanos > 0 {
+            let mut digits = [b'0'; 9];
+            let mut rest = nanos as u32;
+            for digit in digits.iter_mut().rev() {
+                *digit = b'0' + (rest % 10) as u8;
+                rest /= 10;
+            }
+            let len = 9 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+            text.push('.');
+            text.push_str(std::str::from_utf8(&digits[..len]).expect("ASCII digits"));
+        }
+        text.push('Z');
+        JsonTime::new(&text)
+    }
 }
 
 #[cfg(test)]
@@ -63,5 +106,44 @@ mod tests {
         let ts = at(1_700_000_000, 987_654_321);
         let parsed: Timestamp = go_time_json(ts).parse().unwrap();
         assert_eq!(parsed, ts);
+    }
+
+    #[test]
+    fn cached_rendering_matches_go_time_json() {
+        let mut times = JsonTimes::default();
+        let base = 1_795_323_600;
+        for (seconds, nanos) in [
+            (base, 0),
+            (base, 500_000_000),
+            (base, 123_456_789),
+            (base, 1),
+            (base + 1, 1_000),
+            (base + 1, 0),
+            (base, 999_999_999),
+            (0, 5),
+            (-1, -500_000_000),
+            (-1, 0),
+            (253_402_207_200, 999_999_999),
+            (base + 86_400 * 366, 100),
+        ] {
+            let ts = at(seconds, nanos);
+            assert_eq!(times.render(ts), JsonTime::new(&go_time_json(ts)), "{ts:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn cached_rendering_matches_go_time_json_anywhen(
+            steps in proptest::collection::vec((-2i64..3, 0i32..1_000_000_000), 1..50),
+            start in -100_000_000_000i64..200_000_000_000,
+        ) {
+            let mut times = JsonTimes::default();
+            let mut seconds = start;
+            for (step, nanos) in steps {
+                seconds += step;
+                let ts = at(seconds, if seconds < 0 { -nanos } else { nanos });
+                proptest::prop_assert_eq!(times.render(ts), JsonTime::new(&go_time_json(ts)));
+            }
+        }
     }
 }

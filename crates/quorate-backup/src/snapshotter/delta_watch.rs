@@ -19,6 +19,7 @@
 //! the revision in the error).
 
 use std::future::pending;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -27,13 +28,13 @@ use etcd_client::{EventType, WatchResponse, WatchStream};
 use quorate_etcd::{EtcdError, MemberClient};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::{Instant, Interval, MissedTickBehavior, Sleep};
 
 use super::buffer::{CutReason, DeltaBatch, DeltaBatchInfo, DeltaBuffer};
-use super::clock::{Clock, SystemClock, go_time_json};
+use super::clock::{Clock, JsonTimes, SystemClock};
 use super::error::CaptureError;
 use super::lease_ttl::LeaseTtlCache;
-use crate::delta::{EVENT_DELETE, EVENT_PUT, JsonTime, KeyValueFields, write_event_json};
+use crate::delta::{EVENT_DELETE, EVENT_PUT, KeyValueFields, write_event_json};
 
 /// etcd-backup-restore's default delta period.
 pub const DEFAULT_DELTA_PERIOD: Duration = Duration::from_secs(20);
@@ -180,6 +181,8 @@ pub struct DeltaWatcher {
     buffer: DeltaBuffer,
     ticker: Ticker,
     clock: Arc<dyn Clock>,
+    /// Event time stamps, formatted once per second.
+    times: JsonTimes,
     idle_probe: Duration,
     give_up_after: Duration,
     leases: LeaseTtlCache,
@@ -224,6 +227,7 @@ impl DeltaWatcher {
             buffer: DeltaBuffer::new(config.start_revision, config.memory_limit),
             ticker: Ticker::new(config.schedule),
             clock: config.clock,
+            times: JsonTimes::default(),
             idle_probe: config.idle_probe,
             give_up_after: config.give_up_after,
             leases: LeaseTtlCache::new(LEASE_CACHE_CAPACITY),
@@ -287,17 +291,13 @@ impl DeltaWatcher {
         };
         loop {
             let step = match &mut conn {
-                Conn::Up {
-                    stream,
-                    quiet_deadline,
-                    ..
-                } => tokio::select! {
+                Conn::Up { stream, quiet, .. } => tokio::select! {
                     biased;
                     // The period before messages: a busy watch must not starve period cuts.
                     c = self.control.recv() => Step::Control(c),
                     _ = self.ticker.tick() => Step::Tick,
                     m = stream.message() => Step::Message(m),
-                    _ = tokio::time::sleep_until(*quiet_deadline) => Step::Quiet,
+                    _ = quiet.as_mut() => Step::Quiet,
                 },
                 Conn::Down { retry_at, .. } => tokio::select! {
                     biased;
@@ -340,7 +340,15 @@ impl DeltaWatcher {
                     let e = EtcdError::from_client("watch", self.client.endpoint(), e);
                     conn = self.broken(e.to_string());
                 }
-                Step::Quiet => conn = self.probe(conn).await,
+                Step::Quiet => match &mut conn {
+                    // Messages came since the timer was set: it fired early, set it again.
+                    Conn::Up {
+                        quiet,
+                        quiet_deadline,
+                        ..
+                    } if Instant::now() < *quiet_deadline => quiet.as_mut().reset(*quiet_deadline),
+                    _ => conn = self.probe(conn).await,
+                },
                 Step::Retry => conn = self.reopen(conn).await?,
             }
         }
@@ -364,11 +372,7 @@ impl DeltaWatcher {
         if let Err(e) = stream.request_progress().await {
             return self.broken(format!("could not ask etcd for watch progress: {e}"));
         }
-        Conn::Up {
-            stream,
-            quiet_deadline: Instant::now() + self.idle_probe,
-            probed: true,
-        }
+        Conn::up(stream, self.idle_probe, true)
     }
 
     /// Opens the watch at the first revision not captured yet.
@@ -390,11 +394,7 @@ impl DeltaWatcher {
         match self.client.watch_all_from(from).await {
             Ok(stream) => {
                 tracing::debug!(endpoint = %self.client.endpoint(), from, "watching");
-                Ok(Conn::Up {
-                    stream: Box::new(stream),
-                    quiet_deadline: Instant::now() + self.idle_probe,
-                    probed: false,
-                })
+                Ok(Conn::up(Box::new(stream), self.idle_probe, false))
             }
             Err(e) => {
                 self.record_outage(e.to_string());
@@ -459,7 +459,7 @@ impl DeltaWatcher {
         }
         let events = response.events();
         let lease_ttls = self.lease_ttls(events).await?;
-        let time = JsonTime::new(&go_time_json(self.clock.now()));
+        let time = self.times.render(self.clock.now());
         // Each event is encoded straight from the response into the buffer; a revision's
         // events are consecutive, and the batches a revision cuts are delivered before the
         // next one is taken in.
@@ -597,14 +597,30 @@ enum Conn {
     Up {
         /// Boxed: the stream is large and `Down` is the other state.
         stream: Box<WatchStream>,
-        /// When the next quiet-spell action (probe or give up on the stream) is due.
+        /// When the next quiet-spell action (probe or give up on the stream) is due: moved
+        /// on by every message.
         quiet_deadline: Instant,
+        /// Fires at `quiet_deadline` or earlier: it is set when the stream opens and when it
+        /// fires early, not for every message (each setting costs a timer registration).
+        quiet: Pin<Box<Sleep>>,
         /// A progress request is outstanding.
         probed: bool,
     },
     Down {
         retry_at: Instant,
     },
+}
+
+impl Conn {
+    fn up(stream: Box<WatchStream>, idle_probe: Duration, probed: bool) -> Conn {
+        let quiet_deadline = Instant::now() + idle_probe;
+        Conn::Up {
+            stream,
+            quiet_deadline,
+            quiet: Box::pin(tokio::time::sleep_until(quiet_deadline)),
+            probed,
+        }
+    }
 }
 
 enum Step {
