@@ -119,6 +119,56 @@ pub fn by_verb_resource(counts: &RequestCounts, resource_only: bool) -> BTreeMap
     out
 }
 
+/// The resources `quorate operator` reads or writes: its `Etcd`s (with `status`), the
+/// components it applies, the Secrets and ConfigMaps it reads, the Pods it watches and its
+/// Events. Requests on other resources (namespaces, flow-control objects, quotas) are the
+/// API server's own.
+pub const OPERATOR_RESOURCES: &[&str] = &[
+    "etcds",
+    "statefulsets",
+    "leases",
+    "pods",
+    "events",
+    "configmaps",
+    "secrets",
+    "services",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+    "poddisruptionbudgets",
+];
+
+/// Whether `resource` (`name` or `name/subresource`) is one of [`OPERATOR_RESOURCES`].
+pub fn is_operator_resource(resource: &str) -> bool {
+    let base = resource.split('/').next().unwrap_or_default();
+    OPERATOR_RESOURCES.contains(&base)
+}
+
+/// The operator's share of `window` (`window_minutes` long): per `VERB resource` on
+/// [`OPERATOR_RESOURCES`], the count less what the API server does alone on the same verb and
+/// resource at the rate seen in `background` (`background_minutes` long), floored at 0.
+pub fn operator_share(
+    window: &RequestCounts,
+    window_minutes: f64,
+    background: &RequestCounts,
+    background_minutes: f64,
+) -> BTreeMap<String, f64> {
+    let alone = by_verb_resource(background, true);
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for (key, value) in window {
+        if !is_operator_resource(&key.resource) {
+            continue;
+        }
+        *out.entry(key.verb_resource()).or_default() += value;
+    }
+    for (row, value) in out.iter_mut() {
+        let rate = alone.get(row).copied().unwrap_or(0.0) / background_minutes.max(1e-9);
+        *value = (*value - rate * window_minutes).max(0.0);
+    }
+    out.retain(|_, v| *v > 0.0);
+    out
+}
+
 /// Requests that are not answered with 2xx, by `VERB resource code`.
 pub fn failures(counts: &RequestCounts) -> BTreeMap<String, f64> {
     counts
@@ -277,6 +327,31 @@ apiserver_request_duration_seconds_bucket{code="200",le="0.05",verb="GET"} 3
         let d = now.since(&before);
         assert_eq!(d.passes, BTreeMap::from([("not_run".to_string(), 30.0)]));
         assert_eq!(d.mean_pass(), Some(1.0 / 30.0));
+    }
+
+    #[test]
+    fn the_operator_share_leaves_out_other_resources_and_the_background() {
+        let key = |verb: &str, resource: &str| RequestKey {
+            verb: verb.into(),
+            resource: resource.into(),
+            code: "200".into(),
+        };
+        let window = RequestCounts::from([
+            (key("PATCH", "etcds/status"), 100.0),
+            (key("GET", "services"), 12.0),
+            (key("GET", "namespaces"), 18.0),
+        ]);
+        // Alone for half a minute: 3 GETs of services, i.e. 6 per minute.
+        let background = RequestCounts::from([
+            (key("GET", "services"), 3.0),
+            (key("GET", "namespaces"), 3.0),
+        ]);
+        let share = operator_share(&window, 2.0, &background, 0.5);
+        assert_eq!(
+            share,
+            BTreeMap::from([("PATCH etcds/status".to_string(), 100.0)])
+        );
+        assert!(is_operator_resource("etcds/status") && !is_operator_resource("namespaces"));
     }
 
     #[test]

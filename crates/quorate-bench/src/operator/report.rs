@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use super::metrics::{OperatorCounters, RequestCounts, by_verb_resource, failures, resource_total};
+use super::metrics::{
+    OperatorCounters, RequestCounts, by_verb_resource, failures, operator_share, resource_total,
+};
 use super::process::Memory;
 use super::workload::{Cached, Created, Listed};
 
@@ -229,11 +231,20 @@ impl OperatorRun {
         format!("`quorate operator`, {} workers", self.workers)
     }
 
-    /// Resource requests the operator made in the window, less the API server's own
-    /// background at its measured rate.
+    /// Requests the operator made in the window: those on the resources it works with, less
+    /// the API server's own on the same verb and resource at the rate measured alone.
     pub fn steady_operator_requests(&self) -> f64 {
-        let background = self.background.per_minute() * self.steady.minutes();
-        (resource_total(&self.steady.requests) - background).max(0.0)
+        self.steady_share().values().sum::<f64>() + 0.0
+    }
+
+    /// The operator's requests in the window by `VERB resource`: see [`operator_share`].
+    pub fn steady_share(&self) -> BTreeMap<String, f64> {
+        operator_share(
+            &self.steady.requests,
+            self.steady.minutes(),
+            &self.background.requests,
+            self.background.minutes(),
+        )
     }
 
     /// [`OperatorRun::steady_operator_requests`] per minute and cluster.
@@ -436,6 +447,7 @@ pub fn render(r: &Results) -> String {
         head.steady_passes_per_minute() / (n as f64 * 4.0)
     );
     let _ = writeln!(out, "\n{}\n", verdict(head, n));
+    render_dominant(&mut out, r, head, b);
 
     render_convergence(&mut out, r);
     render_steady(&mut out, r);
@@ -444,6 +456,89 @@ pub fn render(r: &Results) -> String {
     render_notes(&mut out, r);
     render_machine(&mut out, r);
     out
+}
+
+/// What the headline numbers are made of, in a few measured sentences.
+fn render_dominant(out: &mut String, r: &Results, head: &OperatorRun, b: &BaselineRun) {
+    let n = r.settings.clusters.max(1) as f64;
+    let _ = writeln!(
+        out,
+        "### What dominates
+"
+    );
+    let over = head.convergence.converged.unwrap_or(r.settings.timeout);
+    let seconds = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let applies = |requests: &RequestCounts| {
+        by_verb_resource(requests, true)
+            .get("APPLY statefulsets")
+            .copied()
+            .unwrap_or(0.0)
+            / n
+    };
+    let spec_passes = head
+        .burst_passes
+        .passes
+        .get("succeeded")
+        .copied()
+        .unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "- **Time**: the API server. While the operator reconciled, the API server used {:.1} s \
+         of CPU and its etcd {:.1} s, the operator {:.1} s, in {} on {} CPUs. The operator sent \
+         {:.1} requests per cluster where the baseline sends {:.1}: it applied every \
+         component {:.2} times per cluster ({} passes ran the spec flow to success for {} \
+         clusters, so {} repeated one already done), and ran {} further passes that wrote \
+         nothing or only the status.",
+        seconds(head.apiserver_cpu_burst),
+        seconds(head.etcd_cpu_burst),
+        seconds(head.cpu_burst),
+        secs(over),
+        r.machine.cpus,
+        resource_total(&head.burst) / n,
+        resource_total(&b.burst) / n,
+        applies(&head.burst),
+        number(spec_passes),
+        r.settings.clusters,
+        number((spec_passes - n).max(0.0)),
+        number(head.burst_passes.total_passes() - spec_passes),
+    );
+    let share = head.steady_share();
+    let total: f64 = share.values().sum();
+    if let Some((row, top)) = share
+        .iter()
+        .max_by(|a, b| a.1.partial_cmp(b.1).unwrap_or(std::cmp::Ordering::Equal))
+    {
+        let _ = writeln!(
+            out,
+            "- **Steady-state requests**: `{row}` makes {:.0}% of the operator's requests \
+             ({:.2} per minute per cluster), with {:.2} passes per minute per cluster.",
+            100.0 * top / total.max(f64::MIN_POSITIVE),
+            top / head.steady.minutes().max(f64::MIN_POSITIVE) / n,
+            head.steady_passes_per_minute() / n,
+        );
+    }
+    let heap: u64 = head.cached.iter().map(|c| c.heap).sum();
+    let lean: u64 = head
+        .cached
+        .iter()
+        .map(|c| c.heap_without_managed_fields)
+        .sum();
+    if heap > 0 {
+        let biggest = head.cached.iter().max_by_key(|c| c.heap);
+        let _ = writeln!(
+            out,
+            "- **Memory**: the watch caches. Deserialized, the objects the operator caches take \
+             {} (the JSON is {}), against a growth from idle to peak of {}; `managedFields` are \
+             {} of it, {} the biggest kind ({}).",
+            mib_bytes(heap),
+            mib_bytes(head.cached.iter().map(|c| c.listed.bytes as u64).sum()),
+            mib_bytes(head.peak_kib().saturating_sub(head.rss_idle_kib) * 1024),
+            mib_bytes(heap.saturating_sub(lean)),
+            biggest.map(|c| c.listed.what.as_str()).unwrap_or("–"),
+            biggest.map(|c| mib_bytes(c.heap)).unwrap_or_default(),
+        );
+    }
+    let _ = writeln!(out);
 }
 
 fn render_convergence(out: &mut String, r: &Results) {
@@ -629,17 +724,20 @@ fn render_steady(out: &mut String, r: &Results) {
         "After the last cluster was reconciled the benchmark stopped its watch, waited {} s \
          for follow-up passes, then made no API request at all for {:.1} min while counting the \
          API server's `apiserver_request_total` (resource requests; its own `/metrics` \
-         scrapes are non-resource requests and left out). The API server's own requests, \
-         measured for {} s before the operator started (no operator, no benchmark traffic), \
-         are subtracted at their rate; what is left is the operator's. Passes are the \
-         operator's `quorate_operator_reconciles_total`.\n",
+         scrapes are non-resource requests and left out). The API server also makes requests \
+         of its own (to check the `default` namespace and `kubernetes` Service, its \
+         flow-control configuration, ...), measured for {} s before the operator started (no \
+         operator, no benchmark traffic). Counted as the operator's: the requests on the \
+         resources it reads or writes, less the API server's own on the same verb and \
+         resource at the rate measured alone. Passes are the operator's \
+         `quorate_operator_reconciles_total`.\n",
         r.settings.settle.as_secs(),
         r.settings.steady.as_secs_f64() / 60.0,
         r.settings.background.as_secs()
     );
     let _ = writeln!(
         out,
-        "| run | window | requests | API server alone, per min | operator requests per min | **per min per cluster** | passes per min | per cluster | requests per pass | mean pass | operator CPU | API server CPU | its etcd's CPU |"
+        "| run | window | all requests | API server alone, per min | operator's requests per min | **per min per cluster** | passes per min | per cluster | requests per pass | mean pass | operator CPU | API server CPU | its etcd's CPU |"
     );
     let _ = writeln!(
         out,
@@ -674,15 +772,17 @@ fn render_steady(out: &mut String, r: &Results) {
         let minutes = run.steady.elapsed.as_secs_f64() / 60.0;
         let _ = writeln!(
             out,
-            "\nBy verb and resource ({}): count in the window, per minute, per minute per \
-             cluster, and the API server alone per minute.\n",
+            "\nBy verb and resource ({}): count in the window, per minute, the API server \
+             alone per minute, and the operator's share per minute and per minute per \
+             cluster.\n",
             run.label()
         );
         let _ = writeln!(
             out,
-            "| request | in the window | per min | per min per cluster | API server alone, per min |"
+            "| request | in the window | per min | API server alone, per min | operator's, per min | **per min per cluster** |"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+        let share = run.steady_share();
         let steady = by_verb_resource(&run.steady.requests, true);
         let background = by_verb_resource(&run.background.requests, true);
         let background_minutes = run.background.elapsed.as_secs_f64() / 60.0;
@@ -691,17 +791,28 @@ fn render_steady(out: &mut String, r: &Results) {
             let count = steady.get(row).copied().unwrap_or(0.0);
             let alone = background.get(row).copied().unwrap_or(0.0)
                 / background_minutes.max(f64::MIN_POSITIVE);
+            let operators =
+                share.get(row.as_str()).copied().unwrap_or(0.0) / minutes.max(f64::MIN_POSITIVE);
             let _ = writeln!(
                 out,
-                "| `{row}` | {} | {:.1} | {:.3} | {} |",
+                "| `{row}` | {} | {:.1} | {} | {} | {} |",
                 number(count),
                 count / minutes.max(f64::MIN_POSITIVE),
-                count / minutes.max(f64::MIN_POSITIVE) / n.max(1) as f64,
                 if alone > 0.0 {
                     format!("{alone:.1}")
                 } else {
                     "–".to_string()
-                }
+                },
+                if operators > 0.0 {
+                    format!("{operators:.1}")
+                } else {
+                    "–".to_string()
+                },
+                if operators > 0.0 {
+                    format!("**{:.3}**", operators / n.max(1) as f64)
+                } else {
+                    "–".to_string()
+                },
             );
         }
         let _ = writeln!(
@@ -798,12 +909,12 @@ fn render_memory(out: &mut String, r: &Results) {
         let growth = head.peak_kib().saturating_sub(head.rss_idle_kib) * 1024;
         let _ = writeln!(
             out,
-            "\nOf the {} the peak exceeds the idle process by, the cached objects account for \
-             {} ({:.0}%); the rest is what the allocator keeps beyond the live objects (freed \
-             watch-event and request buffers, replaced object versions, per-thread arenas).",
+            "\nThe peak exceeds the idle process by {}; the cached objects alone take {} \
+             ({:.0}% of that growth), {} of it `managedFields`.",
             mib_bytes(growth),
             mib_bytes(heap),
-            100.0 * heap as f64 / growth.max(1) as f64
+            100.0 * heap as f64 / growth.max(1) as f64,
+            mib_bytes(heap.saturating_sub(lean)),
         );
     }
     let _ = writeln!(out);
@@ -1062,11 +1173,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("| `PATCH etcds/status` | 8 | 4.0 | 2.000 | – |"),
+            text.contains("| `PATCH etcds/status` | 8 | 4.0 | – | 4.0 | **2.000** |"),
             "{text}"
         );
         assert!(
-            text.contains("| `GET apiservices` | 4 | 2.0 | 1.000 | 2.0 |"),
+            text.contains("| `GET apiservices` | 4 | 2.0 | 2.0 | – | – |"),
             "{text}"
         );
         assert!(text.contains("- CPUs (nproc): 2"), "{text}");
