@@ -43,9 +43,52 @@ pub struct DeltaBatch {
     /// Counted as captured; decoded from [`DeltaBatch::encoded`] only when looked at.
     pub events: DeltaEvents,
     /// The delta snapshot bytes (JSON array + SHA-256), as [`crate::delta::encode`] makes them.
-    pub encoded: Bytes,
+    pub encoded: EncodedDelta,
     /// Why it was cut.
     pub reason: CutReason,
+}
+
+/// The bytes of one delta snapshot: a slice (`Deref`), cheap to clone, and turned into
+/// [`Bytes`] for an upload without a copy.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EncodedDelta(Bytes);
+
+impl Deref for EncodedDelta {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for EncodedDelta {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<EncodedDelta> for Bytes {
+    fn from(encoded: EncodedDelta) -> Bytes {
+        encoded.0
+    }
+}
+
+impl fmt::Debug for EncodedDelta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl PartialEq<[u8]> for EncodedDelta {
+    fn eq(&self, other: &[u8]) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<Vec<u8>> for EncodedDelta {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        self.0 == other[..]
+    }
 }
 
 /// The events of a [`DeltaBatch`]. Capture writes each event's JSON only; [`DeltaEvents::len`]
@@ -349,7 +392,7 @@ impl DeltaBuffer {
                 encoded: encoded.clone(),
                 decoded: OnceLock::new(),
             },
-            encoded,
+            encoded: EncodedDelta(encoded),
             reason,
         };
         self.start_revision = last_revision + 1;

@@ -20,7 +20,7 @@ mod full;
 mod hash;
 mod lease_ttl;
 
-pub use buffer::{CutReason, DeltaBatch, DeltaBatchInfo};
+pub use buffer::{CutReason, DeltaBatch, DeltaBatchInfo, DeltaEvents, EncodedDelta};
 pub use clock::{Clock, SystemClock, go_time_json};
 pub use delta_watch::{
     CaptureEnd, CutOutcome, CutSchedule, DEFAULT_DELTA_MEMORY_LIMIT, DEFAULT_DELTA_PERIOD,
