@@ -1,0 +1,186 @@
+//! One scenario: its own namespace (and volumes), its timings, and its line in the results.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, PostParams};
+
+use crate::cluster::Cluster;
+use crate::env::E2eEnv;
+use crate::provisioner::HostPathProvisioner;
+use crate::wait::wait_for;
+
+/// Label on the namespaces the suite makes.
+pub const SCENARIO_LABEL: &str = "e2e.quorate.io/scenario";
+
+/// A running scenario. [`Scenario::pass`] records it as passed and deletes its namespace; a
+/// scenario dropped without it (a failed assertion) is recorded as FAILED and its namespace
+/// is left for inspection (`scripts/e2e.sh` copies its logs).
+pub struct Scenario {
+    /// Short name, used in the namespace and the results.
+    pub name: String,
+    /// The scenario's namespace.
+    pub namespace: String,
+    /// The cluster.
+    pub cluster: Cluster,
+    started: Instant,
+    measured: Vec<(String, String)>,
+    provisioner: Option<HostPathProvisioner>,
+    done: bool,
+}
+
+impl Scenario {
+    /// Creates the namespace `e2e-<name>-<suffix>`, waits until pods can be created in it,
+    /// and starts the hostPath provisioner when the cluster needs one.
+    pub async fn start(env: &E2eEnv, name: &str) -> Scenario {
+        let cluster = Cluster::connect(env).await;
+        let suffix = format!(
+            "{:04x}",
+            std::process::id() as u16 ^ (jiff::Timestamp::now().as_millisecond() as u16)
+        );
+        let namespace = format!("e2e-{name}-{suffix}");
+        println!("== scenario {name}: namespace {namespace}");
+        let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(namespace.clone()),
+                        labels: Some(BTreeMap::from([(
+                            SCENARIO_LABEL.to_string(),
+                            name.to_string(),
+                        )])),
+                        ..ObjectMeta::default()
+                    },
+                    ..Namespace::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {namespace}: {e}"));
+        // Before Kubernetes 1.24 a pod cannot be created until the token controller has given
+        // the namespace's `default` ServiceAccount its token Secret.
+        let legacy_tokens = cluster
+            .client
+            .apiserver_version()
+            .await
+            .ok()
+            .and_then(|v| v.minor.trim_end_matches('+').parse::<u32>().ok())
+            .is_some_and(|minor| minor < 24);
+        let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), &namespace);
+        wait_for(
+            "the namespace's default ServiceAccount",
+            Duration::from_secs(60),
+            Duration::from_millis(250),
+            || async {
+                match accounts.get_opt("default").await {
+                    Ok(Some(sa))
+                        if !legacy_tokens || sa.secrets.as_ref().is_some_and(|s| !s.is_empty()) =>
+                    {
+                        Ok(())
+                    }
+                    Ok(Some(_)) => Err("no token Secret yet".to_string()),
+                    Ok(None) => Err("not there yet".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+        let provisioner = env
+            .hostpath_dir
+            .as_ref()
+            .map(|dir| HostPathProvisioner::start(cluster.client.clone(), &namespace, dir));
+        Scenario {
+            name: name.to_string(),
+            namespace,
+            cluster,
+            started: Instant::now(),
+            measured: Vec::new(),
+            provisioner,
+            done: false,
+        }
+    }
+
+    /// Records a measurement for the results table (e.g. `apply→Ready`, `41.2 s`).
+    pub fn measure(&mut self, what: &str, value: impl Into<String>) {
+        let value = value.into();
+        println!("  measured {what}: {value}");
+        self.measured.push((what.to_string(), value));
+    }
+
+    /// Seconds since the scenario started.
+    pub fn elapsed(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// The scenario passed: records it, deletes its namespace (waiting until it is gone, so the
+    /// next scenario starts on a quiet node) and its volumes.
+    pub async fn pass(mut self) {
+        let seconds = self.elapsed();
+        self.done = true;
+        self.record("passed", seconds);
+        let namespaces: Api<Namespace> = Api::all(self.cluster.client.clone());
+        let _ = namespaces
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
+        let ns = self.namespace.clone();
+        wait_for(
+            &format!("namespace {ns} deleted"),
+            Duration::from_secs(180),
+            Duration::from_secs(1),
+            || async {
+                match namespaces.get_opt(&ns).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(n)) => Err(format!(
+                        "phase {}",
+                        n.status.and_then(|s| s.phase).unwrap_or_default()
+                    )),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+        if let Some(p) = self.provisioner.take() {
+            p.cleanup().await;
+        }
+        println!("== scenario {}: passed in {seconds:.1} s", self.name);
+    }
+
+    fn record(&self, result: &str, seconds: f64) {
+        let Some(path) = &self.cluster.env.results else {
+            return;
+        };
+        let measured = self
+            .measured
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let line = format!("{}\t{result}\t{seconds:.1}\t{measured}\n", self.name);
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("cannot record the result in {}: {e}", path.display());
+        }
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        if !self.done {
+            self.record("FAILED", self.elapsed());
+            eprintln!(
+                "== scenario {} FAILED after {:.1} s; namespace {} is left for inspection",
+                self.name,
+                self.elapsed(),
+                self.namespace
+            );
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The end-to-end scenarios of issue 5, on a real cluster with the operator installed
+//! (`scripts/e2e.sh`). Each asserts what a user would check: `kubectl get etcd -o wide`, a
+//! client pod reading and writing through the `<name>-client` Service, the backup bucket.
+//! Without `QUORATE_E2E_KUBECONFIG` they print SKIPPED (see the crate docs).
+//!
+//! Run one at a time (`--test-threads=1`): they share one small node.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use quorate_api::Etcd;
+use quorate_e2e::etcd::fully_ready;
+use quorate_e2e::{E2eEnv, Scenario, namespace_state, status_summary, wait_for};
+
+/// How long a 3-member cluster may take from `kubectl apply` to Ready (pods scheduled, images
+/// present, etcd formed, readiness probes passed, first full and delta snapshots taken).
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A 3-member `Etcd` with delta snapshots every 10 s to a `Local` store whose host directory
+/// is `bucket_dir` (the store Secret's `hostPath`), small enough for a 2-core node.
+fn three_members_with_local_backups(name: &str, namespace: &str, bucket_dir: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: {name}-backup
+  namespace: {namespace}
+type: Opaque
+stringData:
+  hostPath: {bucket_dir}
+---
+apiVersion: druid.gardener.cloud/v1alpha1
+kind: Etcd
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  replicas: 3
+  labels:
+    app: {name}
+  etcd:
+    clientPort: 2379
+    serverPort: 2380
+    resources:
+      requests: {{cpu: 50m, memory: 64Mi}}
+  backup:
+    port: 8080
+    store:
+      provider: Local
+      container: backups
+      prefix: {name}
+      secretRef:
+        name: {name}-backup
+    fullSnapshotSchedule: "0 */1 * * *"
+    deltaSnapshotPeriod: 10s
+    garbageCollectionPolicy: LimitBased
+    maxBackupsLimitBasedGC: 3
+  storageCapacity: 1Gi
+"#
+    )
+}
+
+/// A pod that writes `key` through the `<name>-client` Service (init container) and reads it
+/// back (main container), with the etcdctl of the quorate image.
+fn client_pod(image: &str, etcd: &str, namespace: &str, key: &str, value: &str) -> String {
+    let endpoint = format!("http://{etcd}-client.{namespace}.svc:2379");
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {etcd}-client-check
+  namespace: {namespace}
+spec:
+  restartPolicy: Never
+  securityContext: {{runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}}
+  initContainers:
+  - name: put
+    image: {image}
+    command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, put, "{key}", "{value}"]
+  containers:
+  - name: get
+    image: {image}
+    command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, get, "{key}", --print-value-only]
+"#
+    )
+}
+
+/// Scenario 1 (issue 5, first bullet): a 3-member `Etcd` with backups to a volume-backed
+/// `Local` store becomes Ready / Quorate / AllMembersReady / BackupReady; `kubectl get etcd
+/// -o wide` shows it; a client pod writes and reads a key through the client Service; every
+/// member has it; the bucket has a full snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s1_three_members_with_local_backups_become_ready() {
+    let Some(env) = E2eEnv::from_env_or_skip("s1_three_members_with_local_backups_become_ready")
+    else {
+        return;
+    };
+    let mut s = Scenario::start(&env, "s1-ready").await;
+    let ns = s.namespace.clone();
+    let name = "etcd-e2e";
+    let bucket_root = env.bucket_host_dir().join(&ns);
+    let manifest = three_members_with_local_backups(name, &ns, &bucket_root.display().to_string());
+
+    // kubectl apply -> Ready, as a user would wait for it.
+    let applied = Instant::now();
+    println!("{}", s.cluster.apply(&manifest).await.trim_end());
+    let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let client = s.cluster.client.clone();
+    let ready = wait_for(
+        &format!("etcd {name} Ready, Quorate, AllMembersReady, BackupReady, 3/3"),
+        READY_TIMEOUT,
+        Duration::from_millis(500),
+        || async {
+            let etcd = match etcds.get_opt(name).await {
+                Ok(Some(e)) if fully_ready(&e, 3, true) => return Ok(e),
+                Ok(Some(e)) => status_summary(&e),
+                Ok(None) => "not found".into(),
+                Err(e) => format!("get: {e}"),
+            };
+            Err(format!("{etcd}; {}", namespace_state(&client, &ns).await))
+        },
+    )
+    .await;
+    let to_ready = applied.elapsed().as_secs_f64();
+    s.measure(
+        "apply→Ready (3 members, BackupReady)",
+        format!("{to_ready:.1} s"),
+    );
+    println!("  {}", status_summary(&ready));
+
+    // Restart counts of the member pods (expected 0: nothing should have crashed on the way).
+    let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let mut restarts = Vec::new();
+    for i in 0..3 {
+        let pod = pods.get(&format!("{name}-{i}")).await.expect("member pod");
+        let n: i32 = pod
+            .status
+            .as_ref()
+            .and_then(|st| st.container_statuses.as_ref())
+            .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        restarts.push(format!("{name}-{i}={n}"));
+    }
+    s.measure("pod restarts", restarts.join(" "));
+
+    // What the user sees.
+    let wide = s
+        .cluster
+        .kubectl(&["-n", &ns, "get", "etcd", name, "-o", "wide"])
+        .await
+        .ok();
+    println!("$ kubectl get etcd -o wide\n{}", wide.trim_end());
+    let mut lines = wide.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    assert_eq!(
+        header.join(" "),
+        "NAME READY QUORATE ALL MEMBERS READY BACKUP READY AGE CLUSTER SIZE CURRENT REPLICAS READY REPLICAS",
+        "druid's printer columns"
+    );
+    let row: Vec<&str> = lines.next().expect("a row").split_whitespace().collect();
+    assert_eq!(row.len(), 9, "one value per column: {row:?}");
+    assert_eq!(row[0], name);
+    assert_eq!(
+        &row[1..5],
+        ["true", "True", "True", "True"],
+        "READY QUORATE ALL-MEMBERS-READY BACKUP-READY"
+    );
+    assert_eq!(
+        &row[6..9],
+        ["3", "3", "3"],
+        "CLUSTER SIZE, CURRENT REPLICAS, READY REPLICAS"
+    );
+
+    // A client pod writes and reads a key through the client Service.
+    let key = "e2e/s1";
+    let value = format!("written-through-{name}-client");
+    let written = Instant::now();
+    s.cluster
+        .apply(&client_pod(&env.image, name, &ns, key, &value))
+        .await;
+    let pod_name = format!("{name}-client-check");
+    let phase = wait_for(
+        "client pod finished",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            match pods.get_opt(&pod_name).await {
+                Ok(Some(p)) => match p.status.and_then(|st| st.phase).as_deref() {
+                    Some(phase @ ("Succeeded" | "Failed")) => Ok(phase.to_string()),
+                    other => Err(format!("phase {other:?}")),
+                },
+                Ok(None) => Err("not found".into()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    let put = s
+        .cluster
+        .kubectl(&["-n", &ns, "logs", &pod_name, "-c", "put"])
+        .await;
+    let get = s
+        .cluster
+        .kubectl(&["-n", &ns, "logs", &pod_name, "-c", "get"])
+        .await;
+    println!(
+        "$ kubectl logs {pod_name} -c put\n{}{}",
+        put.stdout, put.stderr
+    );
+    println!(
+        "$ kubectl logs {pod_name} -c get\n{}{}",
+        get.stdout, get.stderr
+    );
+    assert_eq!(phase, "Succeeded", "the client pod failed");
+    assert_eq!(put.stdout.trim(), "OK");
+    assert_eq!(get.stdout.trim(), value);
+    s.measure(
+        "client pod put+get",
+        format!("{:.1} s", written.elapsed().as_secs_f64()),
+    );
+
+    // Every member has the write (a serializable read answers from the member's own data).
+    for i in 0..3 {
+        let member = format!("{name}-{i}");
+        let out = s
+            .cluster
+            .kubectl(&[
+                "-n",
+                &ns,
+                "exec",
+                &member,
+                "-c",
+                "etcd",
+                "--",
+                "etcdctl",
+                "--endpoints=http://127.0.0.1:2379",
+                "get",
+                key,
+                "--print-value-only",
+                "--consistency=s",
+            ])
+            .await
+            .ok();
+        assert_eq!(out.trim(), value, "member {member} does not have the write");
+    }
+
+    // The backups: both snapshot leases name a revision, and (where the node is this machine)
+    // the bucket holds a full snapshot in etcd-backup-restore's v2 layout.
+    let leases: Api<Lease> = Api::namespaced(s.cluster.client.clone(), &ns);
+    for lease in [format!("{name}-full-snap"), format!("{name}-delta-snap")] {
+        let l = leases.get(&lease).await.expect("snapshot lease");
+        let holder = l.spec.and_then(|sp| sp.holder_identity).unwrap_or_default();
+        assert!(
+            !holder.is_empty(),
+            "lease {lease} names no snapshot revision"
+        );
+        println!("  lease {lease}: holderIdentity {holder}");
+    }
+    if env.node_is_local() {
+        let v2 = bucket_root.join("backups").join(name).join("v2");
+        let files: Vec<String> = std::fs::read_dir(&v2)
+            .unwrap_or_else(|e| panic!("the bucket directory {}: {e}", v2.display()))
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        println!("  bucket {}: {files:?}", v2.display());
+        assert!(
+            files.iter().any(|f| f.starts_with("Full-")),
+            "no full snapshot in {}: {files:?}",
+            v2.display()
+        );
+    }
+    s.pass().await;
+}

@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# e2e.sh: quorate's end-to-end suite on a real Kubernetes node, in one command.
+#
+#   sudo scripts/e2e.sh [TEST_FILTER...]        # as root: builds and uses scripts/k8s-node
+#   KUBECONFIG=~/.kube/config QUORATE_E2E_LOAD_IMAGE="kind load image-archive" scripts/e2e.sh
+#
+# 1. builds the image tarball k8s.local/quorate:<version> (scripts/image.sh) and the test binary;
+# 2. without KUBECONFIG: builds (scripts/k8s-node/build.sh, cached in ~/.cache/quorate/k8s) and
+#    starts the single-node cluster of scripts/k8s-node with the image imported, and tears it down
+#    again on exit, whatever happened. With KUBECONFIG: uses that cluster and only loads the image
+#    with the command in QUORATE_E2E_LOAD_IMAGE (the tarball's path is appended);
+# 3. installs the operator from deploy/manifests/ (a patched copy in a temp dir: the image
+#    switched to the one built, and an IMAGEVECTOR_OVERWRITE ConfigMap mounted into the Deployment
+#    that maps `quorate` to it and `alpine` to $QUORATE_E2E_INIT_IMAGE), waits for the Deployment
+#    and for its webhooks to answer;
+# 4. runs `cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture [TEST_FILTER...]`
+#    with QUORATE_E2E_KUBECONFIG set. On the node kit, which has no storage provisioner, the
+#    harness creates a hostPath PersistentVolume (under a temp dir) for each claim and removes it
+#    again; on another cluster claims go to its default StorageClass;
+# 5. writes the timings (build, node, install, each scenario) to docs/e2e/results.md, and when
+#    something failed copies the logs (operator, etcd pods, events, kubelet, control plane) to
+#    /tmp/quorate-e2e-logs before the node goes away.
+#
+# Environment:
+#   KUBECONFIG                 use this cluster instead of the node kit (then also:)
+#   QUORATE_E2E_LOAD_IMAGE     command that loads an image tarball into that cluster, e.g.
+#                              "kind load image-archive" or "minikube image load"
+#   QUORATE_E2E_INIT_IMAGE     image with sh and chown for Local backup buckets (the `alpine`
+#                              entry); default k8s.local/busybox:1.35 on the node kit,
+#                              docker.io/library/busybox:1.36 elsewhere
+#   QUORATE_E2E_HOSTPATH_DIR   with KUBECONFIG: provision hostPath volumes under this directory
+#                              of the (single) node too, for clusters without a StorageClass
+#   QUORATE_E2E_KEEP_NODE=1    leave the node kit up afterwards (down: scripts/k8s-node/down.sh)
+#   QUORATE_E2E_RESULTS_MD     where the timings go (default docs/e2e/results.md)
+#   CARGO_TARGET_DIR           default ~/.cache/quorate/target
+# Exit status: that of the tests (or of the first step that failed).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+log() { echo "[quorate e2e] $*" >&2; }
+die() { log "$*"; exit 1; }
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/quorate/target}
+K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
+LOGS_OUT=/tmp/quorate-e2e-logs
+RESULTS_MD=${QUORATE_E2E_RESULTS_MD:-$ROOT/docs/e2e/results.md}
+WORK=$(mktemp -d /tmp/quorate-e2e.XXXXXX)
+chmod 755 "$WORK"
+PHASES=$WORK/phases.tsv        # phase <TAB> seconds
+RESULTS=$WORK/results.tsv      # written by the harness: scenario <TAB> result <TAB> seconds <TAB> details
+: > "$PHASES"; : > "$RESULTS"
+T_START=$(date +%s)
+phase_start() { PHASE=$1; PHASE_T0=$(date +%s%N); log "== $PHASE"; }
+phase_end() { awk -v p="$PHASE" -v a="$PHASE_T0" -v b="$(date +%s%N)" 'BEGIN { printf "%s\t%.1f\n", p, (b - a) / 1e9 }' >> "$PHASES"; }
+
+version=$(awk '/^\[workspace.package\]/ { p = 1; next } /^\[/ { p = 0 } p && /^version *=/ { gsub(/[" ]/, "", $0); sub(/^version=/, ""); print; exit }' Cargo.toml)
+IMAGE=k8s.local/quorate:$version
+NODE_KIT=1
+if [ -n "${KUBECONFIG:-}" ]; then
+  NODE_KIT=0
+  [ -f "$KUBECONFIG" ] || die "KUBECONFIG=$KUBECONFIG is not a file"
+  [ -n "${QUORATE_E2E_LOAD_IMAGE:-}" ] || die "with KUBECONFIG, set QUORATE_E2E_LOAD_IMAGE to a command that loads an image tarball into that cluster (e.g. \"kind load image-archive\")"
+  KUBECTL=${KUBECTL:-$(command -v kubectl || true)}
+  [ -n "$KUBECTL" ] || KUBECTL=$K8S_HOME/bin/kubectl
+  INIT_IMAGE=${QUORATE_E2E_INIT_IMAGE:-docker.io/library/busybox:1.36}
+  HOSTPATH_DIR=${QUORATE_E2E_HOSTPATH_DIR:-}
+else
+  [ "$(id -u)" = 0 ] || die "the node kit needs root (or set KUBECONFIG and QUORATE_E2E_LOAD_IMAGE to use another cluster)"
+  KUBECTL=$K8S_HOME/bin/kubectl
+  INIT_IMAGE=${QUORATE_E2E_INIT_IMAGE:-k8s.local/busybox:1.35}
+  HOSTPATH_DIR=$WORK/volumes
+fi
+[ -z "$HOSTPATH_DIR" ] || mkdir -p "$HOSTPATH_DIR"
+
+# ---- results and logs, whatever happens ----
+write_results() {
+  local status=$1 f
+  mkdir -p "$(dirname "$RESULTS_MD")"
+  f=$RESULTS_MD.tmp
+  {
+    echo "# End-to-end results"
+    echo
+    echo "Written by \`scripts/e2e.sh\` ($(date -u +%Y-%m-%dT%H:%M:%SZ)): **$status**."
+    echo
+    echo "- commit: \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || echo ' (with uncommitted changes in crates/)')"
+    if [ "$NODE_KIT" = 1 ]; then
+      echo "- cluster: scripts/k8s-node (Kubernetes v1.20.2, one node, containerd $(containerd --version 2>/dev/null | awk '{print $3}'))"
+    else
+      echo "- cluster: \`$($KUBECTL --kubeconfig "$KUBECONFIG" config current-context 2>/dev/null || echo '?')\` ($($KUBECTL --kubeconfig "$KUBECONFIG" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1))"
+    fi
+    echo "- machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -r)"
+    echo "- image: \`$IMAGE\` (quorate + etcd $(etcd --version 2>/dev/null | awk '/etcd Version/ {print $3}')), init image \`$INIT_IMAGE\`"
+    echo
+    echo "| step | seconds |"
+    echo "|---|---:|"
+    awk -F'\t' '{ printf "| %s | %s |\n", $1, $2 }' "$PHASES"
+    echo "| total | $(( $(date +%s) - T_START )) |"
+    echo
+    if [ -s "$RESULTS" ]; then
+      echo "| scenario | result | seconds | measured |"
+      echo "|---|---|---:|---|"
+      awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$RESULTS"
+    else
+      echo "No scenario ran."
+    fi
+  } > "$f"
+  mv "$f" "$RESULTS_MD"
+  log "results: $RESULTS_MD"
+}
+
+collect_logs() {
+  [ -n "${KC:-}" ] || return 0
+  rm -rf "$LOGS_OUT"; mkdir -p "$LOGS_OUT/pods"
+  log "collecting logs into $LOGS_OUT"
+  $KC get nodes,pv -o wide > "$LOGS_OUT/cluster.txt" 2>&1 || true
+  $KC get etcd,statefulsets,pods,pvc,services,leases,configmaps -A -o wide > "$LOGS_OUT/objects.txt" 2>&1 || true
+  $KC get etcd -A -o yaml > "$LOGS_OUT/etcds.yaml" 2>&1 || true
+  $KC get leases,statefulsets -A -o yaml > "$LOGS_OUT/leases-statefulsets.yaml" 2>&1 || true
+  $KC get events -A --sort-by=.lastTimestamp -o wide > "$LOGS_OUT/events.txt" 2>&1 || true
+  $KC describe pods -A > "$LOGS_OUT/pods-describe.txt" 2>&1 || true
+  local ns pod c
+  $KC get pods -A --no-headers -o custom-columns=NS:.metadata.namespace,NAME:.metadata.name 2>/dev/null |
+    while read -r ns pod; do
+      [ "$ns" = kube-system ] && continue
+      for c in $($KC -n "$ns" get pod "$pod" -o jsonpath='{.spec.initContainers[*].name} {.spec.containers[*].name}' 2>/dev/null); do
+        $KC -n "$ns" logs "$pod" -c "$c" > "$LOGS_OUT/pods/$ns.$pod.$c.log" 2>&1 || true
+        $KC -n "$ns" logs "$pod" -c "$c" --previous > "$LOGS_OUT/pods/$ns.$pod.$c.previous.log" 2>/dev/null ||
+          rm -f "$LOGS_OUT/pods/$ns.$pod.$c.previous.log"
+      done
+    done
+  if [ "$NODE_KIT" = 1 ]; then
+    cp -r /tmp/quorate-k8s-node/logs "$LOGS_OUT/node" 2>/dev/null || true
+    cp -r /tmp/quorate-k8s/logs "$LOGS_OUT/control-plane" 2>/dev/null || true
+  fi
+  cp "$RESULTS" "$PHASES" "$LOGS_OUT/" 2>/dev/null || true
+}
+
+RC=0
+finish() {
+  local rc=$?
+  [ "$RC" != 0 ] || RC=$rc
+  trap - EXIT INT TERM
+  set +e
+  if [ "$RC" != 0 ]; then collect_logs; fi
+  if [ "$NODE_KIT" = 1 ] && [ "${NODE_STARTED:-0}" = 1 ]; then
+    if [ "${QUORATE_E2E_KEEP_NODE:-0}" = 1 ]; then
+      log "QUORATE_E2E_KEEP_NODE=1: the node stays up (KUBECONFIG=$KUBECONFIG); scripts/k8s-node/down.sh removes it"
+    else
+      phase_start "node down"; "$ROOT/scripts/k8s-node/down.sh" >/dev/null 2>"$WORK/down.log" || {
+        log "scripts/k8s-node/down.sh failed:"; cat "$WORK/down.log" >&2; }
+      phase_end
+    fi
+  fi
+  if [ "${TESTS_RAN:-0}" = 1 ]; then
+    if [ "$RC" = 0 ]; then write_results passed; else write_results "FAILED (exit $RC)"; fi
+  fi
+  if [ "$RC" != 0 ]; then log "FAILED (exit $RC); logs in $LOGS_OUT"; else log "passed in $(( $(date +%s) - T_START ))s"; fi
+  rm -rf "$WORK"
+  exit "$RC"
+}
+trap finish EXIT
+trap 'RC=130; exit 130' INT TERM
+
+# ---- 1. image and test binary ----
+phase_start "image (cargo build --release, rootfs, tarball)"
+TARBALL=$("$ROOT/scripts/image.sh" --ref "$IMAGE" | tail -n 1)
+phase_end
+phase_start "test binary (cargo test --no-run)"
+cargo test -p quorate-e2e --test e2e --no-run >&2 2>"$WORK/cargo.log" || { cat "$WORK/cargo.log" >&2; exit 1; }
+phase_end
+
+# ---- 2. the cluster ----
+if [ "$NODE_KIT" = 1 ]; then
+  phase_start "node kit build (scripts/k8s-node/build.sh)"
+  "$ROOT/scripts/k8s-node/build.sh" >/dev/null
+  phase_end
+  phase_start "node up (scripts/k8s-node/up.sh, image import)"
+  mkdir -p "$WORK/images"; ln -s "$TARBALL" "$WORK/images/quorate.tar"
+  NODE_STARTED=1
+  KUBECONFIG=$(QUORATE_K8S_NODE_IMAGES=$WORK/images "$ROOT/scripts/k8s-node/up.sh" | tail -n 1)
+  export KUBECONFIG
+  phase_end
+else
+  phase_start "image load ($QUORATE_E2E_LOAD_IMAGE)"
+  # shellcheck disable=SC2086
+  $QUORATE_E2E_LOAD_IMAGE "$TARBALL" >&2
+  phase_end
+fi
+KC="$KUBECTL --kubeconfig $KUBECONFIG"
+$KC version >/dev/null 2>&1 || die "the cluster in $KUBECONFIG does not answer (kubectl version)"
+
+# ---- 3. the operator ----
+phase_start "operator install (deploy/manifests, rollout, webhooks answer)"
+M=$WORK/manifests
+mkdir -p "$M"
+cp deploy/manifests/*.yaml "$M/"
+D=$M/08-deployment.yaml
+grep -q "^          image: quorate:$version\$" "$D" || die "$D: no 'image: quorate:$version' line to replace (did the manifest change?)"
+grep -q '^          env:$' "$D" && grep -q '^          volumeMounts:$' "$D" && grep -q '^      volumes:$' "$D" ||
+  die "$D: the env/volumeMounts/volumes lines this script patches are not where it expects them"
+awk -v image="$IMAGE" '
+  /^          image: / { print "          image: " image; next }
+  /^          env:$/ { print; print "            - name: IMAGEVECTOR_OVERWRITE"; print "              value: /etc/quorate/imagevector/images_overwrite.yaml"; next }
+  /^          volumeMounts:$/ { print; print "            - name: imagevector-overwrite"; print "              mountPath: /etc/quorate/imagevector"; print "              readOnly: true"; next }
+  /^      volumes:$/ { print; print "        - name: imagevector-overwrite"; print "          configMap:"; print "            name: quorate-operator-imagevector-overwrite"; next }
+  { print }' "$D" > "$D.new" && mv "$D.new" "$D"
+split_ref() { # image -> "repository tag"
+  local ref=$1 repo tag
+  repo=${ref%:*} tag=${ref##*:}
+  case "$tag" in */*) repo=$ref tag="" ;; esac
+  echo "$repo" "$tag"
+}
+read -r q_repo q_tag <<<"$(split_ref "$IMAGE")"
+read -r i_repo i_tag <<<"$(split_ref "$INIT_IMAGE")"
+cat > "$M/075-imagevector-overwrite.yaml" <<EOF
+# scripts/e2e.sh: the images under test (IMAGEVECTOR_OVERWRITE of the operator)
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: quorate-operator-imagevector-overwrite
+  namespace: quorate-system
+data:
+  images_overwrite.yaml: |
+    images:
+    - name: quorate
+      repository: $q_repo
+      tag: "$q_tag"
+    - name: alpine
+      repository: $i_repo
+      tag: "$i_tag"
+EOF
+existed=0
+$KC -n quorate-system get deployment quorate-operator >/dev/null 2>&1 && existed=1
+$KC apply -f "$M" >&2
+# an existing Deployment keeps running the old image under the same tag: restart it
+[ "$existed" = 0 ] || $KC -n quorate-system rollout restart deployment/quorate-operator >&2
+$KC -n quorate-system rollout status deployment/quorate-operator --timeout=180s >&2 ||
+  die "the operator Deployment did not become ready"
+# The webhooks answer once a valid Etcd passes a server-side dry run (failurePolicy: Fail refuses
+# it while the webhook Service has no ready endpoint or the caBundle is not published yet), and
+# they are quorate's once an invalid one is refused with quorate's message.
+cat > "$WORK/probe-valid.yaml" <<EOF
+apiVersion: druid.gardener.cloud/v1alpha1
+kind: Etcd
+metadata: {name: e2e-webhook-probe, namespace: default}
+spec: {replicas: 1, labels: {app: e2e-webhook-probe}, etcd: {}, backup: {}}
+EOF
+sed 's/replicas: 1,/replicas: 1, storageClass: Not_A_Name,/' "$WORK/probe-valid.yaml" > "$WORK/probe-invalid.yaml"
+ok=0
+for ((i = 0; i < 120; i++)); do
+  if out=$($KC create --dry-run=server -f "$WORK/probe-valid.yaml" 2>&1); then ok=1; break; fi
+  sleep 1
+done
+[ "$ok" = 1 ] || die "the operator's webhooks do not answer after 120 s: $out"
+out=$($KC create --dry-run=server -f "$WORK/probe-invalid.yaml" 2>&1) &&
+  die "an invalid Etcd passed the webhook: $out"
+# (the CRD has no pattern for storageClass: this refusal is the webhook's, with quorate's message)
+grep -q 'spec.storageClass: "Not_A_Name" is not a valid name' <<<"$out" ||
+  die "an invalid Etcd was refused, but not with quorate's webhook message: $out"
+phase_end
+
+# ---- 4. the scenarios ----
+phase_start "scenarios (cargo test -p quorate-e2e)"
+TESTS_RAN=1
+set +e
+QUORATE_E2E_KUBECONFIG=$KUBECONFIG \
+QUORATE_E2E_KUBECTL=$KUBECTL \
+QUORATE_E2E_IMAGE=$IMAGE \
+QUORATE_E2E_INIT_IMAGE=$INIT_IMAGE \
+QUORATE_E2E_HOSTPATH_DIR=$HOSTPATH_DIR \
+QUORATE_E2E_RESULTS=$RESULTS \
+RUST_BACKTRACE=0 \
+  cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture "$@"
+RC=$?
+set -e
+phase_end
+exit "$RC"
