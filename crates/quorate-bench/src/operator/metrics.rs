@@ -119,34 +119,38 @@ pub fn by_verb_resource(counts: &RequestCounts, resource_only: bool) -> BTreeMap
     out
 }
 
-/// The resources `quorate operator` reads or writes: its `Etcd`s (with `status`), the
-/// components it applies, the Secrets and ConfigMaps it reads, the Pods it watches and its
-/// Events. Requests on other resources (namespaces, flow-control objects, quotas) are the
-/// API server's own.
-pub const OPERATOR_RESOURCES: &[&str] = &[
-    "etcds",
-    "statefulsets",
-    "leases",
-    "pods",
-    "events",
-    "configmaps",
-    "secrets",
-    "services",
-    "serviceaccounts",
-    "roles",
-    "rolebindings",
-    "poddisruptionbudgets",
-];
-
-/// Whether `resource` (`name` or `name/subresource`) is one of [`OPERATOR_RESOURCES`].
-pub fn is_operator_resource(resource: &str) -> bool {
-    let base = resource.split('/').next().unwrap_or_default();
-    OPERATOR_RESOURCES.contains(&base)
+/// Whether `quorate operator` makes requests with this verb on this resource (`name` or
+/// `name/subresource`): it watches (list + watch) `Etcd`s, StatefulSets, Leases and Pods; GETs
+/// ConfigMaps and Secrets; applies its components and deletes them when an `Etcd` goes;
+/// patches `Etcd`s (finalizer, annotation, status) and Events; creates Events. Everything else
+/// (namespaces, flow-control objects, quotas, the `kubernetes` Service) is the API server's
+/// own.
+pub fn is_operator_request(verb: &str, resource: &str) -> bool {
+    const WATCHED: &[&str] = &["etcds", "statefulsets", "leases", "pods"];
+    const COMPONENTS: &[&str] = &[
+        "statefulsets",
+        "leases",
+        "services",
+        "serviceaccounts",
+        "roles",
+        "rolebindings",
+        "poddisruptionbudgets",
+        "configmaps",
+    ];
+    match verb {
+        "LIST" | "WATCH" => WATCHED.contains(&resource),
+        "GET" => ["configmaps", "secrets"].contains(&resource),
+        "APPLY" | "DELETE" => COMPONENTS.contains(&resource),
+        "PATCH" => ["etcds", "etcds/status", "events"].contains(&resource),
+        "POST" => resource == "events",
+        _ => false,
+    }
 }
 
-/// The operator's share of `window` (`window_minutes` long): per `VERB resource` on
-/// [`OPERATOR_RESOURCES`], the count less what the API server does alone on the same verb and
-/// resource at the rate seen in `background` (`background_minutes` long), floored at 0.
+/// The operator's share of `window` (`window_minutes` long): per `VERB resource` the operator
+/// uses ([`is_operator_request`]), the count less what the API server does alone on the same
+/// verb and resource at the rate seen in `background` (`background_minutes` long), floored
+/// at 0.
 pub fn operator_share(
     window: &RequestCounts,
     window_minutes: f64,
@@ -156,7 +160,7 @@ pub fn operator_share(
     let alone = by_verb_resource(background, true);
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for (key, value) in window {
-        if !is_operator_resource(&key.resource) {
+        if !is_operator_request(&key.verb, &key.resource) {
             continue;
         }
         *out.entry(key.verb_resource()).or_default() += value;
@@ -340,6 +344,7 @@ apiserver_request_duration_seconds_bucket{code="200",le="0.05",verb="GET"} 3
             (key("PATCH", "etcds/status"), 100.0),
             (key("GET", "services"), 12.0),
             (key("GET", "namespaces"), 18.0),
+            (key("LIST", "services"), 1.0),
         ]);
         // Alone for half a minute: 3 GETs of services, i.e. 6 per minute.
         let background = RequestCounts::from([
@@ -351,7 +356,9 @@ apiserver_request_duration_seconds_bucket{code="200",le="0.05",verb="GET"} 3
             share,
             BTreeMap::from([("PATCH etcds/status".to_string(), 100.0)])
         );
-        assert!(is_operator_resource("etcds/status") && !is_operator_resource("namespaces"));
+        assert!(is_operator_request("PATCH", "etcds/status"));
+        assert!(is_operator_request("WATCH", "leases") && !is_operator_request("LIST", "services"));
+        assert!(!is_operator_request("GET", "namespaces"));
     }
 
     #[test]
