@@ -173,11 +173,14 @@ pub fn operator_share(
     out
 }
 
-/// Requests that are not answered with 2xx, by `VERB resource code`.
+/// Requests that are not answered with 2xx, by `VERB resource code`; watches are left out
+/// (one the client ends is counted with code 0).
 pub fn failures(counts: &RequestCounts) -> BTreeMap<String, f64> {
     counts
         .iter()
-        .filter(|(key, _)| !key.code.starts_with('2') && !key.resource.is_empty())
+        .filter(|(key, _)| {
+            !key.code.starts_with('2') && !key.resource.is_empty() && key.verb != "WATCH"
+        })
         .map(|(key, value)| (format!("{} {}", key.verb_resource(), key.code), *value))
         .collect()
 }
