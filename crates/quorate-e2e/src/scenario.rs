@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -15,6 +16,28 @@ use crate::wait::wait_for;
 
 /// Label on the namespaces the suite makes.
 pub const SCENARIO_LABEL: &str = "e2e.quorate.io/scenario";
+
+/// The message of the last panic, so a failed scenario's line in the results says why.
+static LAST_PANIC: Mutex<Option<String>> = Mutex::new(None);
+static PANIC_HOOK: Once = Once::new();
+
+fn remember_panics() {
+    PANIC_HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            if let Ok(mut last) = LAST_PANIC.lock() {
+                *last = Some(message);
+            }
+            default(info);
+        }));
+    });
+}
 
 /// A running scenario. [`Scenario::pass`] records it as passed and deletes its namespace; a
 /// scenario dropped without it (a failed assertion) is recorded as FAILED and its namespace
@@ -36,6 +59,7 @@ impl Scenario {
     /// Creates the namespace `e2e-<name>-<suffix>`, waits until pods can be created in it,
     /// and starts the hostPath provisioner when the cluster needs one.
     pub async fn start(env: &E2eEnv, name: &str) -> Scenario {
+        remember_panics();
         let cluster = Cluster::connect(env).await;
         let suffix = format!(
             "{:04x}",
@@ -116,12 +140,11 @@ impl Scenario {
         self.started.elapsed().as_secs_f64()
     }
 
-    /// The scenario passed: records it, deletes its namespace (waiting until it is gone, so the
-    /// next scenario starts on a quiet node) and its volumes.
+    /// The scenario passed its checks: deletes its namespace (waiting until it is gone, so the
+    /// next scenario starts on a quiet node, and failing when it does not go) and its volumes,
+    /// then records it with the time its checks took.
     pub async fn pass(mut self) {
         let seconds = self.elapsed();
-        self.done = true;
-        self.record("passed", seconds);
         let namespaces: Api<Namespace> = Api::all(self.cluster.client.clone());
         let _ = namespaces
             .delete(&self.namespace, &DeleteParams::default())
@@ -146,7 +169,15 @@ impl Scenario {
         if let Some(p) = self.provisioner.take() {
             p.cleanup().await;
         }
-        println!("== scenario {}: passed in {seconds:.1} s", self.name);
+        // Recorded only now: a namespace that does not go away (an Etcd whose finalizer stays)
+        // fails the scenario.
+        self.done = true;
+        self.record("passed", seconds);
+        println!(
+            "== scenario {}: passed in {seconds:.1} s (cleanup {:.1} s)",
+            self.name,
+            self.elapsed() - seconds
+        );
     }
 
     fn record(&self, result: &str, seconds: f64) {
@@ -174,6 +205,18 @@ impl Scenario {
 impl Drop for Scenario {
     fn drop(&mut self) {
         if !self.done {
+            if let Some(message) = LAST_PANIC.lock().ok().and_then(|mut m| m.take()) {
+                let mut message = message.replace(['\n', '\t', '|'], " ");
+                if message.len() > 400 {
+                    let mut cut = 400;
+                    while !message.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    message.truncate(cut);
+                    message.push('…');
+                }
+                self.measured.push(("failure".to_string(), message));
+            }
             self.record("FAILED", self.elapsed());
             eprintln!(
                 "== scenario {} FAILED after {:.1} s; namespace {} is left for inspection",
