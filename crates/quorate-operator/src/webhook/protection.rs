@@ -131,6 +131,10 @@ pub enum AllowReason {
     OperatorUser,
     /// One of the exempt users.
     ExemptUser,
+    /// Kubernetes' own controllers (kube-controller-manager, or its per-controller
+    /// ServiceAccounts in `kube-system`): the token controller adds a ServiceAccount's token,
+    /// the garbage collector removes dependents. Refusing them leaves the pods without a token.
+    ControlPlane,
     /// The etcd pods' ServiceAccount renewing a Lease.
     LeaseRenewal,
     /// The `Etcd` has the disable-protection annotation.
@@ -178,6 +182,9 @@ pub fn first_step<'a>(request: &'a ComponentRequest, config: &ProtectionConfig) 
     if config.exempt_users.contains(&request.username) {
         return Step::Done(Decision::Allow(AllowReason::ExemptUser));
     }
+    if is_control_plane(&request.username) {
+        return Step::Done(Decision::Allow(AllowReason::ControlPlane));
+    }
     let etcd_user = service_account_username(&request.namespace, &service_account_name(etcd));
     if request.kind == "Lease"
         && request.operation == Operation::Update
@@ -186,6 +193,12 @@ pub fn first_step<'a>(request: &'a ComponentRequest, config: &ProtectionConfig) 
         return Step::Done(Decision::Allow(AllowReason::LeaseRenewal));
     }
     Step::LookUpEtcd(etcd)
+}
+
+/// Whether `username` is one of Kubernetes' own controllers.
+fn is_control_plane(username: &str) -> bool {
+    username == "system:kube-controller-manager"
+        || username.starts_with("system:serviceaccount:kube-system:")
 }
 
 /// The decision once the owning `Etcd` (named `etcd`) is known.
@@ -241,6 +254,7 @@ impl fmt::Display for AllowReason {
             AllowReason::NotManaged => "not managed for an Etcd",
             AllowReason::OperatorUser => "operator",
             AllowReason::ExemptUser => "exempt user",
+            AllowReason::ControlPlane => "Kubernetes controller",
             AllowReason::LeaseRenewal => "lease renewal by the etcd pods",
             AllowReason::ProtectionDisabled => "protection disabled on the Etcd",
             AllowReason::EtcdMissing => "the Etcd does not exist",
@@ -476,5 +490,44 @@ mod tests {
             want.new_labels = None;
             want
         });
+    }
+
+    #[test]
+    fn kubernetes_own_controllers_are_let_through() {
+        // The token controller adding the pods' ServiceAccount token (Kubernetes < 1.24): found
+        // by the end-to-end run, where refusing it left the StatefulSet without pods.
+        for user in [
+            "system:kube-controller-manager",
+            "system:serviceaccount:kube-system:token-cleaner",
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+        ] {
+            let r = ComponentRequest {
+                operation: Operation::Update,
+                group: String::new(),
+                kind: "ServiceAccount".into(),
+                namespace: "shoot".into(),
+                name: "etcd-main".into(),
+                username: user.into(),
+                old_labels: managed("etcd-main"),
+                new_labels: managed("etcd-main"),
+            };
+            assert_eq!(
+                first_step(&r, &config()),
+                Step::Done(Decision::Allow(AllowReason::ControlPlane)),
+                "{user}"
+            );
+        }
+        // Someone else's ServiceAccount named like a controller is not.
+        let r = ComponentRequest {
+            operation: Operation::Update,
+            group: String::new(),
+            kind: "ServiceAccount".into(),
+            namespace: "shoot".into(),
+            name: "etcd-main".into(),
+            username: "system:serviceaccount:shoot:kube-controller-manager".into(),
+            old_labels: managed("etcd-main"),
+            new_labels: managed("etcd-main"),
+        };
+        assert_eq!(first_step(&r, &config()), Step::LookUpEtcd("etcd-main"));
     }
 }
