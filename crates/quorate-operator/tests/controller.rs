@@ -4,8 +4,7 @@
 //! controller scoped to its own namespace.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -21,7 +20,7 @@ use quorate_api::status::LastOperationState;
 use quorate_operator::OperatorSettings;
 use quorate_operator::controller::{Scope, run};
 use quorate_operator::metrics::Metrics;
-use quorate_testkit::{KubeApiServer, install_etcd_crd};
+use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -65,22 +64,6 @@ impl Drop for Operator {
     }
 }
 
-/// Polls `check` until it returns `Some`, panicking with `what` after [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn setup(test: &str) -> Option<(Client, String)> {
     let (client, namespace, _) = setup_with_server(test).await?;
     Some((client, namespace))
@@ -115,6 +98,7 @@ async fn create(client: &Client, etcd: &Etcd) -> Api<Etcd> {
 async fn wait_observed(api: &Api<Etcd>, name: &str, generation: i64) -> Etcd {
     eventually(
         &format!("{name} observed at generation {generation}"),
+        WAIT,
         || async {
             let etcd = api.get(name).await.ok()?;
             let status = etcd.status.as_ref()?;
@@ -298,7 +282,7 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
         renew(&client, &ns, &format!("etcd-main-{i}"), role, false).await;
     }
     set_ready(&client, &ns, "etcd-main", 3).await;
-    let etcd = eventually("the status to show three ready members", || async {
+    let etcd = eventually("the status to show three ready members", WAIT, || async {
         let etcd = api.get("etcd-main").await.ok()?;
         let status = etcd.status.as_ref()?;
         (status.ready == Some(true)
@@ -405,7 +389,7 @@ async fn a_spec_change_waits_for_the_reconcile_annotation_which_is_removed_after
         "{}",
         after["etcd.conf.yaml"]
     );
-    let annotations = eventually("the operation annotation to be removed", || async {
+    let annotations = eventually("the operation annotation to be removed", WAIT, || async {
         let etcd = api.get("etcd-single").await.ok()?;
         let a = etcd.metadata.annotations.clone().unwrap_or_default();
         (!a.contains_key(DRUID_OPERATION)).then_some(a)
@@ -450,7 +434,7 @@ async fn auto_reconcile_applies_at_once_and_suspension_stops_it_but_not_the_stat
     .unwrap();
     // The status keeps following the leases while the spec is suspended.
     renew(&client, &ns, "etcd-single-0", "Leader", false).await;
-    let etcd = eventually("a member in the status while suspended", || async {
+    let etcd = eventually("a member in the status while suspended", WAIT, || async {
         let etcd = api.get("etcd-single").await.ok()?;
         (etcd.status.as_ref()?.members.len() == 1).then_some(etcd)
     })
@@ -459,7 +443,7 @@ async fn auto_reconcile_applies_at_once_and_suspension_stops_it_but_not_the_stat
     let data = cms.get("etcd-single-config").await.unwrap().data.unwrap();
     assert!(data["etcd.conf.yaml"].contains("snapshot-count: 2222"));
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    eventually("a SpecReconcileSuspended warning event", || async {
+    eventually("a SpecReconcileSuspended warning event", WAIT, || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items
             .iter()
@@ -532,14 +516,14 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
         .await
         .unwrap();
     // Step 1: the TLS mounts, at one replica; the pass asks to be requeued.
-    let sts = eventually("peer TLS mounts at one replica", || async {
+    let sts = eventually("peer TLS mounts at one replica", WAIT, || async {
         let sts = statefulsets.get("etcd-single").await.ok()?;
         (!peer_tls_volumes(&sts).is_empty()).then_some(sts)
     })
     .await;
     assert_eq!(sts.spec.as_ref().unwrap().replicas, Some(1));
     let checksum_with_tls = template_checksum(&sts);
-    let etcd = eventually("lastOperation Requeue", || async {
+    let etcd = eventually("lastOperation Requeue", WAIT, || async {
         let etcd = api.get("etcd-single").await.ok()?;
         let op = etcd.status.as_ref()?.last_operation.clone()?;
         (op.state == LastOperationState::Requeue).then_some(etcd)
@@ -563,7 +547,7 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
     // Step 3: the agent restarted etcd with https and says so; the cluster grows, and the
     // pod template is the same as at step 1, so the running pod is not restarted again.
     renew(&client, &ns, "etcd-single-0", "Leader", true).await;
-    let sts = eventually("three replicas", || async {
+    let sts = eventually("three replicas", WAIT, || async {
         let sts = statefulsets.get("etcd-single").await.ok()?;
         (sts.spec.as_ref()?.replicas == Some(3)).then_some(sts)
     })
@@ -601,71 +585,38 @@ async fn deleting_the_etcd_removes_every_component_then_the_finalizer() {
     api.delete("etcd-main", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the Etcd to be gone", || async {
+    eventually("the Etcd to be gone", WAIT, || async {
         matches!(api.get_opt("etcd-main").await, Ok(None)).then_some(())
     })
     .await;
     let selector = "app.kubernetes.io/part-of=etcd-main";
     let lp = ListParams::default().labels(selector);
-    let left = |n: usize, kind: &str| assert_eq!(n, 0, "{kind} left after delete");
-    left(
-        Api::<StatefulSet>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        "StatefulSet",
-    );
-    left(
-        Api::<Service>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        "Service",
-    );
-    left(
-        Api::<Lease>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        "Lease",
-    );
-    left(
-        Api::<Role>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        "Role",
-    );
-    left(
-        Api::<RoleBinding>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        "RoleBinding",
-    );
-    left(
-        Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .len(),
-        "ServiceAccount",
-    );
-    left(
-        pdb_api(&client, &ns).list(&lp).await.unwrap().items.len(),
-        "PodDisruptionBudget",
-    );
+    let kinds = [
+        ("apps", "v1", "StatefulSet", "statefulsets"),
+        ("", "v1", "Service", "services"),
+        ("coordination.k8s.io", "v1", "Lease", "leases"),
+        ("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+        ),
+        ("", "v1", "ServiceAccount", "serviceaccounts"),
+        (
+            "policy",
+            "v1beta1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+        ),
+    ];
+    for (group, version, kind, plural) in kinds {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+        let left = api.list(&lp).await.unwrap().items.len();
+        assert_eq!(left, 0, "{kind} left after delete");
+    }
     let configmaps: Vec<_> = cms
         .list(&lp)
         .await

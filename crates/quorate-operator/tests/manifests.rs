@@ -16,7 +16,6 @@
 //! comparing the result with the plain manifests.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -35,7 +34,7 @@ use quorate_operator::webhook::protection::PROTECTED_KINDS;
 use quorate_operator::webhook::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
 };
-use quorate_testkit::{KubeApiServer, install_etcd_crd};
+use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -812,22 +811,6 @@ fn the_chart_without_self_signed_certificates_mounts_the_secret_and_drops_the_pa
 
 // ---- against the API server ----------------------------------------------------------------
 
-/// Polls `check` until it returns `Some`, panicking with `what` after [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// `kubectl apply -f <each path>` as the admin; panics with kubectl's output on failure.
 fn kubectl_apply(server: &KubeApiServer, paths: &[PathBuf]) -> String {
     let mut command = server.kubectl();
@@ -1091,7 +1074,7 @@ async fn the_clusterrole_is_enough_for_the_controller() {
         .delete(&name, &DeleteParams::default())
         .await
         .expect("delete the Etcd");
-    eventually("the finalizer removed and the Etcd gone", || async {
+    eventually("the finalizer removed and the Etcd gone", WAIT, || async {
         match etcds.get_opt(&name).await {
             Ok(None) => Some(()),
             _ => None,

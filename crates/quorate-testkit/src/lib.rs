@@ -13,6 +13,7 @@ pub mod kube_apiserver;
 pub mod moto;
 pub mod ports;
 pub mod tls;
+pub mod wait;
 
 pub use agent_objects::{AgentConfig, create_agent_objects};
 pub use binaries::{etcd_binary, etcdctl_binary};
@@ -29,3 +30,4 @@ pub use nix::sys::signal::Signal;
 pub use ports::{PortBlock, free_port};
 pub use tempfile::TempDir;
 pub use tls::TestCerts;
+pub use wait::eventually;
