@@ -163,20 +163,21 @@ async fn scale_out(args: ScaleOutArgs) -> Result<()> {
     }
     machine.load_after = load_average();
 
-    let text = report::render(&results, &machine);
-    println!("{text}");
-    if let Some(path) = &args.output {
-        write_report(path, &text)?;
-        eprintln!("report written to {}", path.display());
-    }
-    Ok(())
+    publish_report(&report::render(&results, &machine), args.output.as_deref())
 }
 
-pub(crate) fn write_report(path: &Path, text: &str) -> Result<()> {
+/// Prints a benchmark's report and, when asked, writes it to `output` too.
+pub(crate) fn publish_report(text: &str, output: Option<&Path>) -> Result<()> {
+    println!("{text}");
+    let Some(path) = output else {
+        return Ok(());
+    };
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(BenchError::io("create", parent))?;
     }
-    std::fs::write(path, text).map_err(BenchError::io("write", path))
+    std::fs::write(path, text).map_err(BenchError::io("write", path))?;
+    eprintln!("report written to {}", path.display());
+    Ok(())
 }
 
 /// The first line `bin --version` prints, or why there is none.

@@ -131,13 +131,7 @@ pub async fn run(args: BackupArgs) -> Result<()> {
         replay,
         writes,
     };
-    let text = report::render(&results);
-    println!("{text}");
-    if let Some(path) = &args.output {
-        crate::write_report(path, &text)?;
-        eprintln!("report written to {}", path.display());
-    }
-    Ok(())
+    crate::publish_report(&report::render(&results), args.output.as_deref())
 }
 
 /// Flushes what earlier steps left in the page cache (uploads are not synced), so its

@@ -181,13 +181,7 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
         baselines,
         runs,
     };
-    let text = report::render(&results);
-    println!("{text}");
-    if let Some(path) = &args.output {
-        crate::write_report(path, &text)?;
-        eprintln!("report written to {}", path.display());
-    }
-    Ok(())
+    crate::publish_report(&report::render(&results), args.output.as_deref())
 }
 
 /// A fresh API server with the CRD and the namespaces, and a client of it.
