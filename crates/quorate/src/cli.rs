@@ -102,15 +102,35 @@ pub enum Command {
         /// The file to write; written as `<file>.part` and renamed once verified.
         #[arg(short = 'o', long)]
         output: PathBuf,
-        /// CA bundle for an https endpoint.
+        /// TLS for an https endpoint.
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    },
+    /// Write numbered keys to a cluster continuously, retrying each until acknowledged, and
+    /// print running totals as JSON lines: how many writes a client saw fail during an update,
+    /// a scale-out or a member replacement.
+    Canary {
+        /// Client URLs, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        /// Key prefix of the numbered keys.
+        #[arg(long, default_value = "quorate-canary/")]
+        prefix: String,
+        /// Time between the starts of consecutive writes.
+        #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+        interval: std::time::Duration,
+        /// How long one write may take, retries included, before it counts as failed.
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        write_timeout: std::time::Duration,
+        /// Stop after this many writes; without it, run until SIGTERM or Ctrl-C.
         #[arg(long)]
-        cacert: Option<PathBuf>,
-        /// Client certificate for an endpoint that requires one.
-        #[arg(long, requires = "key")]
-        cert: Option<PathBuf>,
-        /// Client key.
-        #[arg(long, requires = "cert")]
-        key: Option<PathBuf>,
+        count: Option<u64>,
+        /// How often a progress line is printed.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        report_every: std::time::Duration,
+        /// TLS for https endpoints.
+        #[command(flatten)]
+        tls: ClientTlsArgs,
     },
     /// Inspect a cluster's backup bucket.
     Backups {
@@ -241,6 +261,39 @@ pub enum Output {
     Yaml,
     /// The object with its status as JSON.
     Json,
+}
+
+/// Client TLS for commands that talk to any etcd endpoint, named like etcdctl's flags.
+#[derive(Debug, Args)]
+pub struct ClientTlsArgs {
+    /// CA bundle for an https endpoint.
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// Client certificate for an endpoint that requires one.
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Client key.
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// The TLS settings, when a CA was given.
+    pub fn to_tls(&self) -> Option<quorate_etcd::EtcdTls> {
+        use quorate_etcd::{ClientIdentity, EtcdTls, PemSource};
+        self.cacert.as_ref().map(|ca| EtcdTls {
+            ca: PemSource::File(ca.clone()),
+            identity: self
+                .cert
+                .as_ref()
+                .zip(self.key.as_ref())
+                .map(|(cert, key)| ClientIdentity {
+                    cert: PemSource::File(cert.clone()),
+                    key: PemSource::File(key.clone()),
+                }),
+            domain_name: None,
+        })
+    }
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -128,23 +128,37 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("{}", commands::endpoints(&context(None), &name)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Canary {
+            endpoints,
+            prefix,
+            interval,
+            write_timeout,
+            count,
+            report_every,
+            tls,
+        } => {
+            let totals = crate::canary_cmd::run(crate::canary_cmd::CanaryPlan {
+                endpoints,
+                tls: tls.to_tls(),
+                prefix,
+                interval,
+                write_timeout,
+                count,
+                report_every,
+            })
+            .await?;
+            Ok(if totals.failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
         Command::Snapshot {
             endpoint,
             output,
-            cacert,
-            cert,
-            key,
+            tls,
         } => {
-            let tls = cacert.map(|ca| quorate_etcd::EtcdTls {
-                ca: quorate_etcd::PemSource::File(ca),
-                identity: cert
-                    .zip(key)
-                    .map(|(cert, key)| quorate_etcd::ClientIdentity {
-                        cert: quorate_etcd::PemSource::File(cert),
-                        key: quorate_etcd::PemSource::File(key),
-                    }),
-                domain_name: None,
-            });
+            let tls = tls.to_tls();
             let client = quorate_etcd::MemberClient::connect(
                 &endpoint,
                 tls.as_ref(),

@@ -3,6 +3,7 @@
 
 mod agent_cmd;
 mod backup_cmds;
+mod canary_cmd;
 mod cli;
 mod local_cmds;
 mod progress;

@@ -1,0 +1,206 @@
+//! `quorate canary`: a write-availability probe for maintenance windows. It writes numbered keys
+//! one after another, retrying each until etcd acknowledges it, and prints running totals as
+//! JSON lines — so "did any client write fail while we enabled TLS / scaled / replaced a
+//! member?" has a measured answer instead of a guess.
+//!
+//! Keys are `<prefix><seq>` (seq zero-padded to 10 digits) with the value `<seq>`; a retried
+//! write of the same key is harmless, so an attempt that timed out after etcd applied it cannot
+//! produce a wrong value. Writes are sequential: every key up to `acknowledged_through` was
+//! acknowledged, which makes "no acknowledged write was lost" checkable afterwards with one
+//! prefix count.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use quorate_etcd::{ClusterClient, EtcdError, EtcdTimeouts, EtcdTls};
+use serde::Serialize;
+use tokio::time::MissedTickBehavior;
+
+/// Pause between failed attempts of one write.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// What the canary was asked to do.
+#[derive(Debug)]
+pub struct CanaryPlan {
+    /// Client URLs.
+    pub endpoints: Vec<String>,
+    /// TLS for https endpoints.
+    pub tls: Option<EtcdTls>,
+    /// Key prefix.
+    pub prefix: String,
+    /// Time between the starts of consecutive writes.
+    pub interval: Duration,
+    /// How long one write may take, retries included, before it counts as failed.
+    pub write_timeout: Duration,
+    /// Stop after this many writes (acknowledged or failed); run until a signal otherwise.
+    pub count: Option<u64>,
+    /// How often a progress line is printed.
+    pub report_every: Duration,
+}
+
+/// Running totals; each progress line is one of these as JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CanaryTotals {
+    /// Writes etcd acknowledged.
+    pub acknowledged: u64,
+    /// The highest sequence number acknowledged.
+    pub acknowledged_through: u64,
+    /// Writes given up after `write_timeout` (the client saw a failure).
+    pub failed: u64,
+    /// Attempts that failed and were retried (outages the client rode out).
+    pub retried_attempts: u64,
+    /// The longest time one write took from its first attempt to its acknowledgement.
+    pub longest_wait_ms: u64,
+    /// The store revision of the last acknowledged write.
+    pub last_revision: i64,
+    /// The last error seen, if any.
+    pub last_error: Option<String>,
+    /// Set on the last line, once the canary stops.
+    pub done: bool,
+}
+
+impl CanaryTotals {
+    /// Adds the outcome of write `seq`, which took `waited` over `attempts` attempts.
+    pub fn record(
+        &mut self,
+        seq: u64,
+        attempts: u64,
+        waited: Duration,
+        outcome: Result<i64, String>,
+    ) {
+        match outcome {
+            Ok(revision) => {
+                self.acknowledged += 1;
+                self.acknowledged_through = self.acknowledged_through.max(seq);
+                self.last_revision = revision;
+                self.retried_attempts += attempts.saturating_sub(1);
+                self.longest_wait_ms = self.longest_wait_ms.max(waited.as_millis() as u64);
+            }
+            Err(error) => {
+                self.failed += 1;
+                self.retried_attempts += attempts.saturating_sub(1);
+                self.last_error = Some(error);
+            }
+        }
+    }
+}
+
+/// The key of write `seq`.
+pub fn canary_key(prefix: &str, seq: u64) -> String {
+    format!("{prefix}{seq:010}")
+}
+
+/// Runs the canary until `count` writes are done or SIGINT/SIGTERM arrives; returns the totals
+/// (also printed as the last line, with `done: true`).
+pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, EtcdError> {
+    let timeouts = EtcdTimeouts {
+        connect: Duration::from_secs(2),
+        request: Duration::from_secs(5),
+        ..EtcdTimeouts::default()
+    };
+    let client = ClusterClient::new(&plan.endpoints, plan.tls.as_ref(), timeouts).await?;
+    let mut totals = CanaryTotals::default();
+    let mut ticker = tokio::time::interval(plan.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_report = Instant::now();
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    let mut seq = 0u64;
+    loop {
+        if plan.count.is_some_and(|n| seq >= n) {
+            break;
+        }
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = ticker.tick() => {}
+        }
+        seq += 1;
+        let key = canary_key(&plan.prefix, seq);
+        let write = write_until_acknowledged(&client, &key, seq, plan.write_timeout);
+        let (attempts, waited, outcome) = tokio::select! {
+            _ = &mut stop => break,
+            done = write => done,
+        };
+        totals.record(seq, attempts, waited, outcome);
+        if last_report.elapsed() >= plan.report_every {
+            print_line(&totals);
+            last_report = Instant::now();
+        }
+    }
+    totals.done = true;
+    print_line(&totals);
+    Ok(totals)
+}
+
+/// Writes `key` = `seq` until acknowledged or `timeout` has passed since the first attempt.
+async fn write_until_acknowledged(
+    client: &ClusterClient,
+    key: &str,
+    seq: u64,
+    timeout: Duration,
+) -> (u64, Duration, Result<i64, String>) {
+    let started = Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match client.put(key.as_bytes(), seq.to_string().as_bytes()).await {
+            Ok(revision) => return (attempts, started.elapsed(), Ok(revision)),
+            Err(e) if started.elapsed() + RETRY_PAUSE < timeout => {
+                tracing::debug!(key, attempts, "write failed, retrying: {e}");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(e) => return (attempts, started.elapsed(), Err(e.to_string())),
+        }
+    }
+}
+
+fn print_line(totals: &CanaryTotals) {
+    let line = serde_json::to_string(totals).expect("totals serialize");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_count_acknowledged_failed_and_retried_writes() {
+        let mut t = CanaryTotals::default();
+        t.record(1, 1, Duration::from_millis(3), Ok(10));
+        t.record(2, 4, Duration::from_millis(900), Ok(11));
+        t.record(3, 7, Duration::from_secs(60), Err("unavailable".into()));
+        assert_eq!(t.acknowledged, 2);
+        assert_eq!(t.acknowledged_through, 2);
+        assert_eq!(t.failed, 1);
+        assert_eq!(t.retried_attempts, 3 + 6);
+        assert_eq!(
+            t.longest_wait_ms, 900,
+            "failed writes do not count as waits"
+        );
+        assert_eq!(t.last_revision, 11);
+        assert_eq!(t.last_error.as_deref(), Some("unavailable"));
+    }
+
+    #[test]
+    fn keys_sort_in_write_order() {
+        assert_eq!(canary_key("c/", 7), "c/0000000007");
+        assert!(canary_key("c/", 9) < canary_key("c/", 10));
+    }
+}

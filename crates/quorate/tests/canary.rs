@@ -1,0 +1,85 @@
+//! `quorate canary` against a real etcd member that is killed and restarted while the canary
+//! writes: the outage shows up as retried attempts, not as failed writes, and every
+//! acknowledged key is there afterwards.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use quorate_testkit::{ChildGuard, EtcdTestCluster};
+
+const WRITES: u64 = 60;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
+    let mut cluster = EtcdTestCluster::start(1).await;
+    let url = cluster.member(0).client_url();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
+    command
+        .args(["canary", "--endpoints", &url, "--prefix", "c/"])
+        .args(["--interval", "50ms", "--report-every", "100ms"])
+        .args(["--write-timeout", "30s", "--count", &WRITES.to_string()])
+        .env("QUORATE_LOG", "warn")
+        .stdout(Stdio::piped());
+    let mut canary = ChildGuard::spawn(&mut command).expect("start quorate canary");
+    let stdout = canary
+        .std_child()
+        .and_then(|c| c.stdout.take())
+        .expect("piped stdout");
+    let (lines_tx, lines) = mpsc::channel::<serde_json::Value>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not a JSON line: {line:?}: {e}"));
+            let _ = lines_tx.send(value);
+        }
+    });
+
+    // Once a few writes are through, the member dies for a second and comes back.
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("canary progress");
+        if line["acknowledged"].as_u64().unwrap_or(0) >= 5 {
+            break;
+        }
+    }
+    cluster.member_mut(0).kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.member_mut(0).restart().expect("restart etcd");
+
+    let status = canary
+        .wait_timeout(Duration::from_secs(90))
+        .expect("waiting for the canary")
+        .expect("the canary exits once its writes are done");
+    reader.join().expect("reader thread");
+    let last = lines.try_iter().last().expect("a final line");
+    assert_eq!(last["done"], true, "{last}");
+    assert_eq!(last["failed"], 0, "{last}");
+    assert_eq!(last["acknowledged"], WRITES, "{last}");
+    assert_eq!(last["acknowledged_through"], WRITES, "{last}");
+    assert!(
+        last["retried_attempts"].as_u64().unwrap_or(0) > 0,
+        "a one-second outage while writing every 50 ms must cost retries: {last}"
+    );
+    assert!(
+        status.success(),
+        "exit status {status:?} with no failed writes"
+    );
+
+    let mut client = etcd_client::Client::connect([url.as_str()], None)
+        .await
+        .expect("connect");
+    let keys = client
+        .get("c/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .expect("read back");
+    let found: Vec<String> = keys
+        .kvs()
+        .iter()
+        .map(|kv| kv.value_str().unwrap().to_string())
+        .collect();
+    let expected: Vec<String> = (1..=WRITES).map(|n| n.to_string()).collect();
+    assert_eq!(found, expected, "every acknowledged write, in order");
+}
