@@ -17,9 +17,12 @@
 pub mod cluster;
 pub mod env;
 pub mod etcd;
+pub mod manifests;
+pub mod members;
 pub mod observe;
 pub mod provisioner;
 pub mod scenario;
+pub mod tls;
 pub mod wait;
 
 pub use cluster::{Cluster, KubectlOutput};

@@ -1,91 +1,15 @@
-//! The end-to-end scenarios of issue 5, on a real cluster with the operator installed
-//! (`scripts/e2e.sh`). Each asserts what a user would check: `kubectl get etcd -o wide`, a
-//! client pod reading and writing through the `<name>-client` Service, the backup bucket.
-//! Without `QUORATE_E2E_KUBECONFIG` they print SKIPPED (see the crate docs).
-//!
-//! Run one at a time (`--test-threads=1`): they share one small node.
+//! Scenario 1: a 3-member cluster with backups becomes ready and serves a client pod.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use quorate_api::Etcd;
-use quorate_e2e::etcd::fully_ready;
-use quorate_e2e::{E2eEnv, Scenario, namespace_state, status_summary, wait_for};
+use quorate_e2e::manifests::{EtcdShape, client_pod};
+use quorate_e2e::members::{local_value, wait_fully_ready};
+use quorate_e2e::{E2eEnv, Scenario, status_summary, wait_for};
 
-/// How long a 3-member cluster may take from `kubectl apply` to Ready (pods scheduled, images
-/// present, etcd formed, readiness probes passed, first full and delta snapshots taken).
-const READY_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// A 3-member `Etcd` with delta snapshots every 10 s to a `Local` store whose host directory
-/// is `bucket_dir` (the store Secret's `hostPath`), small enough for a 2-core node.
-fn three_members_with_local_backups(name: &str, namespace: &str, bucket_dir: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Secret
-metadata:
-  name: {name}-backup
-  namespace: {namespace}
-type: Opaque
-stringData:
-  hostPath: {bucket_dir}
----
-apiVersion: druid.gardener.cloud/v1alpha1
-kind: Etcd
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec:
-  replicas: 3
-  labels:
-    app: {name}
-  etcd:
-    clientPort: 2379
-    serverPort: 2380
-    resources:
-      requests: {{cpu: 50m, memory: 64Mi}}
-  backup:
-    port: 8080
-    store:
-      provider: Local
-      container: backups
-      prefix: {name}
-      secretRef:
-        name: {name}-backup
-    fullSnapshotSchedule: "0 */1 * * *"
-    deltaSnapshotPeriod: 10s
-    garbageCollectionPolicy: LimitBased
-    maxBackupsLimitBasedGC: 3
-  storageCapacity: 1Gi
-"#
-    )
-}
-
-/// A pod that writes `key` through the `<name>-client` Service (init container) and reads it
-/// back (main container), with the etcdctl of the quorate image.
-fn client_pod(image: &str, etcd: &str, namespace: &str, key: &str, value: &str) -> String {
-    let endpoint = format!("http://{etcd}-client.{namespace}.svc:2379");
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {etcd}-client-check
-  namespace: {namespace}
-spec:
-  restartPolicy: Never
-  securityContext: {{runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}}
-  initContainers:
-  - name: put
-    image: {image}
-    command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, put, "{key}", "{value}"]
-  containers:
-  - name: get
-    image: {image}
-    command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, get, "{key}", --print-value-only]
-"#
-    )
-}
+use crate::READY_TIMEOUT;
 
 /// Scenario 1 (issue 5, first bullet): a 3-member `Etcd` with backups to a volume-backed
 /// `Local` store becomes Ready / Quorate / AllMembersReady / BackupReady; `kubectl get etcd
@@ -101,28 +25,21 @@ async fn s1_three_members_with_local_backups_become_ready() {
     let ns = s.namespace.clone();
     let name = "etcd-e2e";
     let bucket_root = env.bucket_host_dir().join(&ns);
-    let manifest = three_members_with_local_backups(name, &ns, &bucket_root.display().to_string());
+    let bucket = bucket_root.display().to_string();
+    let manifest = EtcdShape {
+        name,
+        namespace: &ns,
+        replicas: 3,
+        local_bucket: Some(&bucket),
+        peer_tls: false,
+        reconcile: false,
+    }
+    .yaml();
 
     // kubectl apply -> Ready, as a user would wait for it.
     let applied = Instant::now();
     println!("{}", s.cluster.apply(&manifest).await.trim_end());
-    let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
-    let client = s.cluster.client.clone();
-    let ready = wait_for(
-        &format!("etcd {name} Ready, Quorate, AllMembersReady, BackupReady, 3/3"),
-        READY_TIMEOUT,
-        Duration::from_millis(500),
-        || async {
-            let etcd = match etcds.get_opt(name).await {
-                Ok(Some(e)) if fully_ready(&e, 3, true) => return Ok(e),
-                Ok(Some(e)) => status_summary(&e),
-                Ok(None) => "not found".into(),
-                Err(e) => format!("get: {e}"),
-            };
-            Err(format!("{etcd}; {}", namespace_state(&client, &ns).await))
-        },
-    )
-    .await;
+    let ready = wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
     let to_ready = applied.elapsed().as_secs_f64();
     s.measure(
         "apply→Ready (3 members, BackupReady)",
@@ -224,26 +141,8 @@ async fn s1_three_members_with_local_backups_become_ready() {
     // Every member has the write (a serializable read answers from the member's own data).
     for i in 0..3 {
         let member = format!("{name}-{i}");
-        let out = s
-            .cluster
-            .kubectl(&[
-                "-n",
-                &ns,
-                "exec",
-                &member,
-                "-c",
-                "etcd",
-                "--",
-                "etcdctl",
-                "--endpoints=http://127.0.0.1:2379",
-                "get",
-                key,
-                "--print-value-only",
-                "--consistency=s",
-            ])
-            .await
-            .ok();
-        assert_eq!(out.trim(), value, "member {member} does not have the write");
+        let out = local_value(&s.cluster, &ns, &member, key).await;
+        assert_eq!(out, value, "member {member} does not have the write");
     }
 
     // The backups: both snapshot leases name a revision, and (where the node is this machine)

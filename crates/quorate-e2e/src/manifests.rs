@@ -1,0 +1,143 @@
+//! The YAML a user would `kubectl apply` in the scenarios: `Etcd`s, their Secrets, and the pods
+//! that play client.
+
+/// What an `Etcd` of a scenario looks like; sized for a 2-core node.
+#[derive(Clone, Debug)]
+pub struct EtcdShape<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// Namespace.
+    pub namespace: &'a str,
+    /// `spec.replicas`.
+    pub replicas: u32,
+    /// Backups to a `Local` store in this host directory (the store Secret's `hostPath`), a
+    /// delta snapshot every 10 s; none when `None`.
+    pub local_bucket: Option<&'a str>,
+    /// Peer TLS from the Secrets of [`peer_tls_secrets`].
+    pub peer_tls: bool,
+    /// Ask for a reconcile (`gardener.cloud/operation: reconcile`): what applies a spec change
+    /// when the operator runs without auto-reconcile, as druid's default does.
+    pub reconcile: bool,
+}
+
+/// The delta snapshot period of [`EtcdShape::local_bucket`] clusters.
+pub const DELTA_PERIOD_SECONDS: u64 = 10;
+
+impl EtcdShape<'_> {
+    /// The `Etcd` (and, with backups, its store Secret) as YAML.
+    pub fn yaml(&self) -> String {
+        let EtcdShape {
+            name,
+            namespace,
+            replicas,
+            ..
+        } = self;
+        let annotations = if self.reconcile {
+            "  annotations:\n    gardener.cloud/operation: reconcile\n"
+        } else {
+            ""
+        };
+        let peer_tls = if self.peer_tls {
+            format!(
+                "    peerUrlTls:\n      tlsCASecretRef:\n        name: {name}-peer-ca\n        \
+                 dataKey: ca.crt\n      serverTLSSecretRef:\n        name: {name}-peer-server\n"
+            )
+        } else {
+            String::new()
+        };
+        let (secret, backup) = match self.local_bucket {
+            Some(dir) => (
+                format!(
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}-backup\n  namespace: \
+                     {namespace}\ntype: Opaque\nstringData:\n  hostPath: {dir}\n---\n"
+                ),
+                format!(
+                    r#"  backup:
+    port: 8080
+    store:
+      provider: Local
+      container: backups
+      prefix: {name}
+      secretRef:
+        name: {name}-backup
+    fullSnapshotSchedule: "0 */1 * * *"
+    deltaSnapshotPeriod: {DELTA_PERIOD_SECONDS}s
+    garbageCollectionPolicy: LimitBased
+    maxBackupsLimitBasedGC: 3
+"#
+                ),
+            ),
+            None => (String::new(), String::new()),
+        };
+        format!(
+            r#"{secret}apiVersion: druid.gardener.cloud/v1alpha1
+kind: Etcd
+metadata:
+  name: {name}
+  namespace: {namespace}
+{annotations}spec:
+  replicas: {replicas}
+  labels:
+    app: {name}
+  etcd:
+    clientPort: 2379
+    serverPort: 2380
+{peer_tls}    resources:
+      requests: {{cpu: 50m, memory: 64Mi}}
+{backup}  storageCapacity: 1Gi
+"#
+        )
+    }
+}
+
+/// The client URL of `etcd` through its `<name>-client` Service.
+pub fn client_url(etcd: &str, namespace: &str) -> String {
+    format!("http://{etcd}-client.{namespace}.svc:2379")
+}
+
+/// A pod that writes `key` through the `<name>-client` Service (init container) and reads it
+/// back (main container), with the etcdctl of the quorate image.
+pub fn client_pod(image: &str, etcd: &str, namespace: &str, key: &str, value: &str) -> String {
+    let endpoint = client_url(etcd, namespace);
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {etcd}-client-check
+  namespace: {namespace}
+spec:
+  restartPolicy: Never
+  securityContext: {{runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}}
+  initContainers:
+  - name: put
+    image: {image}
+    command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, put, "{key}", "{value}"]
+  containers:
+  - name: get
+    image: {image}
+    command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, get, "{key}", --print-value-only]
+"#
+    )
+}
+
+/// The writer pod `<etcd>-canary`: `quorate canary` writing `canary/<n>` through the client
+/// Service every 100 ms, each write retried for up to 60 s before it counts as failed; its log
+/// is one JSON line of running totals per second.
+pub fn canary_pod(image: &str, etcd: &str, namespace: &str) -> String {
+    let endpoint = client_url(etcd, namespace);
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {etcd}-canary
+  namespace: {namespace}
+spec:
+  restartPolicy: Never
+  securityContext: {{runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}}
+  containers:
+  - name: canary
+    image: {image}
+    command: [quorate, canary, --endpoints={endpoint}, --prefix=canary/, --interval=100ms, --write-timeout=60s, --report-every=1s]
+"#
+    )
+}

@@ -1,0 +1,19 @@
+//! The end-to-end scenarios of issue 5, on a real cluster with the operator installed
+//! (`scripts/e2e.sh`). Each asserts what a user would check: `kubectl get etcd -o wide`, a
+//! client pod reading and writing through the `<name>-client` Service, the members' own data,
+//! the backup bucket. Without `QUORATE_E2E_KUBECONFIG` they print SKIPPED (see the crate docs).
+//!
+//! Run one at a time (`--test-threads=1`): they share one small node.
+
+mod s1_ready;
+mod s2_tls_scale_out;
+mod s3_member_loss;
+mod s4_total_loss;
+mod s5_controls;
+mod s6_delete;
+
+use std::time::Duration;
+
+/// How long a cluster may take from `kubectl apply` (or a disruption) to Ready: pods scheduled,
+/// images present, etcd formed, readiness probes passed, first full and delta snapshots taken.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(300);

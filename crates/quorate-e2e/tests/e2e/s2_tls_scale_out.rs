@@ -1,0 +1,217 @@
+//! Scenario 2: a one-member cluster without peer TLS is changed to peer TLS and three replicas
+//! in one apply, while a writer pod keeps writing.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use quorate_api::Etcd;
+use quorate_e2e::etcd::fully_ready;
+use quorate_e2e::manifests::{EtcdShape, canary_pod};
+use quorate_e2e::members::{
+    PodIncarnations, canary_totals, count_prefix, member_list, wait_fully_ready,
+};
+use quorate_e2e::tls::peer_tls_secrets;
+use quorate_e2e::{E2eEnv, Scenario, namespace_state, status_summary, wait_for};
+
+use crate::READY_TIMEOUT;
+
+/// The member lease annotation the agent sets from the peer URLs etcd has registered.
+const TLS_ENABLED: &str = "member.etcd.gardener.cloud/tls-enabled";
+
+/// The TLS-enabling scale-out of DEP-03, improved: the operator first puts the peer TLS mounts
+/// on the one existing member (pod-0 restarts exactly once), waits for its lease to say
+/// `tls-enabled: true`, and only then grows the StatefulSet; the two new members join as
+/// learners and are promoted; a writer pod (`quorate canary`, each write retried for up to
+/// 60 s) sees zero failed writes and every acknowledged write is there afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s2_peer_tls_and_scale_out_without_failed_writes() {
+    let Some(env) = E2eEnv::from_env_or_skip("s2_peer_tls_and_scale_out_without_failed_writes")
+    else {
+        return;
+    };
+    let mut s = Scenario::start(&env, "s2-tls-scale").await;
+    let ns = s.namespace.clone();
+    let name = "etcd-tls";
+    let one = EtcdShape {
+        name,
+        namespace: &ns,
+        replicas: 1,
+        local_bucket: None,
+        peer_tls: false,
+        reconcile: false,
+    };
+    s.cluster.apply(&peer_tls_secrets(name, &ns, 3)).await;
+    let applied = Instant::now();
+    s.cluster.apply(&one.yaml()).await;
+    wait_fully_ready(&s.cluster, &ns, name, 1, false, READY_TIMEOUT).await;
+    s.measure(
+        "apply→Ready (1 member)",
+        format!("{:.1} s", applied.elapsed().as_secs_f64()),
+    );
+
+    let leases: Api<Lease> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let lease_tls = || async {
+        leases
+            .get_opt(&format!("{name}-0"))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.metadata.annotations)
+            .and_then(|a| a.get(TLS_ENABLED).cloned())
+            .unwrap_or_default()
+    };
+    assert_ne!(lease_tls().await, "true", "peer TLS is not configured yet");
+
+    // The writer starts before the change and runs through it.
+    s.cluster.apply(&canary_pod(&env.image, name, &ns)).await;
+    let canary = format!("{name}-canary");
+    wait_for(
+        "the canary writing",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            match canary_totals(&s.cluster, &ns, &canary).await {
+                Some(t) if t["acknowledged"].as_u64().unwrap_or(0) >= 10 => Ok(()),
+                Some(t) => Err(t.to_string()),
+                None => Err(namespace_state(&s.cluster.client, &ns).await),
+            }
+        },
+    )
+    .await;
+
+    let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let member_pods: Vec<String> = (0..3).map(|i| format!("{name}-{i}")).collect();
+    let mut seen = PodIncarnations::default();
+    seen.observe(&pods, &member_pods).await;
+
+    // One apply: peer TLS and three replicas (with the reconcile annotation, as druid's
+    // default of no auto-reconcile requires).
+    let changed = Instant::now();
+    s.cluster
+        .apply(
+            &EtcdShape {
+                replicas: 3,
+                peer_tls: true,
+                reconcile: true,
+                ..one.clone()
+            }
+            .yaml(),
+        )
+        .await;
+    let mut tls_on_at = None;
+    let mut grown_at = None;
+    let mut last = String::new();
+    let voters = loop {
+        let t = changed.elapsed().as_secs_f64();
+        seen.observe(&pods, &member_pods).await;
+        if tls_on_at.is_none() && lease_tls().await == "true" {
+            tls_on_at = Some(t);
+            println!("  [{t:>6.1}s] lease {name}-0: {TLS_ENABLED}=true");
+        }
+        let replicas = statefulsets
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.spec)
+            .and_then(|s| s.replicas)
+            .unwrap_or(0);
+        if grown_at.is_none() && replicas >= 3 {
+            grown_at = Some(t);
+            println!("  [{t:>6.1}s] StatefulSet {name}: replicas {replicas}");
+            assert!(
+                tls_on_at.is_some(),
+                "the StatefulSet grew before the lease said peer TLS is on"
+            );
+        }
+        let etcd = etcds.get(name).await.expect("the Etcd");
+        if fully_ready(&etcd, 3, false) {
+            match member_list(&s.cluster, &ns, &member_pods[0]).await {
+                Ok(list) if list.len() == 3 && list.iter().all(|m| !m.is_learner) => break list,
+                Ok(list) => last = format!("member list {list:?}"),
+                Err(e) => last = e,
+            }
+        } else {
+            let state = format!(
+                "{}; {}",
+                status_summary(&etcd),
+                namespace_state(&s.cluster.client, &ns).await
+            );
+            if state != last {
+                println!("  [{t:>6.1}s] {state}");
+                last = state;
+            }
+        }
+        assert!(
+            changed.elapsed() < READY_TIMEOUT,
+            "timed out waiting for three voters with peer TLS; last state: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let to_voters = changed.elapsed().as_secs_f64();
+    s.measure("apply→3 voters with peer TLS", format!("{to_voters:.1} s"));
+    s.measure(
+        "lease tls-enabled / StatefulSet grown at",
+        format!(
+            "{:.1} s / {:.1} s",
+            tls_on_at.unwrap_or_default(),
+            grown_at.unwrap_or_default()
+        ),
+    );
+    seen.observe(&pods, &member_pods).await;
+    s.measure("pod restarts", seen.summary());
+
+    for member in &voters {
+        assert!(
+            member.peer_urls.iter().all(|u| u.starts_with("https://")),
+            "member {} still has a plain peer URL: {:?}",
+            member.name,
+            member.peer_urls
+        );
+    }
+    assert_eq!(
+        seen.restarts(&member_pods[0]),
+        1,
+        "pod-0 restarts exactly once"
+    );
+    for pod in &member_pods[1..] {
+        assert_eq!(seen.restarts(pod), 0, "{pod} joined without restarting");
+    }
+    // Inside pod-0's one new incarnation the agent started etcd once: TLS came with the
+    // restart, not with a second one.
+    let log = s
+        .cluster
+        .kubectl(&["-n", &ns, "logs", &member_pods[0], "-c", "etcd"])
+        .await
+        .ok();
+    let starts = log.lines().filter(|l| l.contains("etcd started")).count();
+    assert_eq!(starts, 1, "etcd starts in pod-0 since the change:\n{log}");
+
+    // The writer: nothing failed, nothing acknowledged is missing.
+    let totals = canary_totals(&s.cluster, &ns, &canary)
+        .await
+        .expect("canary totals");
+    s.measure(
+        "writer",
+        format!(
+            "{} acknowledged, {} failed, {} retried attempts, longest write {} ms",
+            totals["acknowledged"],
+            totals["failed"],
+            totals["retried_attempts"],
+            totals["longest_wait_ms"]
+        ),
+    );
+    assert_eq!(totals["failed"], 0, "writes failed: {totals}");
+    let through = totals["acknowledged_through"].as_u64().unwrap_or(0);
+    let stored = count_prefix(&s.cluster, &ns, &member_pods[2], "canary/").await;
+    assert!(
+        stored >= through,
+        "{through} writes were acknowledged but the newest member holds {stored}"
+    );
+    s.pass().await;
+}

@@ -1,0 +1,155 @@
+//! Scenario 4: every member loses its pod and its volume at once.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use quorate_e2e::manifests::{DELTA_PERIOD_SECONDS, EtcdShape};
+use quorate_e2e::members::{
+    delete_pods_and_claims, etcdctl, local_value, member_list, wait_fully_ready,
+};
+use quorate_e2e::{E2eEnv, Scenario, wait_for};
+
+use crate::READY_TIMEOUT;
+
+const KEYS: usize = 5;
+
+/// The store revision after the last write, from `etcdctl endpoint status`.
+async fn revision(s: &Scenario, pod: &str) -> i64 {
+    let out = etcdctl(
+        &s.cluster,
+        &s.namespace,
+        pod,
+        &["endpoint", "status", "-w", "json"],
+    )
+    .await
+    .ok();
+    let status: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("endpoint status JSON: {e}: {out}"));
+    status[0]["Status"]["header"]["revision"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no revision in {out}"))
+}
+
+/// Writes older than one delta period survive the loss of every pod and every volume: member 0
+/// restores from the bucket, the others join it, and each member holds every such write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
+    let Some(env) =
+        E2eEnv::from_env_or_skip("s4_every_member_loses_its_volume_and_the_bucket_brings_it_back")
+    else {
+        return;
+    };
+    let mut s = Scenario::start(&env, "s4-total-loss").await;
+    let ns = s.namespace.clone();
+    let name = "etcd-total";
+    let bucket = env.bucket_host_dir().join(&ns).display().to_string();
+    s.cluster
+        .apply(
+            &EtcdShape {
+                name,
+                namespace: &ns,
+                replicas: 3,
+                local_bucket: Some(&bucket),
+                peer_tls: false,
+                reconcile: false,
+            }
+            .yaml(),
+        )
+        .await;
+    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
+    let pod0 = format!("{name}-0");
+    for i in 0..KEYS {
+        etcdctl(
+            &s.cluster,
+            &ns,
+            &pod0,
+            &["put", &format!("e2e/s4/{i}"), &format!("v{i}")],
+        )
+        .await
+        .ok();
+    }
+    let written = revision(&s, &pod0).await;
+
+    // The writes are older than one delta period once the delta snapshot lease has passed them.
+    let leases: Api<Lease> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let delta_lease = format!("{name}-delta-snap");
+    let t = Instant::now();
+    wait_for(
+        &format!("a delta snapshot through revision {written}"),
+        Duration::from_secs(6 * DELTA_PERIOD_SECONDS),
+        Duration::from_secs(1),
+        || async {
+            let holder = leases
+                .get_opt(&delta_lease)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec)
+                .and_then(|sp| sp.holder_identity)
+                .unwrap_or_default();
+            match holder.parse::<i64>() {
+                Ok(r) if r >= written => Ok(()),
+                _ => Err(format!("{delta_lease} holderIdentity {holder:?}")),
+            }
+        },
+    )
+    .await;
+    s.measure(
+        "write→delta snapshot",
+        format!("{:.1} s", t.elapsed().as_secs_f64()),
+    );
+
+    // Every pod and every volume at once.
+    let t = Instant::now();
+    let members: Vec<(String, String)> = (0..3)
+        .map(|i| (format!("{name}-{i}"), format!("{name}-{name}-{i}")))
+        .collect();
+    delete_pods_and_claims(&s.cluster, &ns, &members, READY_TIMEOUT).await;
+    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
+    let voters = wait_for(
+        "three voters",
+        READY_TIMEOUT,
+        Duration::from_secs(1),
+        || async {
+            match member_list(&s.cluster, &ns, &pod0).await {
+                Ok(l) if l.len() == 3 && l.iter().all(|m| !m.is_learner && !m.name.is_empty()) => {
+                    Ok(l)
+                }
+                Ok(l) => Err(format!("{l:?}")),
+                Err(e) => Err(e),
+            }
+        },
+    )
+    .await;
+    s.measure(
+        "all pods+PVCs deleted→3 voters",
+        format!("{:.1} s", t.elapsed().as_secs_f64()),
+    );
+    println!("  members after the restore: {voters:?}");
+
+    for (pod, _) in &members {
+        for i in 0..KEYS {
+            assert_eq!(
+                local_value(&s.cluster, &ns, pod, &format!("e2e/s4/{i}")).await,
+                format!("v{i}"),
+                "{pod} lacks a write older than one delta period"
+            );
+        }
+    }
+    let restored = revision(&s, &pod0).await;
+    assert!(
+        restored >= written,
+        "the restored cluster is at revision {restored}, behind the backed-up {written}"
+    );
+    let log = s
+        .cluster
+        .kubectl(&["-n", &ns, "logs", &pod0, "-c", "etcd"])
+        .await
+        .ok();
+    assert!(
+        log.contains("restoring from the bucket"),
+        "{pod0} did not restore from the bucket:\n{log}"
+    );
+    s.pass().await;
+}
