@@ -30,7 +30,7 @@ use tokio::runtime::Handle;
 
 use crate::error::{BenchError, Result};
 use crate::hand::ETCD_DEFAULT_TIMING;
-use deltas::{DeltaBackup, RawWatch, SideRuntime};
+use deltas::{CatchUpWatch, DeltaBackup, RawWatch, SideRuntime};
 use load::Stop;
 use report::{
     BackupResults, DeltaMode, Machine, ReplayResult, RestoreKind, RestoreRound, Settings, Side,
@@ -64,6 +64,15 @@ pub struct BackupArgs {
     /// Events captured as delta snapshots for the replay.
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     replay_events: u64,
+    /// How often delta capture catches up with etcd (milliseconds).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    catch_up_ms: u64,
+    /// What runs beside the write load, one write round each per round (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = DeltaMode::ALL)]
+    write_modes: Vec<DeltaMode>,
+    /// Measure only the write throughput (no full snapshots, uploads, restores or replay).
+    #[arg(long)]
+    writes_only: bool,
     /// Also write the markdown report to this file.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -79,6 +88,8 @@ pub async fn run(args: BackupArgs) -> Result<()> {
         write_seconds: args.write_seconds,
         replay_events: args.replay_events,
         delta_period: Duration::from_secs(1),
+        catch_up_every: Duration::from_millis(args.catch_up_ms),
+        write_modes: args.write_modes.clone(),
     };
     let dir = tempfile::Builder::new()
         .prefix("quorate-bench-backup-")
@@ -109,13 +120,18 @@ pub async fn run(args: BackupArgs) -> Result<()> {
         fill.elapsed.as_secs_f64()
     );
 
-    let (snapshots, saved) = full_snapshots(&url, work, args.rounds).await?;
-    let uploads = uploads(&url, work, &saved, args.rounds).await?;
-    let restores = restores(work, &saved.path, args.rounds).await?;
     // The backup side (delta capture and uploads) runs on a runtime of its own, as the agent
     // is a process of its own beside etcd, so it does not hold up the load clients' tasks.
     let side = SideRuntime::new("delta-backup", machine.cpus.max(1))?;
-    let replay = replay(&url, &member, side.handle(), work, &saved, &settings).await?;
+    let (snapshots, uploads, restores, replay) = if args.writes_only {
+        (Vec::new(), Vec::new(), Vec::new(), None)
+    } else {
+        let (snapshots, saved) = full_snapshots(&url, work, args.rounds).await?;
+        let uploads = uploads(&url, work, &saved, args.rounds).await?;
+        let restores = restores(work, &saved.path, args.rounds).await?;
+        let replay = replay(&url, &member, side.handle(), work, &saved, &settings).await?;
+        (snapshots, uploads, restores, Some(replay))
+    };
     let etcd_pid = etcd.child().pid();
     let writes = write_rounds(&url, &member, side.handle(), etcd_pid, work, &settings).await?;
     drop(etcd);
@@ -367,12 +383,7 @@ async fn write_rounds(
 ) -> Result<Vec<WriteRound>> {
     let duration = Duration::from_secs(settings.write_seconds);
     let mut compactor = load::connect(url).await?;
-    let modes = [
-        DeltaMode::Off,
-        DeltaMode::WatchOnly,
-        DeltaMode::OnPlain,
-        DeltaMode::On,
-    ];
+    let modes = &settings.write_modes;
     let mut results = Vec::new();
     for round in 1..=settings.rounds {
         for i in 0..modes.len() {
@@ -380,9 +391,20 @@ async fn write_rounds(
             let store = snapshot::local_store(work, "delta-store")?;
             settle().await;
             let before = member.status().await?.revision;
-            let (backup, watch) = match mode {
-                DeltaMode::Off => (None, None),
-                DeltaMode::WatchOnly => (None, Some(RawWatch::start(side, url, before + 1).await?)),
+            let (backup, watch, catch_up) = match mode {
+                DeltaMode::Off => (None, None, None),
+                DeltaMode::WatchOnly => (
+                    None,
+                    Some(RawWatch::start(side, url, before + 1).await?),
+                    None,
+                ),
+                DeltaMode::CatchUpOnly => (
+                    None,
+                    None,
+                    Some(
+                        CatchUpWatch::start(side, url, before + 1, settings.catch_up_every).await?,
+                    ),
+                ),
                 DeltaMode::On | DeltaMode::OnPlain => (
                     Some(
                         DeltaBackup::start(
@@ -395,6 +417,7 @@ async fn write_rounds(
                         )
                         .await?,
                     ),
+                    None,
                     None,
                 ),
             };
@@ -422,6 +445,10 @@ async fn write_rounds(
                 Some(watch) => Some(watch.stop().await?),
                 None => None,
             };
+            let caught_up = match catch_up {
+                Some(catch_up) => Some(catch_up.stop().await?),
+                None => None,
+            };
             compactor
                 .compact(after, Some(CompactionOptions::new().with_physical()))
                 .await?;
@@ -441,6 +468,7 @@ async fn write_rounds(
                 capture,
                 lag_at_end,
                 watched,
+                caught_up,
                 etcd_cpu: used(cpu_before.0, cpu_after.0),
                 bench_cpu: used(cpu_before.1, cpu_after.1),
                 errors: load.errors.clone(),

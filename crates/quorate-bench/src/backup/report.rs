@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use quorate_backup::restore::RestoreReport;
 
-use super::deltas::DeltaStats;
+use super::deltas::{CatchUpStats, DeltaStats};
 use super::load::Filled;
 
 /// Target: quorate's full snapshot at least this fraction of `etcdctl snapshot save`'s MB/s.
@@ -145,25 +145,51 @@ pub struct ReplayResult {
 }
 
 /// What ran beside the write load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DeltaMode {
     /// Nothing.
     Off,
     /// A bare watch over every key, events dropped (for where the cost goes).
+    #[value(name = "watch")]
     WatchOnly,
+    /// Every period a watch from the last revision received up to the current one, events
+    /// dropped (for where the cost goes).
+    #[value(name = "catch-up")]
+    CatchUpOnly,
+    /// Delta backups with uncompressed uploads (for where the cost goes).
+    #[value(name = "on-plain")]
+    OnPlain,
     /// Delta backups: `DeltaWatcher` plus gzip uploads.
     On,
-    /// Delta backups with uncompressed uploads (for where the cost goes).
-    OnPlain,
 }
 
 impl DeltaMode {
+    /// Every mode, in report order.
+    pub const ALL: [DeltaMode; 5] = [
+        DeltaMode::Off,
+        DeltaMode::WatchOnly,
+        DeltaMode::CatchUpOnly,
+        DeltaMode::OnPlain,
+        DeltaMode::On,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             DeltaMode::Off => "off",
             DeltaMode::WatchOnly => "bare watch only (diagnostic)",
+            DeltaMode::CatchUpOnly => "catch-up watch only (diagnostic)",
             DeltaMode::On => "on",
             DeltaMode::OnPlain => "on, uncompressed uploads (diagnostic)",
+        }
+    }
+
+    fn cost_label(self) -> &'static str {
+        match self {
+            DeltaMode::Off => "nothing",
+            DeltaMode::WatchOnly => "bare watch",
+            DeltaMode::CatchUpOnly => "catch-up watch",
+            DeltaMode::On => "delta backups with gzip",
+            DeltaMode::OnPlain => "delta backups with uncompressed uploads",
         }
     }
 
@@ -171,6 +197,7 @@ impl DeltaMode {
         match self {
             DeltaMode::Off => "deltas off",
             DeltaMode::WatchOnly => "bare watch",
+            DeltaMode::CatchUpOnly => "catch-up watch",
             DeltaMode::On => "deltas on",
             DeltaMode::OnPlain => "deltas on, uncompressed",
         }
@@ -202,6 +229,8 @@ pub struct WriteRound {
     pub lag_at_end: Option<i64>,
     /// Events the bare watch received.
     pub watched: Option<u64>,
+    /// What the catch-up watch received.
+    pub caught_up: Option<CatchUpStats>,
     /// CPU time etcd used during the load.
     pub etcd_cpu: Option<Duration>,
     /// CPU time the benchmark process (clients, watch, capture, uploads) used during the load.
@@ -232,6 +261,10 @@ pub struct Settings {
     pub replay_events: u64,
     /// Delta period.
     pub delta_period: Duration,
+    /// How often delta capture catches up with etcd.
+    pub catch_up_every: Duration,
+    /// What ran beside the write loads.
+    pub write_modes: Vec<DeltaMode>,
 }
 
 /// Where the benchmark ran.
@@ -266,8 +299,8 @@ pub struct BackupResults {
     pub uploads: Vec<UploadRound>,
     /// Restores without deltas.
     pub restores: Vec<RestoreRound>,
-    /// The delta replay.
-    pub replay: ReplayResult,
+    /// The delta replay (not run with `--writes-only`).
+    pub replay: Option<ReplayResult>,
     /// Write throughput rounds.
     pub writes: Vec<WriteRound>,
 }
@@ -441,6 +474,257 @@ pub fn render(r: &BackupResults) -> String {
         set.rounds
     );
 
+    if !r.snapshots.is_empty() {
+        render_snapshots(&mut out, r);
+    }
+    if !r.restores.is_empty() {
+        render_restores(&mut out, r);
+    }
+    if let Some(rp) = &r.replay {
+        render_replay(&mut out, set, rp);
+    }
+
+    // Writes with deltas on/off.
+    let _ = writeln!(out, "\n## Write throughput with delta backups on vs. off\n");
+    let _ = writeln!(
+        out,
+        "{} clients, each on its own connection, put 1 KiB values (each cycling over 1000 keys) \
+         as fast as etcd acknowledges, for {} s per round. **on**: a `DeltaWatcher` from the \
+         round's first revision with a {:?} period, each batch uploaded with gzip into a `Local` \
+         store, running in the benchmark process on a tokio runtime of its own with its own \
+         connection (the agent is a process of its own beside etcd; here it shares the two CPUs \
+         with etcd and the clients, as it would). **off**: nothing else. **bare watch only**, to show where the cost of **on** \
+         goes: the same watch over every key with its events received and dropped (what etcd \
+         and the gRPC client spend on a watch, without quorate's capture, encoding and \
+         uploads); **catch-up watch only**: every period, the member's revision from a status \
+         call, then a watch from the first revision not yet received, read until it brought \
+         that revision and dropped (etcd serves such a watch from its backend in batched \
+         responses, not one response per write), events dropped; and delta backups with \
+         uncompressed uploads (the same as **on** without gzip). Every mode runs in every \
+         round, in rotating order. After every round the member is compacted \
+         to its head revision, so the database does not grow from round to round.\n",
+        set.clients, set.write_seconds, set.delta_period
+    );
+    let _ = writeln!(
+        out,
+        "| delta backups | median writes/s | min | max | p50 latency | p99 latency | failed writes | delta snapshots | events captured / written | etcd CPU per 1k writes | benchmark process CPU per 1k writes |"
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut medians = [None, None];
+    for mode in DeltaMode::ALL {
+        let rows = write_rows(r, mode);
+        let rates: Vec<f64> = rows.iter().map(|w| w.rate()).collect();
+        let p50: Vec<f64> = rows.iter().map(|w| w.p50.as_secs_f64()).collect();
+        let p99: Vec<f64> = rows.iter().map(|w| w.p99.as_secs_f64()).collect();
+        let (Some(rate), Some(p50), Some(p99)) = (spread(&rates), spread(&p50), spread(&p99))
+        else {
+            continue;
+        };
+        match mode {
+            DeltaMode::Off => medians[0] = Some(rate.median),
+            DeltaMode::On => medians[1] = Some(rate.median),
+            DeltaMode::WatchOnly | DeltaMode::CatchUpOnly | DeltaMode::OnPlain => {}
+        }
+        let failed: u64 = rows.iter().map(|w| w.failed).sum();
+        let written: i64 = rows.iter().map(|w| w.revisions).sum();
+        let (batches, captured) = match mode {
+            DeltaMode::On | DeltaMode::OnPlain => {
+                let captures = rows.iter().filter_map(|w| w.capture.as_ref());
+                let batches: u64 = captures.clone().map(|c| c.batches).sum();
+                let events: u64 = captures.map(|c| c.events).sum();
+                (batches.to_string(), format!("{events} / {written}"))
+            }
+            DeltaMode::WatchOnly => {
+                let events: u64 = rows.iter().filter_map(|w| w.watched).sum();
+                ("–".to_string(), format!("{events} / {written} (received)"))
+            }
+            DeltaMode::CatchUpOnly => {
+                let caught = rows.iter().filter_map(|w| w.caught_up);
+                let catch_ups: u64 = caught.clone().map(|c| c.catch_ups).sum();
+                let responses: u64 = caught.clone().map(|c| c.responses).sum();
+                let events: u64 = caught.map(|c| c.events).sum();
+                (
+                    "–".to_string(),
+                    format!(
+                        "{events} / {written} (received in {responses} responses, \
+                         {catch_ups} catch-ups)"
+                    ),
+                )
+            }
+            DeltaMode::Off => ("–".to_string(), "–".to_string()),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {failed} | {batches} | {captured} | {} | {} |",
+            mode.label(),
+            rate.median,
+            rate.min,
+            rate.max,
+            ms(Duration::from_secs_f64(p50.median)),
+            ms(Duration::from_secs_f64(p99.median)),
+            cpu_per_1k(&rows, |w| w.etcd_cpu),
+            cpu_per_1k(&rows, |w| w.bench_cpu),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nLatencies and CPU are medians over the rounds; failed writes, delta snapshots and \
+         events are totals over all rounds. CPU is user + system time from `/proc/<pid>/stat` \
+         during the load: etcd's process, and the benchmark's own process, which runs the \
+         clients and, when on, the watch, the capture and the uploads."
+    );
+    if let [Some(off), Some(on)] = medians {
+        let drop = drop_pct(off, on);
+        let _ = writeln!(
+            out,
+            "\n**Difference on vs. off (median writes/s): {:+.1}%**\n",
+            -drop
+        );
+        let paired = paired_drops(&r.writes);
+        if !paired.is_empty() {
+            let text: Vec<String> = paired.iter().map(|d| format!("{:+.1}%", -d)).collect();
+            let _ = writeln!(
+                out,
+                "Round by round (on vs. off within the same round): {}.\n",
+                text.join(", ")
+            );
+        }
+        let _ = writeln!(out, "{}", writes_verdict(drop));
+    }
+    let cpu = |mode| median_cpu_per_1k(&write_rows(r, mode));
+    if let Some(base) = cpu(DeltaMode::Off) {
+        let costs: Vec<String> = DeltaMode::ALL[1..]
+            .iter()
+            .filter_map(|&mode| {
+                let (etcd, bench) = cpu(mode)?;
+                let (e, b) = (etcd - base.0, bench - base.1);
+                Some(format!(
+                    "{} {:+.1} ms (etcd {e:+.1}, benchmark process {b:+.1})",
+                    mode.cost_label(),
+                    e + b
+                ))
+            })
+            .collect();
+        if !costs.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nWhere the cost goes, in CPU per 1000 writes beyond **off** (steadier than \
+                 writes/s on a shared machine): {}. On two CPUs that etcd and its clients \
+                 already keep busy, every extra CPU millisecond per write comes out of the \
+                 write rate.",
+                costs.join("; ")
+            );
+        }
+    }
+
+    // Rounds.
+    let _ = writeln!(out, "\n## Rounds\n");
+    let _ = writeln!(out, "| round | step | method | time | rate | notes |");
+    let _ = writeln!(out, "|---:|---|---|---:|---:|---|");
+    for x in &r.snapshots {
+        let _ = writeln!(
+            out,
+            "| {} | full snapshot | {} | {} | {:.1} MB/s | {} |",
+            x.round,
+            match x.side {
+                Side::Quorate => "quorate save_to_file",
+                Side::Etcdctl => "etcdctl snapshot save",
+            },
+            s(x.elapsed.as_secs_f64()),
+            mb_per_s(x.bytes, x.elapsed),
+            mb(x.bytes)
+        );
+    }
+    for x in &r.uploads {
+        let _ = writeln!(
+            out,
+            "| {} | upload | {} | {} | {:.1} MB/s | {} → {} |",
+            x.round,
+            x.kind.short(),
+            s(x.elapsed.as_secs_f64()),
+            mb_per_s(x.input_bytes, x.elapsed),
+            mb(x.input_bytes),
+            mb(x.stored_bytes)
+        );
+    }
+    for x in &r.restores {
+        let _ = writeln!(
+            out,
+            "| {} | restore | {} | {} | | |",
+            x.round,
+            x.kind.short(),
+            s(x.elapsed.as_secs_f64())
+        );
+    }
+    for x in &r.writes {
+        let mut notes = vec![format!(
+            "{} ok, {} failed, p50 {}, p99 {}",
+            x.ok,
+            x.failed,
+            ms(x.p50),
+            ms(x.p99)
+        )];
+        if let Some(c) = &x.capture {
+            notes.push(format!(
+                "{} delta snapshots, {} events of {} revisions, {} → {} gzip, upload time {}",
+                c.batches,
+                c.events,
+                x.revisions,
+                mb(c.encoded_bytes),
+                mb(c.stored_bytes),
+                s(c.upload_time.as_secs_f64())
+            ));
+        }
+        if let Some(c) = &x.caught_up {
+            notes.push(format!(
+                "{} events received in {} responses, {} catch-ups",
+                c.events, c.responses, c.catch_ups
+            ));
+        }
+        if let Some(lag) = x.lag_at_end {
+            notes.push(format!(
+                "capture {lag} revisions behind when the load stopped"
+            ));
+        }
+        notes.extend(x.errors.iter().map(|e| format!("write error: {e}")));
+        let _ = writeln!(
+            out,
+            "| {} | writes | {} | {} | {:.0} writes/s | {} |",
+            x.round,
+            x.mode.short(),
+            s(x.elapsed.as_secs_f64()),
+            x.rate(),
+            notes.join("; ").replace('|', "\\|")
+        );
+    }
+
+    let m = &r.machine;
+    let _ = writeln!(out, "\n## Machine\n");
+    let _ = writeln!(out, "- CPUs (nproc): {}", m.cpus);
+    let _ = writeln!(out, "- etcd: {}", m.etcd_version);
+    let _ = writeln!(
+        out,
+        "- load average (1/5/15 min): {} at start, {} at end",
+        m.load_before, m.load_after
+    );
+    let _ = writeln!(out, "- date: {}", m.started);
+    let _ = writeln!(out, "- command: `{}`", m.command);
+    let _ = writeln!(
+        out,
+        "\nReproduce: `cargo build --release -p quorate-bench && target/release/{}`",
+        if m.command.is_empty() {
+            "quorate-bench backup --output docs/benchmarks/backup.md"
+        } else {
+            &m.command
+        }
+    );
+    out
+}
+
+fn render_snapshots(out: &mut String, r: &BackupResults) {
     // Full snapshot.
     let _ = writeln!(out, "## Full snapshot\n");
     let _ = writeln!(
@@ -518,7 +802,9 @@ pub fn render(r: &BackupResults) -> String {
             );
         }
     }
+}
 
+fn render_restores(out: &mut String, r: &BackupResults) {
     // Restore.
     let _ = writeln!(out, "\n## Restore\n");
     let _ = writeln!(
@@ -566,9 +852,10 @@ pub fn render(r: &BackupResults) -> String {
             );
         }
     }
+}
 
+fn render_replay(out: &mut String, set: &Settings, rp: &ReplayResult) {
     // Replay.
-    let rp = &r.replay;
     let rep = &rp.report;
     let _ = writeln!(out, "\n### Replay of delta snapshots\n");
     let _ = writeln!(
@@ -634,225 +921,6 @@ pub fn render(r: &BackupResults) -> String {
             rep.events_per_second / base.median.max(1e-9)
         );
     }
-
-    // Writes with deltas on/off.
-    let _ = writeln!(out, "\n## Write throughput with delta backups on vs. off\n");
-    let _ = writeln!(
-        out,
-        "{} clients, each on its own connection, put 1 KiB values (each cycling over 1000 keys) \
-         as fast as etcd acknowledges, for {} s per round. **on**: a `DeltaWatcher` from the \
-         round's first revision with a {:?} period, each batch uploaded with gzip into a `Local` \
-         store, running in the benchmark process on a tokio runtime of its own with its own \
-         connection (the agent is a process of its own beside etcd; here it shares the two CPUs \
-         with etcd and the clients, as it would). **off**: nothing else. **bare watch only**, to show where the cost of **on** \
-         goes: the same watch over every key with its events received and dropped (what etcd \
-         and the gRPC client spend on a watch, without quorate's capture, encoding and \
-         uploads), and delta backups with uncompressed uploads (the same without gzip). All \
-         four run in every round, in rotating order. After every round the member is compacted \
-         to its head revision, so the database does not grow from round to round.\n",
-        set.clients, set.write_seconds, set.delta_period
-    );
-    let _ = writeln!(
-        out,
-        "| delta backups | median writes/s | min | max | p50 latency | p99 latency | failed writes | delta snapshots | events captured / written | etcd CPU per 1k writes | benchmark process CPU per 1k writes |"
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    let mut medians = [None, None];
-    for mode in [
-        DeltaMode::Off,
-        DeltaMode::WatchOnly,
-        DeltaMode::OnPlain,
-        DeltaMode::On,
-    ] {
-        let rows = write_rows(r, mode);
-        let rates: Vec<f64> = rows.iter().map(|w| w.rate()).collect();
-        let p50: Vec<f64> = rows.iter().map(|w| w.p50.as_secs_f64()).collect();
-        let p99: Vec<f64> = rows.iter().map(|w| w.p99.as_secs_f64()).collect();
-        let (Some(rate), Some(p50), Some(p99)) = (spread(&rates), spread(&p50), spread(&p99))
-        else {
-            continue;
-        };
-        match mode {
-            DeltaMode::Off => medians[0] = Some(rate.median),
-            DeltaMode::On => medians[1] = Some(rate.median),
-            DeltaMode::WatchOnly | DeltaMode::OnPlain => {}
-        }
-        let failed: u64 = rows.iter().map(|w| w.failed).sum();
-        let written: i64 = rows.iter().map(|w| w.revisions).sum();
-        let (batches, captured) = match mode {
-            DeltaMode::On | DeltaMode::OnPlain => {
-                let captures = rows.iter().filter_map(|w| w.capture.as_ref());
-                let batches: u64 = captures.clone().map(|c| c.batches).sum();
-                let events: u64 = captures.map(|c| c.events).sum();
-                (batches.to_string(), format!("{events} / {written}"))
-            }
-            DeltaMode::WatchOnly => {
-                let events: u64 = rows.iter().filter_map(|w| w.watched).sum();
-                ("–".to_string(), format!("{events} / {written} (received)"))
-            }
-            DeltaMode::Off => ("–".to_string(), "–".to_string()),
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {failed} | {batches} | {captured} | {} | {} |",
-            mode.label(),
-            rate.median,
-            rate.min,
-            rate.max,
-            ms(Duration::from_secs_f64(p50.median)),
-            ms(Duration::from_secs_f64(p99.median)),
-            cpu_per_1k(&rows, |w| w.etcd_cpu),
-            cpu_per_1k(&rows, |w| w.bench_cpu),
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\nLatencies and CPU are medians over the rounds; failed writes, delta snapshots and \
-         events are totals over all rounds. CPU is user + system time from `/proc/<pid>/stat` \
-         during the load: etcd's process, and the benchmark's own process, which runs the \
-         clients and, when on, the watch, the capture and the uploads."
-    );
-    if let [Some(off), Some(on)] = medians {
-        let drop = drop_pct(off, on);
-        let _ = writeln!(
-            out,
-            "\n**Difference on vs. off (median writes/s): {:+.1}%**\n",
-            -drop
-        );
-        let paired = paired_drops(&r.writes);
-        if !paired.is_empty() {
-            let text: Vec<String> = paired.iter().map(|d| format!("{:+.1}%", -d)).collect();
-            let _ = writeln!(
-                out,
-                "Round by round (on vs. off within the same round): {}.\n",
-                text.join(", ")
-            );
-        }
-        let _ = writeln!(out, "{}", writes_verdict(drop));
-        let cpu = |mode| median_cpu_per_1k(&write_rows(r, mode));
-        if let (Some(base), Some(watch), Some(plain), Some(full)) = (
-            cpu(DeltaMode::Off),
-            cpu(DeltaMode::WatchOnly),
-            cpu(DeltaMode::OnPlain),
-            cpu(DeltaMode::On),
-        ) {
-            let extra = |(etcd, bench): (f64, f64)| {
-                let (e, b) = (etcd - base.0, bench - base.1);
-                format!("{:+.1} ms (etcd {e:+.1}, benchmark process {b:+.1})", e + b)
-            };
-            let _ = writeln!(
-                out,
-                "\nWhere the cost goes, in CPU per 1000 writes beyond **off** (steadier than \
-                 writes/s on a shared machine): bare watch {}; delta backups with uncompressed \
-                 uploads {}; delta backups with gzip {}. On two CPUs that etcd and its clients \
-                 already keep busy, every extra CPU millisecond per write comes out of the \
-                 write rate.",
-                extra(watch),
-                extra(plain),
-                extra(full)
-            );
-        }
-    }
-
-    // Rounds.
-    let _ = writeln!(out, "\n## Rounds\n");
-    let _ = writeln!(out, "| round | step | method | time | rate | notes |");
-    let _ = writeln!(out, "|---:|---|---|---:|---:|---|");
-    for x in &r.snapshots {
-        let _ = writeln!(
-            out,
-            "| {} | full snapshot | {} | {} | {:.1} MB/s | {} |",
-            x.round,
-            match x.side {
-                Side::Quorate => "quorate save_to_file",
-                Side::Etcdctl => "etcdctl snapshot save",
-            },
-            s(x.elapsed.as_secs_f64()),
-            mb_per_s(x.bytes, x.elapsed),
-            mb(x.bytes)
-        );
-    }
-    for x in &r.uploads {
-        let _ = writeln!(
-            out,
-            "| {} | upload | {} | {} | {:.1} MB/s | {} → {} |",
-            x.round,
-            x.kind.short(),
-            s(x.elapsed.as_secs_f64()),
-            mb_per_s(x.input_bytes, x.elapsed),
-            mb(x.input_bytes),
-            mb(x.stored_bytes)
-        );
-    }
-    for x in &r.restores {
-        let _ = writeln!(
-            out,
-            "| {} | restore | {} | {} | | |",
-            x.round,
-            x.kind.short(),
-            s(x.elapsed.as_secs_f64())
-        );
-    }
-    for x in &r.writes {
-        let mut notes = vec![format!(
-            "{} ok, {} failed, p50 {}, p99 {}",
-            x.ok,
-            x.failed,
-            ms(x.p50),
-            ms(x.p99)
-        )];
-        if let Some(c) = &x.capture {
-            notes.push(format!(
-                "{} delta snapshots, {} events of {} revisions, {} → {} gzip, upload time {}",
-                c.batches,
-                c.events,
-                x.revisions,
-                mb(c.encoded_bytes),
-                mb(c.stored_bytes),
-                s(c.upload_time.as_secs_f64())
-            ));
-        }
-        if let Some(lag) = x.lag_at_end {
-            notes.push(format!(
-                "capture {lag} revisions behind when the load stopped"
-            ));
-        }
-        notes.extend(x.errors.iter().map(|e| format!("write error: {e}")));
-        let _ = writeln!(
-            out,
-            "| {} | writes | {} | {} | {:.0} writes/s | {} |",
-            x.round,
-            x.mode.short(),
-            s(x.elapsed.as_secs_f64()),
-            x.rate(),
-            notes.join("; ").replace('|', "\\|")
-        );
-    }
-
-    let m = &r.machine;
-    let _ = writeln!(out, "\n## Machine\n");
-    let _ = writeln!(out, "- CPUs (nproc): {}", m.cpus);
-    let _ = writeln!(out, "- etcd: {}", m.etcd_version);
-    let _ = writeln!(
-        out,
-        "- load average (1/5/15 min): {} at start, {} at end",
-        m.load_before, m.load_after
-    );
-    let _ = writeln!(out, "- date: {}", m.started);
-    let _ = writeln!(out, "- command: `{}`", m.command);
-    let _ = writeln!(
-        out,
-        "\nReproduce: `cargo build --release -p quorate-bench && target/release/{}`",
-        if m.command.is_empty() {
-            "quorate-bench backup --output docs/benchmarks/backup.md"
-        } else {
-            &m.command
-        }
-    );
-    out
 }
 
 #[cfg(test)]
@@ -935,6 +1003,11 @@ mod tests {
             }),
             lag_at_end: None,
             watched: None,
+            caught_up: (mode == DeltaMode::CatchUpOnly).then_some(CatchUpStats {
+                catch_ups: 10,
+                events: ok,
+                responses: 60,
+            }),
             etcd_cpu: Some(secs(5)),
             bench_cpu: Some(secs(4)),
             errors: Vec::new(),
@@ -947,6 +1020,8 @@ mod tests {
                 write_seconds: 10,
                 replay_events: 1000,
                 delta_period: secs(1),
+                catch_up_every: secs(1),
+                write_modes: DeltaMode::ALL.to_vec(),
             },
             machine: Machine {
                 cpus: 2,
@@ -992,7 +1067,7 @@ mod tests {
                     elapsed: secs(2),
                 },
             ],
-            replay: ReplayResult {
+            replay: Some(ReplayResult {
                 clients: 8,
                 writes: 1000,
                 write_rate: 2000.0,
@@ -1014,10 +1089,11 @@ mod tests {
                 },
                 baseline_rates: vec![1000.0],
                 fetch_decode: Duration::from_millis(100),
-            },
+            }),
             writes: vec![
                 write(1, DeltaMode::Off, 50_000),
                 write(1, DeltaMode::WatchOnly, 50_000),
+                write(1, DeltaMode::CatchUpOnly, 50_000),
                 write(1, DeltaMode::OnPlain, 50_000),
                 write(1, DeltaMode::On, 48_000),
             ],
@@ -1057,6 +1133,14 @@ mod tests {
         );
         assert!(
             text.contains("with gzip +7.5 ms (etcd +4.2, benchmark process +3.3)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("50000 / 50000 (received in 60 responses, 10 catch-ups)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("catch-up watch +0.0 ms (etcd +0.0, benchmark process +0.0)"),
             "{text}"
         );
         assert!(text.contains("- CPUs (nproc): 2"), "{text}");
