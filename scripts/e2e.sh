@@ -32,6 +32,8 @@
 #                              of the (single) node too, for clusters without a StorageClass
 #   QUORATE_E2E_KEEP_NODE=1    leave the node kit up afterwards (down: scripts/k8s-node/down.sh)
 #   QUORATE_E2E_RESULTS_MD     where the timings go (default docs/e2e/results.md)
+#   QUORATE_E2E_BENCH_MD       where the benchmark goes when s1, s2 and s2b passed
+#                              (default docs/benchmarks/e2e.md)
 #   CARGO_TARGET_DIR           default ~/.cache/quorate/target
 # Exit status: that of the tests (or of the first step that failed).
 set -euo pipefail
@@ -47,7 +49,9 @@ WORK=$(mktemp -d /tmp/quorate-e2e.XXXXXX)
 chmod 755 "$WORK"
 PHASES=$WORK/phases.tsv        # phase <TAB> seconds
 RESULTS=$WORK/results.tsv      # written by the harness: scenario <TAB> result <TAB> seconds <TAB> details
-: > "$PHASES"; : > "$RESULTS"
+BENCH=$WORK/bench.tsv          # written by passed scenarios: scenario <TAB> key <TAB> value
+BENCH_MD=${QUORATE_E2E_BENCH_MD:-$ROOT/docs/benchmarks/e2e.md}
+: > "$PHASES"; : > "$RESULTS"; : > "$BENCH"
 T_START=$(date +%s)
 phase_start() { PHASE=$1; PHASE_T0=$(date +%s%N); log "== $PHASE"; }
 phase_end() { awk -v p="$PHASE" -v a="$PHASE_T0" -v b="$(date +%s%N)" 'BEGIN { printf "%s\t%.1f\n", p, (b - a) / 1e9 }' >> "$PHASES"; }
@@ -107,6 +111,42 @@ write_results() {
   log "results: $RESULTS_MD"
 }
 
+# The benchmark table (apply→Ready, the TLS-enabling 1→3 scale-out against the same scale-out
+# with TLS already on), written only when all three scenarios passed in this run.
+write_benchmark() {
+  local f=$BENCH_MD.tmp
+  for k in "s1-ready apply_to_ready_seconds" "s2-tls-scale scale_out_seconds" "s2b-scale-baseline scale_out_seconds"; do
+    awk -F'\t' -v s="${k% *}" -v key="${k#* }" '$1 == s && $2 == key { found = 1 } END { exit !found }' "$BENCH" || return 0
+  done
+  mkdir -p "$(dirname "$BENCH_MD")"
+  {
+    echo "# End-to-end benchmark: apply to Ready, and the TLS-enabling scale-out"
+    echo
+    echo "Written by \`scripts/e2e.sh\` ($(date -u +%Y-%m-%dT%H:%M:%SZ)) from one run of the suite on"
+    echo "$([ "$NODE_KIT" = 1 ] && echo "the node kit (Kubernetes v1.20.2, one node)" || echo "the cluster in KUBECONFIG"), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
+    echo "Times run from \`kubectl apply\` until the condition holds, polled every 0.5 s. Restarts count new"
+    echo "pod incarnations plus container restarts of every member pod. Both scale-outs run \`quorate canary\`"
+    echo "(a write every 100 ms through the client Service, each retried up to 60 s); their scenarios"
+    echo "assert zero failed writes. The baseline grows the same one-member cluster to three with peer"
+    echo "TLS already on, so the ratio is what enabling peer TLS in the same apply costs."
+    echo
+    echo "| measurement | seconds | restarts |"
+    echo "|---|---:|---|"
+    awk -F'\t' '
+      { v[$1 "/" $2] = $3 }
+      END {
+        printf "| 3-member Etcd with backups: apply → Ready (BackupReady) | %s | %s |\n", v["s1-ready/apply_to_ready_seconds"], v["s1-ready/restarts"]
+        printf "| 1→3 with peer TLS enabled in the same apply: apply → 3 voters | %s | %s |\n", v["s2-tls-scale/scale_out_seconds"], v["s2-tls-scale/restarts"]
+        printf "| baseline: 1→3 with peer TLS already on: apply → 3 voters | %s | %s |\n", v["s2b-scale-baseline/scale_out_seconds"], v["s2b-scale-baseline/restarts"]
+        printf "\n**TLS-enabling scale-out / baseline: %.2fx**\n", v["s2-tls-scale/scale_out_seconds"] / v["s2b-scale-baseline/scale_out_seconds"]
+      }' "$BENCH"
+    echo
+    echo "etcd-druid restarts the first member twice for the same change (DEP-03); quorate restarts it once."
+  } > "$f"
+  mv "$f" "$BENCH_MD"
+  log "benchmark: $BENCH_MD"
+}
+
 collect_logs() {
   [ -n "${KC:-}" ] || return 0
   rm -rf "$LOGS_OUT"; mkdir -p "$LOGS_OUT/pods"
@@ -152,6 +192,7 @@ finish() {
   fi
   if [ "${TESTS_RAN:-0}" = 1 ]; then
     if [ "$RC" = 0 ]; then write_results passed; else write_results "FAILED (exit $RC)"; fi
+    write_benchmark
   fi
   if [ "$RC" != 0 ]; then log "FAILED (exit $RC); logs in $LOGS_OUT"; else log "passed in $(( $(date +%s) - T_START ))s"; fi
   rm -rf "$WORK"
@@ -267,7 +308,7 @@ QUORATE_E2E_KUBECTL=$KUBECTL \
 QUORATE_E2E_IMAGE=$IMAGE \
 QUORATE_E2E_INIT_IMAGE=$INIT_IMAGE \
 QUORATE_E2E_HOSTPATH_DIR=$HOSTPATH_DIR \
-QUORATE_E2E_RESULTS=$RESULTS \
+QUORATE_E2E_RESULTS=$RESULTS QUORATE_E2E_BENCH=$BENCH \
 RUST_BACKTRACE=0 \
   cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture "$@"
 RC=$?

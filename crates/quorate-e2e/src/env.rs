@@ -21,6 +21,9 @@ pub struct E2eEnv {
     pub hostpath_dir: Option<PathBuf>,
     /// Where scenario timings are appended (`QUORATE_E2E_RESULTS`), one tab-separated line each.
     pub results: Option<PathBuf>,
+    /// Where passed scenarios append their benchmark numbers (`QUORATE_E2E_BENCH`), one
+    /// `scenario <TAB> key <TAB> value` line each.
+    pub bench: Option<PathBuf>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -61,6 +64,7 @@ impl E2eEnv {
                 .unwrap_or_else(|| format!("k8s.local/quorate:{}", env!("CARGO_PKG_VERSION"))),
             hostpath_dir: var("QUORATE_E2E_HOSTPATH_DIR").map(PathBuf::from),
             results: var("QUORATE_E2E_RESULTS").map(PathBuf::from),
+            bench: var("QUORATE_E2E_BENCH").map(PathBuf::from),
         })
     }
 

@@ -67,7 +67,8 @@ impl EtcdShape<'_> {
 "#
                 ),
             ),
-            None => (String::new(), String::new()),
+            // druid's CRD requires the field; empty means no backups.
+            None => (String::new(), "  backup: {}\n".to_string()),
         };
         format!(
             r#"{secret}apiVersion: druid.gardener.cloud/v1alpha1

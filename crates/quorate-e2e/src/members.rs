@@ -88,13 +88,14 @@ pub async fn local_value(cluster: &Cluster, namespace: &str, pod: &str, key: &st
 }
 
 /// The number of keys under `prefix`, read through member pod `pod` (linearizable: the member
-/// first catches up with the leader, then counts from its own data).
+/// first catches up with the leader, then counts from its own data). etcdctl 3.4 has no
+/// `--count-only`; the JSON range response carries the count anyway.
 pub async fn count_prefix(cluster: &Cluster, namespace: &str, pod: &str, prefix: &str) -> u64 {
     let out = etcdctl(
         cluster,
         namespace,
         pod,
-        &["get", prefix, "--prefix", "--count-only", "-w", "json"],
+        &["get", prefix, "--prefix", "--keys-only", "-w", "json"],
     )
     .await
     .ok();

@@ -51,6 +51,7 @@ pub struct Scenario {
     pub cluster: Cluster,
     started: Instant,
     measured: Vec<(String, String)>,
+    numbers: Vec<(String, String)>,
     provisioner: Option<HostPathProvisioner>,
     done: bool,
 }
@@ -123,6 +124,7 @@ impl Scenario {
             cluster,
             started: Instant::now(),
             measured: Vec::new(),
+            numbers: Vec::new(),
             provisioner,
             done: false,
         }
@@ -133,6 +135,12 @@ impl Scenario {
         let value = value.into();
         println!("  measured {what}: {value}");
         self.measured.push((what.to_string(), value));
+    }
+
+    /// Records a value for the benchmark table (`docs/benchmarks/e2e.md`); written only when the
+    /// scenario passes, so a failed run never yields numbers.
+    pub fn record_number(&mut self, key: &str, value: impl std::fmt::Display) {
+        self.numbers.push((key.to_string(), value.to_string()));
     }
 
     /// Seconds since the scenario started.
@@ -173,11 +181,34 @@ impl Scenario {
         // fails the scenario.
         self.done = true;
         self.record("passed", seconds);
+        self.write_numbers();
         println!(
             "== scenario {}: passed in {seconds:.1} s (cleanup {:.1} s)",
             self.name,
             self.elapsed() - seconds
         );
+    }
+
+    fn write_numbers(&self) {
+        let Some(path) = &self.cluster.env.bench else {
+            return;
+        };
+        let lines: String = self
+            .numbers
+            .iter()
+            .map(|(k, v)| format!("{}\t{k}\t{v}\n", self.name))
+            .collect();
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "cannot record the benchmark numbers in {}: {e}",
+                path.display()
+            );
+        }
     }
 
     fn record(&self, result: &str, seconds: f64) {

@@ -61,6 +61,8 @@ async fn s1_three_members_with_local_backups_become_ready() {
         restarts.push(format!("{name}-{i}={n}"));
     }
     s.measure("pod restarts", restarts.join(" "));
+    s.record_number("apply_to_ready_seconds", format!("{to_ready:.1}"));
+    s.record_number("restarts", restarts.join(" "));
 
     // What the user sees.
     let wide = s

@@ -32,7 +32,23 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
     else {
         return;
     };
-    let mut s = Scenario::start(&env, "s2-tls-scale").await;
+    scale_out_one_to_three(&env, "s2-tls-scale", false).await;
+}
+
+/// The baseline of the benchmark: the same 1→3 scale-out under the same writer, with peer TLS
+/// on from the start, so nothing restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s2b_scale_out_with_peer_tls_already_on() {
+    let Some(env) = E2eEnv::from_env_or_skip("s2b_scale_out_with_peer_tls_already_on") else {
+        return;
+    };
+    scale_out_one_to_three(&env, "s2b-scale-baseline", true).await;
+}
+
+/// One member → three with peer TLS under a canary writer; `tls_from_start` says whether the
+/// first member already has peer TLS or gets it in the same apply as the new replicas.
+async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bool) {
+    let mut s = Scenario::start(env, scenario).await;
     let ns = s.namespace.clone();
     let name = "etcd-tls";
     let one = EtcdShape {
@@ -40,7 +56,7 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
         namespace: &ns,
         replicas: 1,
         local_bucket: None,
-        peer_tls: false,
+        peer_tls: tls_from_start,
         reconcile: false,
     };
     s.cluster.apply(&peer_tls_secrets(name, &ns, 3)).await;
@@ -63,7 +79,23 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
             .and_then(|a| a.get(TLS_ENABLED).cloned())
             .unwrap_or_default()
     };
-    assert_ne!(lease_tls().await, "true", "peer TLS is not configured yet");
+    let tls_before = wait_for(
+        "the member lease's tls-enabled annotation",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            match lease_tls().await.as_str() {
+                "" => Err("not set yet".to_string()),
+                v => Ok(v.to_string()),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        tls_before == "true",
+        tls_from_start,
+        "{TLS_ENABLED}={tls_before} before the change"
+    );
 
     // The writer starts before the change and runs through it.
     s.cluster.apply(&canary_pod(&env.image, name, &ns)).await;
@@ -89,8 +121,8 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
     let mut seen = PodIncarnations::default();
     seen.observe(&pods, &member_pods).await;
 
-    // One apply: peer TLS and three replicas (with the reconcile annotation, as druid's
-    // default of no auto-reconcile requires).
+    // One apply: three replicas, and peer TLS when it was off (with the reconcile annotation,
+    // as druid's default of no auto-reconcile requires).
     let changed = Instant::now();
     s.cluster
         .apply(
@@ -155,6 +187,7 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
     };
     let to_voters = changed.elapsed().as_secs_f64();
     s.measure("apply→3 voters with peer TLS", format!("{to_voters:.1} s"));
+    s.record_number("scale_out_seconds", format!("{to_voters:.1}"));
     s.measure(
         "lease tls-enabled / StatefulSet grown at",
         format!(
@@ -165,6 +198,7 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
     );
     seen.observe(&pods, &member_pods).await;
     s.measure("pod restarts", seen.summary());
+    s.record_number("restarts", seen.summary());
 
     for member in &voters {
         assert!(
@@ -174,15 +208,17 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
             member.peer_urls
         );
     }
+    // Enabling peer TLS restarts pod-0 exactly once; with TLS already on nothing restarts.
+    let expected = if tls_from_start { 0 } else { 1 };
     assert_eq!(
         seen.restarts(&member_pods[0]),
-        1,
-        "pod-0 restarts exactly once"
+        expected,
+        "pod-0 restarts {expected} time(s)"
     );
     for pod in &member_pods[1..] {
         assert_eq!(seen.restarts(pod), 0, "{pod} joined without restarting");
     }
-    // Inside pod-0's one new incarnation the agent started etcd once: TLS came with the
+    // Inside pod-0's current incarnation the agent started etcd once: TLS came with the
     // restart, not with a second one.
     let log = s
         .cluster
@@ -190,7 +226,10 @@ async fn s2_peer_tls_and_scale_out_without_failed_writes() {
         .await
         .ok();
     let starts = log.lines().filter(|l| l.contains("etcd started")).count();
-    assert_eq!(starts, 1, "etcd starts in pod-0 since the change:\n{log}");
+    assert_eq!(
+        starts, 1,
+        "etcd starts in pod-0's current incarnation:\n{log}"
+    );
 
     // The writer: nothing failed, nothing acknowledged is missing.
     let totals = canary_totals(&s.cluster, &ns, &canary)
