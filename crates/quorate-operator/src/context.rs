@@ -1,7 +1,8 @@
 //! What every reconcile shares: the client, the operator's settings, the caches of the objects
 //! it reads every pass, metrics and the event recorder.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -48,7 +49,7 @@ impl Default for OperatorSettings {
 }
 
 /// Caches of the objects every pass reads, filled by watches, so a pass that changes nothing
-/// costs no API reads.
+/// costs no API reads. They hold the objects trimmed by [`crate::trim`].
 #[derive(Clone)]
 pub struct Caches {
     /// StatefulSets managed for some `Etcd`.
@@ -93,4 +94,39 @@ pub struct Context {
     pub recorder: Recorder,
     /// This process's identity in `lastOperation.runID`.
     pub run_id: String,
+    /// Versions of `Etcd` objects newer than the controller's cache may show yet.
+    pub newer: NewerVersions,
+}
+
+/// The `resourceVersion` of each `Etcd` this process wrote (or read from the API server) last,
+/// by uid, kept until the controller's cache shows that version. A pass triggered while an
+/// earlier one ran starts right after that pass's writes, often before the watch has brought
+/// them into the cache; with this it knows to read the object afresh instead of redoing work
+/// the stale copy still asks for.
+#[derive(Debug, Default)]
+pub struct NewerVersions(Mutex<HashMap<String, String>>);
+
+impl NewerVersions {
+    /// Remembers `resource_version` as the newest version of the `Etcd` with this uid.
+    pub fn record(&self, uid: Option<&str>, resource_version: Option<&str>) {
+        if let (Some(uid), Some(version)) = (uid, resource_version) {
+            self.map().insert(uid.to_string(), version.to_string());
+        }
+    }
+
+    /// The newest version remembered for this uid.
+    pub fn get(&self, uid: &str) -> Option<String> {
+        self.map().get(uid).cloned()
+    }
+
+    /// Forgets this uid (the cache caught up, or the object is gone).
+    pub fn forget(&self, uid: &str) {
+        self.map().remove(uid);
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }

@@ -1,12 +1,11 @@
 //! Runs the Etcd controller: the caches (StatefulSets, Leases and Pods that carry druid's
-//! managed-by label), the controller over all `Etcd` objects, and the PDB API probe.
+//! managed-by label), the controller over all `Etcd` objects, and the PDB API probe. Every
+//! cached object is trimmed ([`crate::trim`]) before it enters its store.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -17,9 +16,10 @@ use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use quorate_core::components::PdbApiVersion;
 use tokio::sync::watch;
 
-use crate::context::{Caches, Context, OperatorSettings};
+use crate::context::{Caches, Context, NewerVersions, OperatorSettings};
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
+use crate::trim;
 
 /// A failure that stops the controller from starting.
 #[derive(Debug, thiserror::Error)]
@@ -75,11 +75,12 @@ async fn check_crd(client: &Client) -> Result<(), StartError> {
     }
 }
 
-/// A watch-filled cache of `K` objects carrying druid's managed-by label, and the stream that
-/// fills it (which must be polled).
+/// A watch-filled cache of `K` objects carrying druid's managed-by label, each trimmed by
+/// `trim` first, and the stream that fills it (which must be polled).
 fn cache<K>(
     client: &Client,
     namespace: Option<&str>,
+    trim: fn(&mut K),
 ) -> (
     Store<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -100,10 +101,25 @@ where
         Some(ns) => Api::<K>::namespaced(client.clone(), ns),
         None => Api::<K>::all(client.clone()),
     };
-    let stream = reflector::reflector(writer, watcher(api, config))
+    let stream = watcher(api, config)
         .default_backoff()
+        .modify(trim)
+        .reflect(writer)
         .touched_objects();
     (store, stream)
+}
+
+/// What of an `Etcd` a change must touch to start a pass: its generation (the spec), its
+/// annotations (the reconcile operation, suspension) and whether it is being deleted. Status
+/// and finalizer writes, which are the operator's own, start none: the status is refreshed by
+/// the pass's own requeue every status sync period, and a pass started by them would read the
+/// cache right after the writes that caused it, usually before it shows them.
+fn pass_trigger(etcd: &Etcd) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    etcd.metadata.generation.hash(&mut hasher);
+    etcd.metadata.annotations.hash(&mut hasher);
+    etcd.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Where the controller looks and who it is.
@@ -128,9 +144,9 @@ pub async fn run(
     check_crd(&client).await?;
     let pdb_version = pdb_api_version(&client).await?;
     tracing::info!(pdb = pdb_version.as_str(), "PodDisruptionBudget API");
-    let (statefulsets, sts_stream) = cache::<StatefulSet>(&client, namespace);
-    let (leases, lease_stream) = cache::<Lease>(&client, namespace);
-    let (pods, pod_stream) = cache::<Pod>(&client, namespace);
+    let (statefulsets, sts_stream) = cache(&client, namespace, trim::statefulset);
+    let (leases, lease_stream) = cache(&client, namespace, trim::lease);
+    let (pods, pod_stream) = cache(&client, namespace, trim::pod);
     // Leases and pods only fill caches; StatefulSet changes also trigger their Etcd's pass.
     let drain_leases = tokio::spawn(lease_stream.for_each(|_| async {}));
     let drain_pods = tokio::spawn(pod_stream.for_each(|_| async {}));
@@ -153,6 +169,7 @@ pub async fn run(
         },
         metrics,
         run_id: identity.to_string(),
+        newer: NewerVersions::default(),
     });
     leases.wait_until_ready().await.ok();
     pods.wait_until_ready().await.ok();
@@ -160,7 +177,13 @@ pub async fn run(
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };
-    Controller::new(etcds, watcher::Config::default())
+    let (etcd_store, etcd_writer) = reflector::store();
+    let etcd_stream = watcher(etcds, watcher::Config::default())
+        .modify(trim::etcd)
+        .reflect(etcd_writer)
+        .applied_objects()
+        .predicate_filter(pass_trigger, Default::default());
+    Controller::for_stream(etcd_stream, etcd_store)
         .owns_stream(sts_stream)
         .with_config(kube::runtime::controller::Config::default().concurrency(workers))
         .graceful_shutdown_on(async move {

@@ -15,6 +15,7 @@ pub mod reconcile;
 pub mod run;
 pub mod spec_flow;
 pub mod status;
+pub mod trim;
 pub mod webhook;
 
 pub use context::OperatorSettings;

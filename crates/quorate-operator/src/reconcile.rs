@@ -30,10 +30,14 @@ use crate::status::{PassOutcome, StatusInputs, compute_status, needs_write};
 const DELETE_RECHECK: Duration = Duration::from_secs(5);
 
 /// The controller's reconcile function.
-pub async fn reconcile(etcd: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let (namespace, name) = names(&etcd)?;
+    let (namespace, name) = names(&cached)?;
     let cluster = format!("{namespace}/{name}");
+    let Some(etcd) = current(cached, &ctx, &namespace, &name).await? else {
+        // Deleted meanwhile: nothing to do.
+        return Ok(Action::await_change());
+    };
     if etcd.metadata.deletion_timestamp.is_some() {
         let progress = delete_flow::delete(&etcd, &ctx).await?;
         return Ok(match progress {
@@ -46,6 +50,9 @@ pub async fn reconcile(etcd: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, Err
                 tracing::info!(%cluster, "every component is deleted; finalizer removed");
                 ctx.metrics.pass("deleted", started.elapsed());
                 ctx.metrics.cluster_conditions(&cluster, None);
+                if let Some(uid) = etcd.metadata.uid.as_deref() {
+                    ctx.newer.forget(uid);
+                }
                 Action::await_change()
             }
         });
@@ -83,6 +90,50 @@ pub async fn reconcile(etcd: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, Err
     };
     ctx.metrics.pass(result, started.elapsed());
     Ok(Action::requeue(next))
+}
+
+/// The `Etcd` this pass works from: the cached one, unless this process knows of a newer
+/// version than the cache shows (it wrote one, see [`crate::context::NewerVersions`]); then
+/// the object as the API server has it now. `None` when it is gone.
+async fn current(
+    cached: Arc<Etcd>,
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Arc<Etcd>>, Error> {
+    let Some(uid) = cached.metadata.uid.clone() else {
+        return Ok(Some(cached));
+    };
+    let cached_version = cached.metadata.resource_version.as_deref();
+    match ctx.newer.get(&uid) {
+        None => return Ok(Some(cached)),
+        Some(newer) if Some(newer.as_str()) == cached_version => {
+            ctx.newer.forget(&uid);
+            return Ok(Some(cached));
+        }
+        Some(_) => {}
+    }
+    let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
+    let fresh = api
+        .get_opt(name)
+        .await
+        .map_err(Error::kube("get", "Etcd", namespace, name))?;
+    match fresh {
+        Some(mut fresh) if fresh.metadata.uid.as_deref() == Some(uid.as_str()) => {
+            let version = fresh.metadata.resource_version.as_deref();
+            if version == cached_version {
+                ctx.newer.forget(&uid);
+            } else {
+                ctx.newer.record(Some(&uid), version);
+            }
+            crate::trim::etcd(&mut fresh);
+            Ok(Some(Arc::new(fresh)))
+        }
+        _ => {
+            ctx.newer.forget(&uid);
+            Ok(None)
+        }
+    }
 }
 
 /// What the controller does when a pass returns an error (the status could not be written,
@@ -197,9 +248,14 @@ async fn update_status(
     if needs_write(etcd.status.as_ref(), &status, now) {
         let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
         let patch = serde_json::json!({ "status": status });
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        let written = api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::kube("update the status of", "Etcd", namespace, name))?;
+        ctx.newer.record(
+            written.metadata.uid.as_deref(),
+            written.metadata.resource_version.as_deref(),
+        );
     }
     Ok(status)
 }
@@ -223,13 +279,18 @@ async fn remove_operation_annotation(
         GARDENER_OPERATION: null,
     }}});
     let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    let written = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(drop)
         .map_err(Error::kube(
             "remove the operation annotation from",
             "Etcd",
             namespace,
             name,
-        ))
+        ))?;
+    ctx.newer.record(
+        written.metadata.uid.as_deref(),
+        written.metadata.resource_version.as_deref(),
+    );
+    Ok(())
 }

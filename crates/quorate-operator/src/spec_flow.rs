@@ -151,15 +151,20 @@ async fn ensure_finalizer(etcd: &Etcd, ctx: &Context) -> Result<(), Error> {
         "resourceVersion": etcd.metadata.resource_version,
     }});
     let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let written = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(drop)
         .map_err(Error::kube(
             "add the finalizer to",
             "Etcd",
             &namespace,
             &name,
-        ))
+        ))?;
+    ctx.newer.record(
+        written.metadata.uid.as_deref(),
+        written.metadata.resource_version.as_deref(),
+    );
+    Ok(())
 }
 
 /// What the builders need beyond the `Etcd`: images, and the facts observed in the cluster

@@ -121,7 +121,7 @@ pub fn by_verb_resource(counts: &RequestCounts, resource_only: bool) -> BTreeMap
 
 /// Whether `quorate operator` makes requests with this verb on this resource (`name` or
 /// `name/subresource`): it watches (list + watch) `Etcd`s, StatefulSets, Leases and Pods; GETs
-/// ConfigMaps and Secrets; applies its components and deletes them when an `Etcd` goes;
+/// `Etcd`s (when its cache is behind its own writes), ConfigMaps and Secrets; applies its components and deletes them when an `Etcd` goes;
 /// patches `Etcd`s (finalizer, annotation, status) and Events; creates Events. Everything else
 /// (namespaces, flow-control objects, quotas, the `kubernetes` Service) is the API server's
 /// own.
@@ -139,7 +139,7 @@ pub fn is_operator_request(verb: &str, resource: &str) -> bool {
     ];
     match verb {
         "LIST" | "WATCH" => WATCHED.contains(&resource),
-        "GET" => ["configmaps", "secrets"].contains(&resource),
+        "GET" => ["etcds", "configmaps", "secrets"].contains(&resource),
         "APPLY" | "DELETE" => COMPONENTS.contains(&resource),
         "PATCH" => ["etcds", "etcds/status", "events"].contains(&resource),
         "POST" => resource == "events",

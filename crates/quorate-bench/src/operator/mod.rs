@@ -429,47 +429,39 @@ async fn cached_sizes(client: &Client) -> Result<Vec<Cached>> {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Pod;
+    use quorate_operator::trim;
     let kinds: [(&str, &str, bool, HeapOf); 4] = [
-        (
-            "etcds",
-            workload::ETCDS_PATH,
-            false,
-            workload::heap_of_list::<Etcd>,
-        ),
-        (
-            "statefulsets",
-            "/apis/apps/v1/statefulsets",
-            true,
-            workload::heap_of_list::<StatefulSet>,
-        ),
+        ("etcds", workload::ETCDS_PATH, false, |text| {
+            workload::heap_of_list::<Etcd>(text, trim::etcd)
+        }),
+        ("statefulsets", "/apis/apps/v1/statefulsets", true, |text| {
+            workload::heap_of_list::<StatefulSet>(text, trim::statefulset)
+        }),
         (
             "leases",
             "/apis/coordination.k8s.io/v1/leases",
             true,
-            workload::heap_of_list::<Lease>,
+            |text| workload::heap_of_list::<Lease>(text, trim::lease),
         ),
-        (
-            "pods",
-            workload::PODS_PATH,
-            true,
-            workload::heap_of_list::<Pod>,
-        ),
+        ("pods", workload::PODS_PATH, true, |text| {
+            workload::heap_of_list::<Pod>(text, trim::pod)
+        }),
     ];
     let mut out = Vec::new();
     for (what, path, managed, heap_of) in kinds {
         let text = workload::list_text(client, path, managed).await?;
         let listed = workload::listed(what, &text)?;
-        let (heap, heap_without_managed_fields) = tokio::task::block_in_place(|| heap_of(&text))?;
+        let (heap, heap_cached) = tokio::task::block_in_place(|| heap_of(&text))?;
         out.push(Cached {
             listed,
             heap,
-            heap_without_managed_fields,
+            heap_cached,
         });
     }
     Ok(out)
 }
 
-/// Sizes a JSON list once deserialized: (as served, without `managedFields`).
+/// Sizes a JSON list once deserialized: (as served, as the operator caches it).
 type HeapOf = fn(&str) -> Result<(u64, u64)>;
 
 async fn probe_machine(quorate: &Path) -> Machine {

@@ -521,33 +521,31 @@ fn render_dominant(out: &mut String, r: &Results, head: &OperatorRun, b: &Baseli
         let _ = writeln!(
             out,
             "- **Steady-state requests**: `{row}` makes {:.0}% of the operator's requests \
-             ({:.2} per minute per cluster). Passes: {:.2} per minute per cluster, {:.2} more \
-             than the 15 s status sync's 4.",
+             ({:.2} per minute per cluster). Passes: {:.2} per minute per cluster, where the \
+             15 s status sync alone makes 4.",
             100.0 * top / total.max(f64::MIN_POSITIVE),
             top / head.steady.minutes().max(f64::MIN_POSITIVE) / n,
             head.steady_passes_per_minute() / n,
-            head.steady_passes_per_minute() / n - 4.0,
         );
     }
     let heap: u64 = head.cached.iter().map(|c| c.heap).sum();
-    let lean: u64 = head
-        .cached
-        .iter()
-        .map(|c| c.heap_without_managed_fields)
-        .sum();
+    let kept: u64 = head.cached.iter().map(|c| c.heap_cached).sum();
     if heap > 0 {
-        let biggest = head.cached.iter().max_by_key(|c| c.heap);
+        let biggest = head.cached.iter().max_by_key(|c| c.heap_cached);
         let _ = writeln!(
             out,
             "- **Memory**: the watch caches. Deserialized, the objects the operator caches take \
-             {} (the JSON is {}), against a growth from idle to peak of {}; `managedFields` are \
-             {} of it, {} the biggest kind ({}).",
+             {} as served (the JSON is {}) and {} as it keeps them (trimmed: no \
+             `managedFields`, ...), against a growth from idle to peak of {}; {} the biggest \
+             kind ({} kept).",
             mib_bytes(heap),
             mib_bytes(head.cached.iter().map(|c| c.listed.bytes as u64).sum()),
+            mib_bytes(kept),
             mib_bytes(head.peak_kib().saturating_sub(head.rss_idle_kib) * 1024),
-            mib_bytes(heap.saturating_sub(lean)),
             biggest.map(|c| c.listed.what.as_str()).unwrap_or("–"),
-            biggest.map(|c| mib_bytes(c.heap)).unwrap_or_default(),
+            biggest
+                .map(|c| mib_bytes(c.heap_cached))
+                .unwrap_or_default(),
         );
     }
     let _ = writeln!(out);
@@ -627,7 +625,10 @@ fn render_convergence(out: &mut String, r: &Results) {
     let _ = writeln!(
         out,
         "\nRequests by verb and resource in that period, per cluster (the API server's verbs: \
-         `APPLY` is a server-side apply, `POST` a create):\n"
+         `APPLY` is a server-side apply, `POST` a create; Kubernetes v1.20 counts a successful \
+         GET of one custom object as `LIST` (kubernetes/kubernetes#95556), so the operator's \
+         `LIST etcds` here, after its watch listed them at start, are its GETs of an `Etcd` \
+         whose cached copy did not show the operator's own last write yet):\n"
     );
     let mut columns: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
     for (b, run) in r.baselines.iter().zip(&r.runs) {
@@ -741,7 +742,7 @@ fn render_steady(out: &mut String, r: &Results) {
          flow-control configuration, ...), measured for {} s before the operator started (no \
          operator, no benchmark traffic). Counted as the operator's: the verbs it uses on the \
          resources it uses (list and watch `Etcd`s, StatefulSets, Leases and Pods; GET \
-         ConfigMaps and Secrets; apply or delete components; patch `Etcd`s and Events; create \
+         `Etcd`s, ConfigMaps and Secrets; apply or delete components; patch `Etcd`s and Events; create \
          Events), less the API server's own on the same verb and resource at the rate \
          measured alone. Passes are the operator's \
          `quorate_operator_reconciles_total`.\n",
@@ -882,53 +883,59 @@ fn render_memory(out: &mut String, r: &Results) {
             out,
             "\nWhat the operator keeps in memory: every `Etcd` (the controller's store) and its \
              caches of StatefulSets, Leases and Pods carrying druid's managed-by label, each \
-             filled by a watch and kept whole, `managedFields` included. Listed at the end, as \
-             JSON, and deserialized into the same Rust types in the benchmark process, which \
-             counts the heap they keep (malloc chunks, each object in an `Arc` as in a \
-             reflector store), as served and with `metadata.managedFields` removed:\n"
+             filled by a watch, every object trimmed before it is stored (`quorate_operator::trim`: \
+             no `metadata.managedFields` or kubectl's last-applied annotation anywhere, and of a \
+             Pod only its metadata and its containers' readiness). Listed at the end, as JSON, \
+             and deserialized into the same Rust types in the benchmark process, which counts \
+             the heap they keep (malloc chunks, each object in an `Arc` as in a reflector \
+             store), as served and trimmed by the operator's own functions:\n"
         );
         let _ = writeln!(
             out,
-            "| cached | objects | JSON | in memory | per object | without `managedFields` |"
+            "| cached | objects | JSON | as served | per object | as the operator keeps them | per object |"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
-        let (mut json, mut heap, mut lean) = (0, 0, 0);
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+        let (mut json, mut heap, mut kept) = (0, 0, 0);
+        let per_object = |bytes: u64, count: usize| {
+            if count > 0 {
+                format!("{:.1} KiB", bytes as f64 / 1024.0 / count as f64)
+            } else {
+                "–".to_string()
+            }
+        };
         for c in &head.cached {
             let l = &c.listed;
             json += l.bytes as u64;
             heap += c.heap;
-            lean += c.heap_without_managed_fields;
+            kept += c.heap_cached;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} |",
                 l.what,
                 l.count,
                 mib_bytes(l.bytes as u64),
                 mib_bytes(c.heap),
-                if l.count > 0 {
-                    format!("{:.1} KiB", c.heap as f64 / 1024.0 / l.count as f64)
-                } else {
-                    "–".to_string()
-                },
-                mib_bytes(c.heap_without_managed_fields),
+                per_object(c.heap, l.count),
+                mib_bytes(c.heap_cached),
+                per_object(c.heap_cached, l.count),
             );
         }
         let _ = writeln!(
             out,
-            "| **total** | | **{}** | **{}** | | **{}** |",
+            "| **total** | | **{}** | **{}** | | **{}** | |",
             mib_bytes(json),
             mib_bytes(heap),
-            mib_bytes(lean)
+            mib_bytes(kept)
         );
         let growth = head.peak_kib().saturating_sub(head.rss_idle_kib) * 1024;
         let _ = writeln!(
             out,
-            "\nThe peak exceeds the idle process by {}; the cached objects alone take {} \
-             ({:.0}% of that growth), {} of it `managedFields`.",
+            "\nThe peak exceeds the idle process by {}; the cached objects, as the operator keeps \
+             them, take {} ({:.0}% of that growth; {} as served).",
             mib_bytes(growth),
+            mib_bytes(kept),
+            100.0 * kept as f64 / growth.max(1) as f64,
             mib_bytes(heap),
-            100.0 * heap as f64 / growth.max(1) as f64,
-            mib_bytes(heap.saturating_sub(lean)),
         );
     }
     let _ = writeln!(out);

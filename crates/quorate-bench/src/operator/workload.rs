@@ -406,8 +406,8 @@ pub struct Cached {
     pub listed: Listed,
     /// Heap bytes of the deserialized objects.
     pub heap: u64,
-    /// The same without `managedFields`.
-    pub heap_without_managed_fields: u64,
+    /// The same as the operator caches them, trimmed by `quorate_operator::trim`.
+    pub heap_cached: u64,
 }
 
 /// The JSON list of `path` (`/api/v1/...` or `/apis/...`), only objects managed for an
@@ -445,26 +445,33 @@ pub fn listed(what: &str, text: &str) -> Result<Listed> {
 }
 
 /// Heap bytes the objects of a JSON list take once deserialized as `K`, each in an `Arc` as a
-/// reflector store keeps them: as served, and with `metadata.managedFields` removed.
-pub fn heap_of_list<K: serde::de::DeserializeOwned + Clone>(text: &str) -> Result<(u64, u64)> {
-    let parse = |text: &str| {
+/// reflector store keeps them: as served, and as the operator caches them (each trimmed by
+/// `trim`, the operator's own function from `quorate_operator::trim`, right after it is
+/// deserialized).
+pub fn heap_of_list<K: serde::de::DeserializeOwned + Clone>(
+    text: &str,
+    trim: fn(&mut K),
+) -> Result<(u64, u64)> {
+    let parse = |text: &str, trim: Option<fn(&mut K)>| {
         serde_json::from_str::<kube::core::ObjectList<K>>(text)
-            .map(|list| list.items.into_iter().map(Arc::new).collect::<Vec<_>>())
+            .map(|list| {
+                list.items
+                    .into_iter()
+                    .map(|mut item| {
+                        if let Some(trim) = trim {
+                            trim(&mut item);
+                        }
+                        Arc::new(item)
+                    })
+                    .collect::<Vec<_>>()
+            })
             .map_err(|e| BenchError::failed(format!("a list does not deserialize: {e}")))
     };
-    let (items, full) = crate::alloc_count::retained_by(|| parse(text));
+    let (items, full) = crate::alloc_count::retained_by(|| parse(text, None));
     drop(items?);
-    let mut value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| BenchError::failed(format!("a list is not JSON: {e}")))?;
-    for item in value["items"].as_array_mut().into_iter().flatten() {
-        if let Some(meta) = item["metadata"].as_object_mut() {
-            meta.remove("managedFields");
-        }
-    }
-    let stripped = value.to_string();
-    let (items, lean) = crate::alloc_count::retained_by(|| parse(&stripped));
+    let (items, cached) = crate::alloc_count::retained_by(|| parse(text, Some(trim)));
     drop(items?);
-    Ok((full, lean))
+    Ok((full, cached))
 }
 
 /// The components every `Etcd` of the example gets, per cluster: (resource, API path, count).
