@@ -24,7 +24,7 @@ use crate::context::Context;
 use crate::delete_flow::{self, DeleteProgress};
 use crate::error::Error;
 use crate::spec_flow::{self, names};
-use crate::status::{PassOutcome, StatusInputs, compute_status, needs_write};
+use crate::status::{PassOutcome, StatusInputs, compute_status, needs_write, status_patch};
 
 /// How soon a deletion that is still removing components looks again.
 const DELETE_RECHECK: Duration = Duration::from_secs(5);
@@ -247,7 +247,7 @@ async fn update_status(
     });
     if needs_write(etcd.status.as_ref(), &status, now) {
         let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
-        let patch = serde_json::json!({ "status": status });
+        let patch = status_patch(etcd.status.as_ref(), &status);
         let written = api
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -181,6 +181,23 @@ fn rollout_of(sts: &StatefulSet) -> StatefulSetRollout {
 /// only to move those times would make status writes the bulk of the operator's API traffic.
 pub const CONDITION_REFRESH: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 
+/// The merge patch that turns `old` into `new`. The status omits empty fields when
+/// serialized, and a merge patch leaves out what it omits, so every field `old` has and `new`
+/// lacks is set to `null` explicitly: otherwise `lastErrors` of a failed pass would stay after
+/// the next successful one, and members of a larger cluster after a scale-in.
+pub fn status_patch(old: Option<&EtcdStatus>, new: &EtcdStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(new).expect("a status serializes");
+    let old = old.map(|o| serde_json::to_value(o).expect("a status serializes"));
+    if let (Some(serde_json::Value::Object(old)), serde_json::Value::Object(fields)) =
+        (old, &mut status)
+    {
+        for key in old.keys() {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": status })
+}
+
 /// Whether `new` must be written over `old`: something other than the conditions'
 /// `lastUpdateTime` changed, or those times are older than [`CONDITION_REFRESH`].
 pub fn needs_write(old: Option<&EtcdStatus>, new: &EtcdStatus, now: Timestamp) -> bool {
@@ -412,5 +429,38 @@ mod tests {
         let mut later = inputs(&again, &[], None, &ready, &outcome);
         later.now = now() + jiff::SignedDuration::from_secs(30);
         assert_eq!(compute_status(later).last_errors, first.last_errors);
+    }
+
+    #[test]
+    fn a_patch_clears_what_the_new_status_no_longer_has() {
+        let old = EtcdStatus {
+            last_errors: vec![last_error(
+                ErrorCode::RequeueAfter,
+                "waiting",
+                Timestamp::UNIX_EPOCH,
+            )],
+            ready: Some(false),
+            ..EtcdStatus::default()
+        };
+        let new = EtcdStatus {
+            ready: Some(true),
+            ..EtcdStatus::default()
+        };
+        let patch = status_patch(Some(&old), &new);
+        assert_eq!(patch["status"]["lastErrors"], serde_json::Value::Null);
+        assert!(
+            patch["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("lastErrors")
+        );
+        assert_eq!(patch["status"]["ready"], true);
+        let first = status_patch(None, &new);
+        assert!(
+            !first["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("lastErrors")
+        );
     }
 }

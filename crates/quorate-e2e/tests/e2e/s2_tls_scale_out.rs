@@ -200,6 +200,20 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
     s.measure("pod restarts", seen.summary());
     s.record_number("restarts", seen.summary());
 
+    // Done means done: the waiting of the TLS step is no longer reported as an error.
+    wait_for(
+        "lastErrors cleared after the successful reconcile",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            let etcd = etcds.get(name).await.map_err(|e| e.to_string())?;
+            match etcd.status.as_ref().map(|st| st.last_errors.len()) {
+                Some(0) | None => Ok(()),
+                _ => Err(status_summary(&etcd)),
+            }
+        },
+    )
+    .await;
     for member in &voters {
         assert!(
             member.peer_urls.iter().all(|u| u.starts_with("https://")),
