@@ -9,10 +9,18 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, PostParams};
 
+use quorate_api::Etcd;
+
 use crate::cluster::Cluster;
 use crate::env::E2eEnv;
+use crate::manifests::EtcdShape;
+use crate::members::wait_fully_ready;
 use crate::provisioner::HostPathProvisioner;
 use crate::wait::wait_for;
+
+/// How long a cluster may take from `kubectl apply` (or a disruption) to Ready: pods scheduled,
+/// images present, etcd formed, readiness probes passed, first full and delta snapshots taken.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Label on the namespaces the suite makes.
 pub const SCENARIO_LABEL: &str = "e2e.quorate.io/scenario";
@@ -141,6 +149,35 @@ impl Scenario {
     /// scenario passes, so a failed run never yields numbers.
     pub fn record_number(&mut self, key: &str, value: impl std::fmt::Display) {
         self.numbers.push((key.to_string(), value.to_string()));
+    }
+
+    /// The host directory of this scenario's `Local` backup buckets.
+    pub fn bucket_dir(&self) -> std::path::PathBuf {
+        self.cluster.env.bucket_host_dir().join(&self.namespace)
+    }
+
+    /// `kubectl apply` of a plain `Etcd` (no peer TLS) of `replicas` members, with backups to
+    /// [`Scenario::bucket_dir`] when `backups`, then waits until it is fully ready.
+    pub async fn create_ready_etcd(&self, name: &str, replicas: u32, backups: bool) -> Etcd {
+        let bucket = self.bucket_dir().display().to_string();
+        let shape = EtcdShape {
+            name,
+            namespace: &self.namespace,
+            replicas,
+            local_bucket: backups.then_some(bucket.as_str()),
+            peer_tls: false,
+            reconcile: false,
+        };
+        println!("{}", self.cluster.apply(&shape.yaml()).await.trim_end());
+        wait_fully_ready(
+            &self.cluster,
+            &self.namespace,
+            name,
+            replicas as i32,
+            backups,
+            READY_TIMEOUT,
+        )
+        .await
     }
 
     /// Seconds since the scenario started.

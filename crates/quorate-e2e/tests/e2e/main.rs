@@ -12,8 +12,4 @@ mod s4_total_loss;
 mod s5_controls;
 mod s6_delete;
 
-use std::time::Duration;
-
-/// How long a cluster may take from `kubectl apply` (or a disruption) to Ready: pods scheduled,
-/// images present, etcd formed, readiness probes passed, first full and delta snapshots taken.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(300);
+pub use quorate_e2e::scenario::READY_TIMEOUT;

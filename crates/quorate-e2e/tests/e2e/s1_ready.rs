@@ -5,11 +5,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use quorate_e2e::manifests::{EtcdShape, client_pod};
-use quorate_e2e::members::{local_value, wait_fully_ready};
+use quorate_e2e::manifests::client_pod;
+use quorate_e2e::members::local_value;
 use quorate_e2e::{E2eEnv, Scenario, status_summary, wait_for};
-
-use crate::READY_TIMEOUT;
 
 /// Scenario 1 (issue 5, first bullet): a 3-member `Etcd` with backups to a volume-backed
 /// `Local` store becomes Ready / Quorate / AllMembersReady / BackupReady; `kubectl get etcd
@@ -24,22 +22,11 @@ async fn s1_three_members_with_local_backups_become_ready() {
     let mut s = Scenario::start(&env, "s1-ready").await;
     let ns = s.namespace.clone();
     let name = "etcd-e2e";
-    let bucket_root = env.bucket_host_dir().join(&ns);
-    let bucket = bucket_root.display().to_string();
-    let manifest = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 3,
-        local_bucket: Some(&bucket),
-        peer_tls: false,
-        reconcile: false,
-    }
-    .yaml();
+    let bucket_root = s.bucket_dir();
 
     // kubectl apply -> Ready, as a user would wait for it.
     let applied = Instant::now();
-    println!("{}", s.cluster.apply(&manifest).await.trim_end());
-    let ready = wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
+    let ready = s.create_ready_etcd(name, 3, true).await;
     let to_ready = applied.elapsed().as_secs_f64();
     s.measure(
         "apply→Ready (3 members, BackupReady)",

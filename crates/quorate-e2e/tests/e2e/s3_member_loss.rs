@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use quorate_e2e::manifests::EtcdShape;
 use quorate_e2e::members::{
     ListedMember, delete_pods_and_claims, local_value, member_list, uid_of, wait_fully_ready,
 };
@@ -32,21 +31,7 @@ async fn s3_a_member_loses_its_pod_then_its_volume() {
     let mut s = Scenario::start(&env, "s3-member-loss").await;
     let ns = s.namespace.clone();
     let name = "etcd-loss";
-    let bucket = env.bucket_host_dir().join(&ns).display().to_string();
-    s.cluster
-        .apply(
-            &EtcdShape {
-                name,
-                namespace: &ns,
-                replicas: 3,
-                local_bucket: Some(&bucket),
-                peer_tls: false,
-                reconcile: false,
-            }
-            .yaml(),
-        )
-        .await;
-    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
+    s.create_ready_etcd(name, 3, true).await;
     let (key, value) = ("e2e/s3", "written-before-the-losses");
     let pod0 = format!("{name}-0");
     quorate_e2e::members::etcdctl(&s.cluster, &ns, &pod0, &["put", key, value])

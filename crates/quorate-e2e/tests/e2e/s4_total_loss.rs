@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use quorate_e2e::manifests::{DELTA_PERIOD_SECONDS, EtcdShape};
+use quorate_e2e::manifests::DELTA_PERIOD_SECONDS;
 use quorate_e2e::members::{
     delete_pods_and_claims, etcdctl, local_value, member_list, wait_fully_ready,
 };
@@ -43,21 +43,7 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
     let mut s = Scenario::start(&env, "s4-total-loss").await;
     let ns = s.namespace.clone();
     let name = "etcd-total";
-    let bucket = env.bucket_host_dir().join(&ns).display().to_string();
-    s.cluster
-        .apply(
-            &EtcdShape {
-                name,
-                namespace: &ns,
-                replicas: 3,
-                local_bucket: Some(&bucket),
-                peer_tls: false,
-                reconcile: false,
-            }
-            .yaml(),
-        )
-        .await;
-    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
+    s.create_ready_etcd(name, 3, true).await;
     let pod0 = format!("{name}-0");
     for i in 0..KEYS {
         etcdctl(

@@ -10,7 +10,6 @@ use quorate_api::Etcd;
 use quorate_api::annotations::{
     DISABLE_ETCD_COMPONENT_PROTECTION, GARDENER_OPERATION, SUSPEND_ETCD_SPEC_RECONCILE,
 };
-use quorate_e2e::manifests::EtcdShape;
 use quorate_e2e::members::{uid_of, wait_fully_ready};
 use quorate_e2e::{E2eEnv, Scenario, wait_for};
 
@@ -45,20 +44,7 @@ async fn s5_reconcile_annotation_suspend_and_component_protection() {
     let mut s = Scenario::start(&env, "s5-controls").await;
     let ns = s.namespace.clone();
     let name = "etcd-ctl";
-    s.cluster
-        .apply(
-            &EtcdShape {
-                name,
-                namespace: &ns,
-                replicas: 1,
-                local_bucket: None,
-                peer_tls: false,
-                reconcile: false,
-            }
-            .yaml(),
-        )
-        .await;
-    wait_fully_ready(&s.cluster, &ns, name, 1, false, READY_TIMEOUT).await;
+    s.create_ready_etcd(name, 1, false).await;
     let statefulsets: Api<StatefulSet> = Api::namespaced(s.cluster.client.clone(), &ns);
     let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
     assert_eq!(cpu_request(&statefulsets, name).await, "50m");

@@ -2,11 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorate_e2e::manifests::EtcdShape;
-use quorate_e2e::members::wait_fully_ready;
 use quorate_e2e::{E2eEnv, Scenario, wait_for};
-
-use crate::READY_TIMEOUT;
 
 /// Every kind of component druid makes, for `kubectl get`.
 const COMPONENT_KINDS: &str = "statefulsets,services,configmaps,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets,pods";
@@ -23,21 +19,7 @@ async fn s6_deleting_the_etcd_removes_every_component() {
     let mut s = Scenario::start(&env, "s6-delete").await;
     let ns = s.namespace.clone();
     let name = "etcd-gone";
-    let bucket = env.bucket_host_dir().join(&ns).display().to_string();
-    s.cluster
-        .apply(
-            &EtcdShape {
-                name,
-                namespace: &ns,
-                replicas: 1,
-                local_bucket: Some(&bucket),
-                peer_tls: false,
-                reconcile: false,
-            }
-            .yaml(),
-        )
-        .await;
-    wait_fully_ready(&s.cluster, &ns, name, 1, true, READY_TIMEOUT).await;
+    s.create_ready_etcd(name, 1, true).await;
     let selector = format!("app.kubernetes.io/part-of={name}");
     let components = || async {
         s.cluster
