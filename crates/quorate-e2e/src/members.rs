@@ -73,6 +73,34 @@ pub async fn member_list(
         .map_err(|e| format!("member list JSON: {e}: {}", out.stdout))
 }
 
+/// Waits until member pod `pod` lists `count` members, every one started and a voter.
+pub async fn wait_for_voters(
+    cluster: &Cluster,
+    namespace: &str,
+    pod: &str,
+    count: usize,
+    timeout: Duration,
+) -> Vec<ListedMember> {
+    wait_for(
+        &format!("{count} voters"),
+        timeout,
+        Duration::from_secs(1),
+        || async {
+            match member_list(cluster, namespace, pod).await {
+                Ok(l)
+                    if l.len() == count
+                        && l.iter().all(|m| !m.is_learner && !m.name.is_empty()) =>
+                {
+                    Ok(l)
+                }
+                Ok(l) => Err(format!("{l:?}")),
+                Err(e) => Err(e),
+            }
+        },
+    )
+    .await
+}
+
 /// A serializable (member-local) read of `key` in member pod `pod`: what that member holds.
 pub async fn local_value(cluster: &Cluster, namespace: &str, pod: &str, key: &str) -> String {
     etcdctl(

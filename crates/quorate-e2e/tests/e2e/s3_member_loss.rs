@@ -5,7 +5,8 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use quorate_e2e::members::{
-    ListedMember, delete_pods_and_claims, local_value, member_list, uid_of, wait_fully_ready,
+    ListedMember, delete_pods_and_claims, local_value, member_list, uid_of, wait_for_voters,
+    wait_fully_ready,
 };
 use quorate_e2e::{E2eEnv, Scenario, wait_for};
 
@@ -88,21 +89,7 @@ async fn s3_a_member_loses_its_pod_then_its_volume() {
     )
     .await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
-    let after_volume = wait_for(
-        "three voters",
-        READY_TIMEOUT,
-        std::time::Duration::from_secs(1),
-        || async {
-            match member_list(&s.cluster, &ns, &pod0).await {
-                Ok(l) if l.len() == 3 && l.iter().all(|m| !m.is_learner && !m.name.is_empty()) => {
-                    Ok(l)
-                }
-                Ok(l) => Err(format!("{l:?}")),
-                Err(e) => Err(e),
-            }
-        },
-    )
-    .await;
+    let after_volume = wait_for_voters(&s.cluster, &ns, &pod0, 3, READY_TIMEOUT).await;
     s.measure(
         "pod+PVC deleted→3 voters",
         format!("{:.1} s", t.elapsed().as_secs_f64()),

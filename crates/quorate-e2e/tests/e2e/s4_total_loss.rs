@@ -6,7 +6,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use quorate_e2e::manifests::DELTA_PERIOD_SECONDS;
 use quorate_e2e::members::{
-    delete_pods_and_claims, etcdctl, local_value, member_list, wait_fully_ready,
+    delete_pods_and_claims, etcdctl, local_value, wait_for_voters, wait_fully_ready,
 };
 use quorate_e2e::{E2eEnv, Scenario, wait_for};
 
@@ -93,21 +93,7 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
         .collect();
     delete_pods_and_claims(&s.cluster, &ns, &members, READY_TIMEOUT).await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
-    let voters = wait_for(
-        "three voters",
-        READY_TIMEOUT,
-        Duration::from_secs(1),
-        || async {
-            match member_list(&s.cluster, &ns, &pod0).await {
-                Ok(l) if l.len() == 3 && l.iter().all(|m| !m.is_learner && !m.name.is_empty()) => {
-                    Ok(l)
-                }
-                Ok(l) => Err(format!("{l:?}")),
-                Err(e) => Err(e),
-            }
-        },
-    )
-    .await;
+    let voters = wait_for_voters(&s.cluster, &ns, &pod0, 3, READY_TIMEOUT).await;
     s.measure(
         "all pods+PVCs deleted→3 voters",
         format!("{:.1} s", t.elapsed().as_secs_f64()),
