@@ -243,7 +243,7 @@ async fn a_hung_member_is_detected_and_capture_gives_up_naming_where_to_resume()
     let start = head(&member).await + 1;
 
     let (mut config, _ticks) = ticked_config(start);
-    config.idle_probe = Duration::from_millis(300);
+    config.stall_timeout = Duration::from_millis(300);
     config.give_up_after = Duration::from_secs(2);
     let (handle, mut rx, task) = DeltaWatcher::spawn(member.clone(), config).unwrap();
     for i in 0..5 {

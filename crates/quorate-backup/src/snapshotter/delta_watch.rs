@@ -1,34 +1,57 @@
-//! Delta capture: a watch over the whole keyspace from a given revision, cut into
-//! [`DeltaBatch`]es when the delta period elapses, when the encoded batch reaches the memory
-//! limit, or on request.
+//! Delta capture by periodic catch-up: every `catch_up_every` (and before every cut), a watch
+//! over the whole keyspace is opened at the first revision not captured yet, read until it has
+//! brought the revision etcd was at when the watch was made, and dropped. The events are cut
+//! into [`DeltaBatch`]es when the delta period elapses, when the encoded batch reaches the
+//! memory limit, or on request.
+//!
+//! Why not one watch that stays open: etcd sends a synced watcher one response per write
+//! transaction, thousands of small gRPC messages a second under load, each costing etcd and
+//! the client CPU that the writers then lack. A watch that starts in the past is served from
+//! etcd's backend instead (an "unsynced" watcher), up to 1000 revisions per response (etcd
+//! 3.4), so a catch-up of a second's writes takes a handful of messages. (The quorate-bench
+//! backup benchmark measures both.) Each catch-up re-reads from etcd's backend what it has
+//! not sent yet, every 100 ms, so catch-ups are kept frequent: a long backlog costs etcd
+//! more than it saves.
 //!
 //! Guarantees, for the caller that uploads the batches:
 //! - **No gap, no overlap.** The first batch starts at the configured start revision, every
-//!   next one at the previous `last_revision + 1`. When the watch breaks (member restart,
-//!   network, lost leader) it is re-opened at the first revision not captured yet; events
-//!   etcd sends again are never taken twice.
-//! - **Transactions stay whole.** Cuts happen only between revisions.
+//!   next one at the previous `last_revision + 1`; each catch-up opens its watch at the first
+//!   revision not captured yet, also after a failed one (member restart, network, lost
+//!   leader), so events etcd sends again are never taken twice.
+//! - **Transactions stay whole.** etcd never splits a revision's events across watch
+//!   responses (`fragment` stays off), and cuts happen only between revisions.
+//! - **Up to now.** A requested cut, a period cut and the stop each catch up first, so the
+//!   batch holds everything up to the revision etcd was at when it was asked.
 //! - **Compaction is reported, not skipped.** If the revision to continue from has been
 //!   compacted, the capture ends with [`CaptureError::Compacted`]: only a full snapshot can
-//!   cover the lost events.
-//! - **Bounded memory.** One buffer up to the memory limit plus the batches queued in the
-//!   channel; while the channel is full the watch is not read, and etcd holds the events.
+//!   cover the lost events. Between catch-ups the capture trails etcd by up to
+//!   `catch_up_every` (plus the catch-up itself), which must stay far below etcd's
+//!   auto-compaction retention (quorate: 30 minutes by default; in revision mode, more
+//!   revisions than are written in a few catch-up intervals).
+//! - **Bounded memory.** One buffer up to the memory limit, one watch response, plus the
+//!   batches queued in the channel; while the channel is full the watch is not read, and etcd
+//!   holds the events.
+//!
+//! Event time stamps are the capture's clock at the catch-up: for the revisions up to the one
+//! etcd was at when the catch-up's watch was made, the time its answer came (they were all
+//! written before it); for later ones, the time their response came. So a stamp is never
+//! before the write, and trails it by at most about `catch_up_every` plus the catch-up.
 //!
 //! Whatever ends the capture (stop, failure), the events already captured are delivered as a
 //! last batch first, so a successor capture continues at [`CaptureEnd::next_revision`] (or at
 //! the revision in the error).
 
 use std::future::pending;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchResponse, WatchStream};
+use etcd_client::{EventType, WatchResponse};
+use jiff::Timestamp;
 use quorate_etcd::{EtcdError, MemberClient};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, Interval, MissedTickBehavior, Sleep};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::buffer::{CutReason, DeltaBatch, DeltaBatchInfo, DeltaBuffer};
 use super::clock::{Clock, JsonTimes, SystemClock};
@@ -40,9 +63,10 @@ use crate::delta::{EVENT_DELETE, EVENT_PUT, KeyValueFields, write_event_json};
 pub const DEFAULT_DELTA_PERIOD: Duration = Duration::from_secs(20);
 /// etcd-backup-restore's default delta memory limit (10 MiB).
 pub const DEFAULT_DELTA_MEMORY_LIMIT: usize = 10 * 1024 * 1024;
+/// How often capture catches up with etcd by default.
+pub const DEFAULT_CATCH_UP_EVERY: Duration = Duration::from_secs(1);
 
-/// First wait before re-opening a broken watch after the immediate retry failed; doubles up
-/// to [`MAX_RETRY_DELAY`].
+/// First wait before another catch-up after a failed one; doubles up to [`MAX_RETRY_DELAY`].
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// Leases remembered before the TTL cache starts over.
@@ -51,7 +75,8 @@ const LEASE_CACHE_CAPACITY: usize = 4096;
 /// When the delta period elapses.
 #[derive(Debug)]
 pub enum CutSchedule {
-    /// Every this long after the previous cut (of any kind).
+    /// Every this long after the previous cut (of any kind), counted from when the catch-up
+    /// before that cut began.
     Every(Duration),
     /// Whenever a tick arrives on this channel (tests, or a caller with its own timer). A
     /// closed channel means no period cuts.
@@ -69,14 +94,18 @@ pub struct DeltaConfig {
     pub memory_limit: usize,
     /// When the delta period elapses.
     pub schedule: CutSchedule,
+    /// How often to catch up with etcd between cuts (each cut catches up as well). Shorter
+    /// means more watches opened; longer means a larger backlog per catch-up, which etcd
+    /// re-reads from its backend for every response it sends (about 1000 revisions each, one
+    /// response per 100 ms), and older event time stamps. The capture trails etcd by up to
+    /// about this much.
+    pub catch_up_every: Duration,
     /// Time stamps for events.
     pub clock: Arc<dyn Clock>,
-    /// After this long without any message from etcd, ask it for a progress report; with no
-    /// answer within another `idle_probe`, the watch counts as broken and is re-opened. This
-    /// catches a member that hangs without closing the connection.
-    pub idle_probe: Duration,
-    /// Give up (with [`CaptureError::Unavailable`]) after the watch has not worked for this
-    /// long.
+    /// A catch-up fails when etcd takes longer than this to open its watch or to send the
+    /// next response. This catches a member that hangs without closing the connection.
+    pub stall_timeout: Duration,
+    /// Give up (with [`CaptureError::Unavailable`]) after catch-ups have failed for this long.
     pub give_up_after: Duration,
     /// Batches queued for the consumer before capture waits for it.
     pub channel_capacity: usize,
@@ -84,14 +113,15 @@ pub struct DeltaConfig {
 
 impl DeltaConfig {
     /// etcd-backup-restore's defaults (20 s period, 10 MiB limit), starting at
-    /// `start_revision`.
+    /// `start_revision`, catching up every second.
     pub fn new(start_revision: i64) -> DeltaConfig {
         DeltaConfig {
             start_revision,
             memory_limit: DEFAULT_DELTA_MEMORY_LIMIT,
             schedule: CutSchedule::Every(DEFAULT_DELTA_PERIOD),
+            catch_up_every: DEFAULT_CATCH_UP_EVERY,
             clock: Arc::new(SystemClock),
-            idle_probe: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(10),
             give_up_after: Duration::from_secs(300),
             channel_capacity: 4,
         }
@@ -104,7 +134,8 @@ impl std::fmt::Debug for DeltaConfig {
             .field("start_revision", &self.start_revision)
             .field("memory_limit", &self.memory_limit)
             .field("schedule", &self.schedule)
-            .field("idle_probe", &self.idle_probe)
+            .field("catch_up_every", &self.catch_up_every)
+            .field("stall_timeout", &self.stall_timeout)
             .field("give_up_after", &self.give_up_after)
             .field("channel_capacity", &self.channel_capacity)
             .finish_non_exhaustive()
@@ -144,9 +175,10 @@ pub struct DeltaHandle {
 }
 
 impl DeltaHandle {
-    /// Cuts the events captured so far into a batch now. When this returns
+    /// Catches up with etcd and cuts everything captured into a batch now. When this returns
     /// [`CutOutcome::Cut`], the batch is already in the channel, so the batch receiver must be
-    /// drained by another task (or have room) while waiting here.
+    /// drained by another task (or have room) while waiting here. If the catch-up fails (etcd
+    /// unreachable), the cut holds what was captured before.
     pub async fn request_cut(&self) -> Result<CutOutcome, CaptureError> {
         let (reply, answer) = oneshot::channel();
         self.control
@@ -156,9 +188,10 @@ impl DeltaHandle {
         answer.await.map_err(|_| CaptureError::NotRunning)
     }
 
-    /// Asks the capture to stop: it delivers what it has captured as a last batch, closes the
-    /// batch channel and ends its task with [`CaptureEnd`]. Returns at once; keep draining the
-    /// batch receiver until it closes. Does nothing when the capture has already ended.
+    /// Asks the capture to stop: it catches up with etcd once more (if etcd answers), delivers
+    /// what it has captured as a last batch, closes the batch channel and ends its task with
+    /// [`CaptureEnd`]. Returns at once; keep draining the batch receiver until it closes. Does
+    /// nothing when the capture has already ended.
     pub async fn stop(&self) {
         let _ = self.control.send(Control::Stop).await;
     }
@@ -180,19 +213,26 @@ pub struct DeltaWatcher {
     client: MemberClient,
     buffer: DeltaBuffer,
     ticker: Ticker,
+    catch_up_every: Duration,
+    /// When the next catch-up between cuts is due.
+    next_catch_up: Instant,
+    /// When the last catch-up began: a batch holds what etcd had then (and maybe more), so
+    /// the period restarts from there after a cut, and a period as long as `catch_up_every`
+    /// makes one catch-up per period, not two.
+    catch_up_began: Instant,
     clock: Arc<dyn Clock>,
     /// Event time stamps, formatted once per second.
     times: JsonTimes,
-    idle_probe: Duration,
+    stall_timeout: Duration,
     give_up_after: Duration,
     leases: LeaseTtlCache,
     control: mpsc::Receiver<Control>,
     batches: mpsc::Sender<DeltaBatch>,
     /// Shared with the handles: the last revision captured.
     captured_through: Arc<AtomicI64>,
-    /// Since when the watch has not worked, and the last reason.
+    /// Since when catch-ups have failed, and the last reason.
     outage: Option<(Instant, String)>,
-    /// The wait before the next attempt to re-open the watch.
+    /// The wait before the next catch-up after a failed one.
     retry_delay: Duration,
 }
 
@@ -226,9 +266,12 @@ impl DeltaWatcher {
             client,
             buffer: DeltaBuffer::new(config.start_revision, config.memory_limit),
             ticker: Ticker::new(config.schedule),
+            catch_up_every: config.catch_up_every.max(Duration::from_millis(1)),
+            next_catch_up: Instant::now(),
+            catch_up_began: Instant::now(),
             clock: config.clock,
             times: JsonTimes::default(),
-            idle_probe: config.idle_probe,
+            stall_timeout: config.stall_timeout,
             give_up_after: config.give_up_after,
             leases: LeaseTtlCache::new(LEASE_CACHE_CAPACITY),
             control: control_rx,
@@ -284,161 +327,167 @@ impl DeltaWatcher {
         }
     }
 
-    /// The capture loop; returns `Ok` when asked to stop.
+    /// The capture loop; returns `Ok` when asked to stop, after a last catch-up.
     async fn capture(&mut self) -> Result<(), CaptureError> {
-        let mut conn = Conn::Down {
-            retry_at: Instant::now(),
-        };
         loop {
-            let step = match &mut conn {
-                Conn::Up { stream, quiet, .. } => tokio::select! {
-                    biased;
-                    // The period before messages: a busy watch must not starve period cuts.
-                    c = self.control.recv() => Step::Control(c),
-                    _ = self.ticker.tick() => Step::Tick,
-                    m = stream.message() => Step::Message(m),
-                    _ = quiet.as_mut() => Step::Quiet,
-                },
-                Conn::Down { retry_at, .. } => tokio::select! {
-                    biased;
-                    c = self.control.recv() => Step::Control(c),
-                    _ = self.ticker.tick() => Step::Tick,
-                    _ = tokio::time::sleep_until(*retry_at) => Step::Retry,
-                },
+            let step = tokio::select! {
+                biased;
+                c = self.control.recv() => Step::Control(c),
+                _ = self.ticker.tick() => Step::Tick,
+                _ = tokio::time::sleep_until(self.next_catch_up) => Step::CatchUp,
             };
             match step {
-                Step::Control(None | Some(Control::Stop)) => return Ok(()),
+                Step::Control(None | Some(Control::Stop)) => {
+                    // One attempt: a member that is gone must not hold up the hand-over; the
+                    // successor continues where this capture ends.
+                    return match self.try_catch_up().await {
+                        Ok(()) => Ok(()),
+                        Err(Absorb::Fatal(e)) => Err(e),
+                        Err(Absorb::Broken(reason)) => {
+                            tracing::warn!(
+                                endpoint = %self.client.endpoint(),
+                                next_revision = self.buffer.next_revision(),
+                                "stopping delta capture without a last catch-up: {reason}"
+                            );
+                            Ok(())
+                        }
+                    };
+                }
                 Step::Control(Some(Control::Cut(reply))) => {
+                    self.catch_up().await?;
                     let outcome = self.cut(CutReason::Requested).await?;
                     let _ = reply.send(outcome);
                 }
                 Step::Tick => {
+                    self.catch_up().await?;
                     self.cut(CutReason::Period).await?;
                 }
-                Step::Message(Ok(Some(response))) => {
-                    if let Conn::Up {
-                        quiet_deadline,
-                        probed,
-                        ..
-                    } = &mut conn
-                    {
-                        *quiet_deadline = Instant::now() + self.idle_probe;
-                        *probed = false;
-                    }
-                    match self.absorb(response).await {
-                        // Only a response that was taken in proves the watch works; one that
-                        // cancels it (e.g. permission denied) keeps the outage, and its backoff.
-                        Ok(()) => self.outage = None,
-                        Err(Absorb::Broken(reason)) => conn = self.broken(reason),
-                        Err(Absorb::Fatal(e)) => return Err(e),
-                    }
-                }
-                Step::Message(Ok(None)) => {
-                    conn = self.broken("etcd closed the watch stream".to_string());
-                }
-                Step::Message(Err(e)) => {
-                    let e = EtcdError::from_client("watch", self.client.endpoint(), e);
-                    conn = self.broken(e.to_string());
-                }
-                Step::Quiet => match &mut conn {
-                    // Messages came since the timer was set: it fired early, set it again.
-                    Conn::Up {
-                        quiet,
-                        quiet_deadline,
-                        ..
-                    } if Instant::now() < *quiet_deadline => quiet.as_mut().reset(*quiet_deadline),
-                    _ => conn = self.probe(conn).await,
-                },
-                Step::Retry => conn = self.reopen(conn).await?,
+                Step::CatchUp => self.catch_up().await?,
             }
         }
     }
 
-    /// After a quiet spell: ask etcd for progress once; if that went unanswered too, the
-    /// watch is dead.
-    async fn probe(&mut self, conn: Conn) -> Conn {
-        let Conn::Up {
-            mut stream, probed, ..
-        } = conn
-        else {
-            return conn;
-        };
-        if probed {
-            return self.broken(format!(
-                "no message from etcd for {:?}, not even an answer to a progress request",
-                self.idle_probe * 2
-            ));
+    /// Catches up, and schedules the next catch-up: `catch_up_every` after this one began, or
+    /// after a growing delay when it failed. Fails only when capture cannot go on (history
+    /// compacted, consumer gone, or catch-ups failing for longer than `give_up_after`).
+    async fn catch_up(&mut self) -> Result<(), CaptureError> {
+        let result = self.try_catch_up().await;
+        let began = self.catch_up_began;
+        match result {
+            Ok(()) => {
+                self.outage = None;
+                self.retry_delay = FIRST_RETRY_DELAY;
+                self.next_catch_up = began + self.catch_up_every;
+                Ok(())
+            }
+            Err(Absorb::Fatal(e)) => Err(e),
+            Err(Absorb::Broken(reason)) => {
+                tracing::warn!(
+                    endpoint = %self.client.endpoint(),
+                    resume_at = self.buffer.next_revision(),
+                    "delta catch-up failed, trying again: {reason}"
+                );
+                let (since, last_error) = match self.outage.take() {
+                    Some((since, _)) => (since, reason),
+                    None => (began, reason),
+                };
+                if since.elapsed() >= self.give_up_after {
+                    return Err(CaptureError::Unavailable {
+                        endpoint: self.client.endpoint().to_string(),
+                        waited: since.elapsed(),
+                        last_error,
+                        next_revision: self.buffer.next_revision(),
+                    });
+                }
+                self.outage = Some((since, last_error));
+                self.next_catch_up = Instant::now() + self.retry_delay;
+                self.retry_delay = (self.retry_delay * 2).min(MAX_RETRY_DELAY);
+                Ok(())
+            }
         }
-        if let Err(e) = stream.request_progress().await {
-            return self.broken(format!("could not ask etcd for watch progress: {e}"));
-        }
-        Conn::up(stream, self.idle_probe, true)
     }
 
-    /// Opens the watch at the first revision not captured yet.
-    async fn reopen(&mut self, conn: Conn) -> Result<Conn, CaptureError> {
-        if let Conn::Up { .. } = conn {
-            return Ok(conn);
-        }
-        if let Some((since, last_error)) = &self.outage
-            && since.elapsed() >= self.give_up_after
-        {
-            return Err(CaptureError::Unavailable {
-                endpoint: self.client.endpoint().to_string(),
-                waited: since.elapsed(),
-                last_error: last_error.clone(),
-                next_revision: self.buffer.next_revision(),
-            });
-        }
+    /// One catch-up: a watch from the first revision not captured yet, read until it has
+    /// brought the revision etcd was at when it made the watch (etcd answers the create
+    /// request first, with that revision in the header), then dropped, which cancels it.
+    /// etcd may send the backlog in any number of responses; each holds whole revisions.
+    async fn try_catch_up(&mut self) -> Result<(), Absorb> {
+        self.catch_up_began = Instant::now();
         let from = self.buffer.next_revision();
-        match self.client.watch_all_from(from).await {
-            Ok(stream) => {
-                tracing::debug!(endpoint = %self.client.endpoint(), from, "watching");
-                Ok(Conn::up(Box::new(stream), self.idle_probe, false))
+        let stall = self.stall_timeout;
+        let mut stream = match tokio::time::timeout(stall, self.client.watch_all_from(from)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(Absorb::Broken(e.to_string())),
+            Err(_) => {
+                return Err(Absorb::Broken(format!(
+                    "etcd did not open a watch within {stall:?}"
+                )));
             }
-            Err(e) => {
-                self.record_outage(e.to_string());
-                Ok(self.backoff())
+        };
+        // etcd's revision when it made the watch, and when its answer came.
+        let mut target: Option<(i64, Timestamp)> = None;
+        let mut responses = 0u32;
+        loop {
+            let response = match tokio::time::timeout(stall, stream.message()).await {
+                Ok(Ok(Some(response))) => response,
+                Ok(Ok(None)) => {
+                    return Err(Absorb::Broken("etcd closed the watch stream".to_string()));
+                }
+                Ok(Err(e)) => {
+                    let e = EtcdError::from_client("watch", self.client.endpoint(), e);
+                    return Err(Absorb::Broken(e.to_string()));
+                }
+                Err(_) => {
+                    return Err(Absorb::Broken(format!(
+                        "no message from etcd for {stall:?} while catching up from revision {}",
+                        self.buffer.next_revision()
+                    )));
+                }
+            };
+            let (head, answered) = match target {
+                Some(target) => target,
+                None => {
+                    let head = match response.header() {
+                        Some(header) if response.created() => header.revision(),
+                        _ => {
+                            return Err(Absorb::Broken(
+                                "etcd's first watch response is not the creation of the watch"
+                                    .to_string(),
+                            ));
+                        }
+                    };
+                    *target.insert((head, self.clock.now()))
+                }
+            };
+            let last = response
+                .events()
+                .last()
+                .and_then(|e| e.kv())
+                .map_or(0, |kv| kv.mod_revision());
+            // Written before etcd answered the create request, or before this response came.
+            let stamp = if last <= head {
+                answered
+            } else {
+                self.clock.now()
+            };
+            responses += 1;
+            self.absorb(response, stamp).await?;
+            if self.buffer.next_revision() > head {
+                tracing::debug!(
+                    endpoint = %self.client.endpoint(),
+                    from,
+                    target = head,
+                    through = self.buffer.next_revision() - 1,
+                    responses,
+                    "caught up"
+                );
+                return Ok(());
             }
-        }
-    }
-
-    /// The watch broke: after a working spell re-open it at once, otherwise after a growing
-    /// delay (a watch etcd cancels right after creating it must not be re-opened in a loop).
-    fn broken(&mut self, reason: String) -> Conn {
-        tracing::warn!(
-            endpoint = %self.client.endpoint(),
-            resume_at = self.buffer.next_revision(),
-            "delta watch broke, re-opening it: {reason}"
-        );
-        let was_working = self.outage.is_none();
-        self.record_outage(reason);
-        if was_working {
-            self.retry_delay = FIRST_RETRY_DELAY;
-            Conn::Down {
-                retry_at: Instant::now(),
-            }
-        } else {
-            self.backoff()
-        }
-    }
-
-    /// The next attempt after the current delay, which then grows.
-    fn backoff(&mut self) -> Conn {
-        let retry_at = Instant::now() + self.retry_delay;
-        self.retry_delay = (self.retry_delay * 2).min(MAX_RETRY_DELAY);
-        Conn::Down { retry_at }
-    }
-
-    fn record_outage(&mut self, reason: String) {
-        match &mut self.outage {
-            Some((_, last)) => *last = reason,
-            None => self.outage = Some((Instant::now(), reason)),
         }
     }
 
     /// Takes one watch response into the buffer, delivering any batches the memory limit cuts.
-    async fn absorb(&mut self, response: WatchResponse) -> Result<(), Absorb> {
+    async fn absorb(&mut self, response: WatchResponse, stamp: Timestamp) -> Result<(), Absorb> {
         if response.compact_revision() > 0 {
             return Err(Absorb::Fatal(CaptureError::Compacted {
                 revision: self.buffer.next_revision(),
@@ -459,7 +508,7 @@ impl DeltaWatcher {
         }
         let events = response.events();
         let lease_ttls = self.lease_ttls(events).await?;
-        let time = self.times.render(self.clock.now());
+        let time = self.times.render(stamp);
         // Each event is encoded straight from the response into the buffer; a revision's
         // events are consecutive, and the batches a revision cuts are delivered before the
         // next one is taken in.
@@ -494,7 +543,7 @@ impl DeltaWatcher {
 
     /// The granted TTL of each PUT's lease, by event index; `None` when no event carries a
     /// lease. Looked up before any event is taken in, so a failed lookup leaves the buffer as
-    /// it was and the re-opened watch brings the whole response again.
+    /// it was and the next catch-up brings the whole response again.
     async fn lease_ttls(
         &mut self,
         events: &[etcd_client::Event],
@@ -567,7 +616,7 @@ impl DeltaWatcher {
             .map_err(|_| CaptureError::ConsumerGone {
                 next_revision: start,
             })?;
-        self.ticker.reset();
+        self.ticker.restart(self.catch_up_began);
         Ok(())
     }
 }
@@ -593,46 +642,14 @@ impl KeyValueFields for etcd_client::KeyValue {
     }
 }
 
-enum Conn {
-    Up {
-        /// Boxed: the stream is large and `Down` is the other state.
-        stream: Box<WatchStream>,
-        /// When the next quiet-spell action (probe or give up on the stream) is due: moved
-        /// on by every message.
-        quiet_deadline: Instant,
-        /// Fires at `quiet_deadline` or earlier: it is set when the stream opens and when it
-        /// fires early, not for every message (each setting costs a timer registration).
-        quiet: Pin<Box<Sleep>>,
-        /// A progress request is outstanding.
-        probed: bool,
-    },
-    Down {
-        retry_at: Instant,
-    },
-}
-
-impl Conn {
-    fn up(stream: Box<WatchStream>, idle_probe: Duration, probed: bool) -> Conn {
-        let quiet_deadline = Instant::now() + idle_probe;
-        Conn::Up {
-            stream,
-            quiet_deadline,
-            quiet: Box::pin(tokio::time::sleep_until(quiet_deadline)),
-            probed,
-        }
-    }
-}
-
 enum Step {
     Control(Option<Control>),
-    Message(Result<Option<WatchResponse>, etcd_client::Error>),
     Tick,
-    Quiet,
-    Retry,
+    CatchUp,
 }
 
 enum Absorb {
-    /// The watch is unusable; re-open it where capture stands.
+    /// This catch-up failed; the next one starts where capture stands.
     Broken(String),
     /// Capture cannot go on.
     Fatal(CaptureError),
@@ -676,10 +693,10 @@ impl Ticker {
         }
     }
 
-    /// Starts the period over (after any cut).
-    fn reset(&mut self) {
+    /// Starts the period over from `from` (after any cut).
+    fn restart(&mut self, from: Instant) {
         if let Ticker::Every(interval) = self {
-            interval.reset();
+            interval.reset_at(from + interval.period());
         }
     }
 }

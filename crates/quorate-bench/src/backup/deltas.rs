@@ -1,5 +1,7 @@
-//! Delta backups as the agent runs them: a [`DeltaWatcher`] on the member, cutting a batch
-//! every period, and a task uploading each batch (gzip, as by default) into a snapshot store.
+//! Delta backups as the agent runs them: a [`DeltaWatcher`] on the member, catching up with
+//! it periodically and cutting a batch every period, and a task uploading each batch (gzip, as
+//! by default) into a snapshot store; and, for where the cost goes, a watch that stays open
+//! and a catch-up that drops what it receives.
 
 use std::time::{Duration, Instant};
 
@@ -77,8 +79,8 @@ pub struct DeltaBackup {
 }
 
 impl DeltaBackup {
-    /// Captures every event from `start_revision` on, cutting a batch every `period`, and
-    /// uploads each batch to `store` with `compression`. Capture and uploads run on `runtime`
+    /// Captures every event from `start_revision` on, catching up every `catch_up_every` and
+    /// cutting a batch every `period`, and uploads each batch to `store` with `compression`. Capture and uploads run on `runtime`
     /// with their own connection to `url`, apart from the tasks of whoever calls this (the
     /// agent is a process of its own).
     pub async fn start(
@@ -87,6 +89,7 @@ impl DeltaBackup {
         start_revision: i64,
         store: SnapStore,
         period: Duration,
+        catch_up_every: Duration,
         compression: Option<CompressionPolicy>,
     ) -> Result<DeltaBackup> {
         let url = url.to_string();
@@ -95,6 +98,7 @@ impl DeltaBackup {
                 let client = MemberClient::connect(&url, None, EtcdTimeouts::default()).await?;
                 let mut config = DeltaConfig::new(start_revision);
                 config.schedule = CutSchedule::Every(period);
+                config.catch_up_every = catch_up_every;
                 let (handle, batches, capture) = DeltaWatcher::spawn(client, config)
                     .map_err(|e| BenchError::failed(format!("starting the delta capture: {e}")))?;
                 let uploader =
@@ -146,8 +150,9 @@ impl DeltaBackup {
     }
 }
 
-/// A bare watch over every key, its events received and dropped: what etcd and the gRPC
-/// client spend on a watch, without quorate's capture, encoding and uploads.
+/// A bare watch over every key that stays open, its events received and dropped: what etcd and
+/// the gRPC client spend on following every write as it happens (how delta capture worked
+/// before it caught up periodically).
 pub struct RawWatch {
     stop: tokio::sync::oneshot::Sender<()>,
     task: JoinHandle<Result<u64>>,
@@ -215,7 +220,9 @@ pub struct CatchUpStats {
 /// Periodic catch-up, events dropped: every `period`, the member's current revision (from a
 /// status call), then a watch from the first revision not yet received that is read until it
 /// has brought that revision, and dropped. etcd serves such a watch from its backend as an
-/// unsynced watcher in batched responses, instead of one response per write.
+/// unsynced watcher in batched responses, instead of one response per write. (The
+/// `DeltaWatcher` takes the revision from the watch's creation answer instead of a status
+/// call.)
 pub struct CatchUpWatch {
     stop: tokio::sync::oneshot::Sender<()>,
     task: JoinHandle<Result<CatchUpStats>>,

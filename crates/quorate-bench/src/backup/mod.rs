@@ -8,7 +8,7 @@
 //!    restore with delta snapshots captured after it, for the replay rate in events/s, against
 //!    one client writing one revision at a time;
 //! 3. write throughput of several clients with delta backups (`DeltaWatcher` + uploads) on
-//!    vs. off.
+//!    vs. off, with diagnostic modes for where the cost goes.
 //!
 //! Rounds alternate which side goes first, so load from other processes hits both alike.
 
@@ -24,6 +24,7 @@ use std::time::Duration;
 use clap::Args;
 use etcd_client::CompactionOptions;
 use quorate_api::CompressionPolicy;
+use quorate_backup::snapshotter::DEFAULT_CATCH_UP_EVERY;
 use quorate_etcd::{EtcdTimeouts, MemberClient};
 use quorate_testkit::{EtcdMemberConfig, EtcdProcess};
 use tokio::runtime::Handle;
@@ -65,7 +66,7 @@ pub struct BackupArgs {
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     replay_events: u64,
     /// How often delta capture catches up with etcd (milliseconds).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = DEFAULT_CATCH_UP_EVERY.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
     catch_up_ms: u64,
     /// What runs beside the write load, one write round each per round (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = DeltaMode::ALL)]
@@ -318,6 +319,7 @@ async fn replay(
         saved.revision + 1,
         store.clone(),
         settings.delta_period,
+        settings.catch_up_every,
         Some(CompressionPolicy::Gzip),
     )
     .await?;
@@ -413,6 +415,7 @@ async fn write_rounds(
                             before + 1,
                             store.clone(),
                             settings.delta_period,
+                            settings.catch_up_every,
                             (mode == DeltaMode::On).then_some(CompressionPolicy::Gzip),
                         )
                         .await?,

@@ -149,7 +149,7 @@ pub struct ReplayResult {
 pub enum DeltaMode {
     /// Nothing.
     Off,
-    /// A bare watch over every key, events dropped (for where the cost goes).
+    /// A watch over every key that stays open, events dropped (for where the cost goes).
     #[value(name = "watch")]
     WatchOnly,
     /// Every period a watch from the last revision received up to the current one, events
@@ -159,7 +159,7 @@ pub enum DeltaMode {
     /// Delta backups with uncompressed uploads (for where the cost goes).
     #[value(name = "on-plain")]
     OnPlain,
-    /// Delta backups: `DeltaWatcher` plus gzip uploads.
+    /// Delta backups: `DeltaWatcher` (periodic catch-ups) plus gzip uploads.
     On,
 }
 
@@ -490,20 +490,22 @@ pub fn render(r: &BackupResults) -> String {
         out,
         "{} clients, each on its own connection, put 1 KiB values (each cycling over 1000 keys) \
          as fast as etcd acknowledges, for {} s per round. **on**: a `DeltaWatcher` from the \
-         round's first revision with a {:?} period, each batch uploaded with gzip into a `Local` \
-         store, running in the benchmark process on a tokio runtime of its own with its own \
-         connection (the agent is a process of its own beside etcd; here it shares the two CPUs \
-         with etcd and the clients, as it would). **off**: nothing else. **bare watch only**, to show where the cost of **on** \
-         goes: the same watch over every key with its events received and dropped (what etcd \
-         and the gRPC client spend on a watch, without quorate's capture, encoding and \
-         uploads); **catch-up watch only**: every period, the member's revision from a status \
-         call, then a watch from the first revision not yet received, read until it brought \
-         that revision and dropped (etcd serves such a watch from its backend in batched \
-         responses, not one response per write), events dropped; and delta backups with \
-         uncompressed uploads (the same as **on** without gzip). Every mode runs in every \
-         round, in rotating order. After every round the member is compacted \
-         to its head revision, so the database does not grow from round to round.\n",
-        set.clients, set.write_seconds, set.delta_period
+         round's first revision with a {:?} period, catching up every {:?}: each catch-up opens \
+         a watch over every key at the first revision not captured yet, reads it until it has \
+         brought the revision etcd was at when it made the watch (etcd serves such a watch from \
+         its backend, up to 1000 revisions per response, instead of one response per write), \
+         and drops it; each batch is uploaded with gzip into a `Local` store. It runs in the \
+         benchmark process on a tokio runtime of its own with its own connection (the agent is \
+         a process of its own beside etcd; here it shares the two CPUs with etcd and the \
+         clients, as it would). **off**: nothing else. To show where the cost goes: **bare \
+         watch only**, a watch over every key that stays open, its events received and dropped \
+         (what following every write as it happens costs etcd and the gRPC client; delta \
+         capture worked that way before); **catch-up watch only**, the catch-ups alone at the \
+         same interval, events dropped (the revision to reach from a status call); and delta \
+         backups with uncompressed uploads (**on** without gzip). Every mode runs in every \
+         round, in rotating order. After every round the member is compacted to its head \
+         revision, so the database does not grow from round to round.\n",
+        set.clients, set.write_seconds, set.delta_period, set.catch_up_every
     );
     let _ = writeln!(
         out,
@@ -678,6 +680,17 @@ pub fn render(r: &BackupResults) -> String {
                 s(c.upload_time.as_secs_f64())
             ));
         }
+        let per_1k = |cpu: Option<Duration>| {
+            cpu.map_or_else(
+                || "–".to_string(),
+                |cpu| format!("{:.0} ms", cpu.as_secs_f64() * 1e6 / x.ok.max(1) as f64),
+            )
+        };
+        notes.push(format!(
+            "CPU per 1k writes: etcd {}, benchmark process {}",
+            per_1k(x.etcd_cpu),
+            per_1k(x.bench_cpu)
+        ));
         if let Some(c) = &x.caught_up {
             notes.push(format!(
                 "{} events received in {} responses, {} catch-ups",
@@ -861,7 +874,8 @@ fn render_replay(out: &mut String, set: &Settings, rp: &ReplayResult) {
     let _ = writeln!(
         out,
         "After the full snapshot, {} clients wrote {} puts of 1 KiB ({:.0} writes/s) while a \
-         `DeltaWatcher` (period {:?}) captured them and each batch was uploaded with gzip into a \
+         `DeltaWatcher` (period {:?}, catching up every {:?}) captured them and each batch was \
+         uploaded with gzip into a \
          `Local` store: {} delta snapshots, {} encoded, {} stored. quorate's `restore` then \
          restored the full snapshot plus those deltas, downloading and decompressing each delta \
          while replaying, one txn per source revision through a temporary etcd (etcd 3.4 has no \
@@ -870,6 +884,7 @@ fn render_replay(out: &mut String, set: &Settings, rp: &ReplayResult) {
         rp.writes,
         rp.write_rate,
         set.delta_period,
+        set.catch_up_every,
         rp.capture.batches,
         mb(rp.capture.encoded_bytes),
         mb(rp.capture.stored_bytes),
