@@ -4,7 +4,6 @@
 //! the leader moves, the old leader stops after uploading what it captured and the new one
 //! continues from the newest stored revision + 1, so there is neither a gap nor an overlap.
 
-use crate::member::client_tls;
 use crate::state::SharedState;
 use quorate_api::CronSchedule;
 use quorate_backup::layout::{SnapshotKind, SnapshotName};
@@ -13,6 +12,7 @@ use quorate_backup::snapshotter::{
 };
 use quorate_backup::store::{SnapStore, StoredSnapshot};
 use quorate_coord::Coordination;
+use quorate_core::backup_chain::{ChainDecision, ChainEvidence, decide_chain};
 use quorate_core::backup_schedule::{StartupAction, startup_action};
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::gc::{self, GcPolicy, SnapshotInfo};
@@ -149,7 +149,7 @@ impl<C: Coordination> Leader<'_, C> {
             .unwrap_or_default();
         MemberClient::connect(
             &url,
-            client_tls(self.cluster).as_ref(),
+            quorate_etcd::client_tls(self.cluster).as_ref(),
             EtcdTimeouts::default(),
         )
         .await
@@ -171,6 +171,7 @@ impl<C: Coordination> Leader<'_, C> {
         let store = crate::restore::open_store(self.backup)?;
         store.check().await.map_err(|e| e.to_string())?;
         crate::restore::check_owner(&store, self.backup).await?;
+        self.check_chain(&store).await?;
         let schedule = self.backup.spec.full_snapshot_cron();
         let stored = store.list().await.map_err(|e| e.to_string())?;
         let now = jiff::Timestamp::now();
@@ -291,6 +292,43 @@ impl<C: Coordination> Leader<'_, C> {
                 next_revision = taken?.name.last_revision + 1;
                 next_full = next_fire(&schedule, jiff::Timestamp::now());
             }
+        }
+    }
+
+    /// Continues the bucket's chain only if etcd's history is the chain's (issue 12): decided
+    /// by `backup_chain` from the chain record, the bucket's newest revision and etcd's status.
+    async fn check_chain(&self, store: &SnapStore) -> Result<(), String> {
+        let status = self
+            .member_client()
+            .await?
+            .status()
+            .await
+            .map_err(|e| e.to_string())?;
+        let record = crate::restore::chain_record(store).await?;
+        let newest = store
+            .list()
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|s| s.name.last_revision)
+            .max();
+        let evidence = ChainEvidence {
+            record: record.as_ref(),
+            bucket_newest: newest,
+            etcd_cluster_id: status.cluster_id,
+            etcd_revision: status.revision,
+            new_chain_requested: self.backup.new_chain_request.is_some(),
+        };
+        match decide_chain(evidence) {
+            ChainDecision::Continue => Ok(()),
+            ChainDecision::Record(record) => crate::restore::put_chain_record(store, &record).await,
+            ChainDecision::StartNew(record) => {
+                let suffix = jiff::Timestamp::now().as_second().to_string();
+                let moved = store.archive(&suffix).await.map_err(|e| e.to_string())?;
+                tracing::warn!(member = %self.me, moved, suffix = %suffix, "new backup chain asked for: the old snapshots were moved aside");
+                crate::restore::put_chain_record(store, &record).await
+            }
+            ChainDecision::Refuse(why) => Err(format!("backups stopped: {why}")),
         }
     }
 

@@ -14,6 +14,9 @@ pub enum DataDirState {
     Valid,
     /// Member data that etcd cannot use; the text says what is wrong.
     Invalid(String),
+    /// The directory cannot be read (permissions, I/O errors): whether it holds data is
+    /// unknown, so nothing may be concluded from it and nothing is moved.
+    Unreadable(String),
 }
 
 /// bbolt's magic number, at the start of both meta pages' meta section.
@@ -25,15 +28,25 @@ const META_CHECKED: usize = 56;
 
 /// Inspects `data_dir` (etcd's `--data-dir`).
 pub fn inspect(data_dir: &Path) -> DataDirState {
+    let unreadable = |path: &Path, e: std::io::Error| {
+        DataDirState::Unreadable(format!("cannot read {}: {e}", path.display()))
+    };
     let member = data_dir.join("member");
-    if !member.exists() {
-        return DataDirState::Empty;
+    for dir in [data_dir, member.as_path()] {
+        match std::fs::read_dir(dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DataDirState::Empty,
+            Err(e) => return unreadable(dir, e),
+        }
     }
-    let has_wal = std::fs::read_dir(member.join("wal"))
-        .map(|mut entries| {
+    let wal = member.join("wal");
+    let has_wal = match std::fs::read_dir(&wal) {
+        Ok(mut entries) => {
             entries.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "wal")))
-        })
-        .unwrap_or(false);
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return unreadable(&wal, e),
+    };
     if !has_wal {
         return DataDirState::Invalid(format!(
             "{} has no write-ahead log (member/wal/*.wal)",
@@ -43,17 +56,31 @@ pub fn inspect(data_dir: &Path) -> DataDirState {
     let db = member.join("snap").join("db");
     match check_bolt(&db) {
         Ok(()) => DataDirState::Valid,
-        Err(why) => DataDirState::Invalid(format!("{}: {why}", db.display())),
+        Err(BoltCheck::Damaged(why)) => DataDirState::Invalid(format!("{}: {why}", db.display())),
+        Err(BoltCheck::Io(e)) => unreadable(&db, e),
     }
 }
 
+/// Why a database file did not pass.
+#[derive(Debug)]
+enum BoltCheck {
+    /// The file is missing or not an intact bbolt database.
+    Damaged(String),
+    /// The file could not be read: says nothing about its content.
+    Io(std::io::Error),
+}
+
 /// Checks that at least one of the two bbolt meta pages is intact (magic, version, checksum).
-fn check_bolt(db: &Path) -> Result<(), String> {
-    let mut file = std::fs::File::open(db).map_err(|e| format!("cannot open the database: {e}"))?;
+fn check_bolt(db: &Path) -> Result<(), BoltCheck> {
+    let mut file = match std::fs::File::open(db) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(BoltCheck::Damaged("the database file is missing".into()));
+        }
+        Err(e) => return Err(BoltCheck::Io(e)),
+    };
     let mut head = vec![0u8; 4096 * 2];
-    let n = file
-        .read(&mut head)
-        .map_err(|e| format!("cannot read the database: {e}"))?;
+    let n = file.read(&mut head).map_err(BoltCheck::Io)?;
     head.truncate(n);
     let meta_ok = |page: &[u8]| -> bool {
         let Some(meta) = page.get(PAGE_HEADER..PAGE_HEADER + META_CHECKED + 8) else {
@@ -77,7 +104,9 @@ fn check_bolt(db: &Path) -> Result<(), String> {
     if first || second {
         Ok(())
     } else {
-        Err("not a valid bbolt database (both meta pages are damaged)".into())
+        Err(BoltCheck::Damaged(
+            "not a valid bbolt database (both meta pages are damaged)".into(),
+        ))
     }
 }
 
@@ -160,10 +189,40 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("db");
         std::fs::write(&db, [page.clone(), vec![0u8; 4096]].concat()).unwrap();
-        assert_eq!(check_bolt(&db), Ok(()), "first meta page intact");
+        assert!(check_bolt(&db).is_ok(), "first meta page intact");
         page[PAGE_HEADER + 20] ^= 1;
         std::fs::write(&db, [page, vec![0u8; 4096]].concat()).unwrap();
         assert!(check_bolt(&db).is_err(), "checksum catches damage");
+    }
+
+    /// Issue 12: an unreadable directory is not an empty one (it would count as a member that
+    /// lost its data and let another member restore over the cluster).
+    #[test]
+    fn an_unreadable_directory_is_not_empty() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("member/wal")).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let state = inspect(&data);
+        // root reads anything: then the directory is readable and holds damaged data.
+        let privileged = std::fs::read_dir(&data).is_ok();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if privileged {
+            assert!(matches!(state, DataDirState::Invalid(_)), "{state:?}");
+        } else {
+            assert!(
+                matches!(state, DataDirState::Unreadable(w) if w.contains("Permission denied"))
+            );
+        }
+        let db_dir = data.join("member/snap");
+        std::fs::create_dir_all(&db_dir).unwrap();
+        std::fs::write(data.join("member/wal/0.wal"), b"x").unwrap();
+        std::fs::create_dir(db_dir.join("db")).unwrap();
+        assert!(
+            matches!(inspect(&data), DataDirState::Unreadable(_)),
+            "a database that cannot be read (here: a directory) is unknown, not damaged"
+        );
     }
 
     #[test]

@@ -6,11 +6,16 @@
 pub mod backup;
 pub mod data_dir;
 pub mod etcd_process;
+pub mod executor;
+mod facts;
 pub mod http;
 pub mod member;
+pub mod publish;
+pub mod recovery;
 pub mod restore;
+pub mod start;
 pub mod state;
-pub mod turn;
+pub mod wait;
 
 pub use member::{AgentError, AgentExit, AgentOptions, run_agent};
 pub use state::SharedState;

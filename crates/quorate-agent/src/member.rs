@@ -1,20 +1,26 @@
-//! The member loop: decide how to start, start etcd, keep it running with the current
-//! configuration, promote it when it is a learner, renew its lease, and stop for good when the
-//! member has been removed from the cluster.
+//! The member loop: decide how to start (`start`), start etcd, keep it running with the current
+//! configuration, promote it when it is a learner, renew its lease, take part in quorum-loss
+//! recovery, and stop for good when the member has been removed from the cluster.
 
-use crate::data_dir::{self, DataDirState};
+use crate::data_dir;
 use crate::etcd_process::{EtcdProcess, SpawnError};
+use crate::executor::Executor;
+use crate::recovery::QuorumAction;
+use crate::start::{NotYet, prepare_start};
 use crate::state::{Phase, SharedState};
-use quorate_api::status::EtcdRole;
+use crate::wait::Wait;
+use crate::{facts, publish};
 use quorate_coord::{CoordError, Coordination};
-use quorate_core::cluster_config::{ClusterConfig, TlsFiles};
+use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
-use quorate_core::lease::{HolderIdentity, MemberLease};
-use quorate_core::member_start::{
-    Backups, ListedMember, StartDecision, StartEvidence, decide_start, join_initial_cluster,
-};
-use quorate_core::rollout::{CONFIG_HASH_ANNOTATION, config_hash, may_restart};
-use quorate_etcd::{ClientIdentity, ClusterClient, EtcdTimeouts, EtcdTls, MemberClient, PemSource};
+use quorate_core::membership::MemberList;
+use quorate_core::membership::data_state::DataState;
+use quorate_core::membership::join::{JoinDecision, may_join};
+use quorate_core::membership::planner::Step;
+use quorate_core::membership::recovery::RecoveryRecord;
+use quorate_core::membership::rollout::{RolloutPeer, config_hash, may_restart};
+use quorate_core::membership::start::Backups;
+use quorate_etcd::MemberClient;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -62,10 +68,14 @@ pub enum AgentError {
 /// How one run of etcd ended.
 enum RunEnd {
     ConfigChanged,
-    /// A single member whose data ends before the newest backup: its data must be replaced.
+    /// A single member whose data is an older state of the bucket's history: replace it.
     BehindBackup(String),
     Exited(String),
     Removed,
+    /// A recovery dropped this member: its data belongs to the old membership.
+    Dropped,
+    /// This member recovers the cluster: start next in this mode, without deciding again.
+    Recover(StartMode),
     Shutdown,
 }
 
@@ -77,7 +87,9 @@ pub async fn run_agent<C: Coordination>(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<AgentExit, AgentError> {
     let mut failures: u32 = 0;
-    let mut silent_since = None;
+    let mut restore_failures: u32 = 0;
+    let mut next_mode: Option<StartMode> = None;
+    state.update(|s| s.recovery = facts::load_recovery(&opts.data_dir));
     loop {
         if *shutdown.borrow() {
             return Ok(AgentExit::Shutdown);
@@ -85,18 +97,39 @@ pub async fn run_agent<C: Coordination>(
         let cluster = match coord.cluster_config().await {
             Ok(c) => c,
             Err(CoordError::NoConfig { .. }) => {
-                let reason = "no cluster configuration yet".to_string();
+                let reason = Wait::new("no cluster configuration yet");
                 wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
                 continue;
             }
             Err(e) => return Err(e.into()),
         };
-        let mode = match prepare_start(&coord, &cluster, &opts, &mut silent_since).await {
-            Ok(mode) => mode,
-            Err(reason) => {
-                wait(&state, &opts, &mut shutdown, reason, opts.retry_interval).await;
-                continue;
-            }
+        let mode = match next_mode.take() {
+            Some(mode) => mode,
+            None => match prepare_start(&coord, &cluster, &opts, &state).await {
+                Ok(mode) => {
+                    restore_failures = 0;
+                    mode
+                }
+                Err(NotYet::Wait(reason)) => {
+                    publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
+                    wait(&state, &opts, &mut shutdown, reason, opts.retry_interval).await;
+                    continue;
+                }
+                Err(NotYet::RestoreFailed(reason)) => {
+                    restore_failures += 1;
+                    let backoff = (opts.poll_interval * 2u32.saturating_pow(restore_failures))
+                        .min(Duration::from_secs(300));
+                    let reason = Wait::new(format!(
+                        "restoring from the bucket failed ({} attempt(s); next in {}s): {reason}",
+                        restore_failures,
+                        backoff.as_secs()
+                    ));
+                    tracing::warn!(member = %opts.member, %reason, "restore failed");
+                    publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
+                    wait(&state, &opts, &mut shutdown, reason, backoff).await;
+                    continue;
+                }
+            },
         };
         match run_etcd(&coord, &cluster, &opts, mode, &state, &mut shutdown).await? {
             RunEnd::Shutdown => return Ok(AgentExit::Shutdown),
@@ -109,29 +142,55 @@ pub async fn run_agent<C: Coordination>(
                 return Ok(AgentExit::Removed);
             }
             RunEnd::ConfigChanged => failures = 0,
+            RunEnd::Recover(mode) => next_mode = Some(mode),
+            RunEnd::Dropped => {
+                tracing::warn!(member = %opts.member, "a quorum-loss recovery dropped this member; moving its data aside and rejoining as a learner");
+                move_aside(&state, &opts, &mut shutdown, "dropped by a recovery").await;
+            }
             RunEnd::BehindBackup(why) => {
-                tracing::warn!(member = %opts.member, %why, "data is older than the backups; restoring");
-                let aside =
-                    data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second());
-                if let Err(e) = aside {
-                    wait(
-                        &state,
-                        &opts,
-                        &mut shutdown,
-                        format!("{why}; moving the data aside failed: {e}"),
-                        opts.poll_interval,
-                    )
-                    .await;
-                }
+                tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
+                move_aside(&state, &opts, &mut shutdown, &why).await;
             }
             RunEnd::Exited(why) => {
                 failures += 1;
                 let backoff = opts.poll_interval * failures.min(10);
                 tracing::warn!(member = %opts.member, %why, ?backoff, "etcd exited; restarting");
-                let reason = format!("etcd exited ({why}); restarting");
+                let reason = Wait::new(format!("etcd exited ({why}); restarting"));
                 wait(&state, &opts, &mut shutdown, reason, backoff).await;
             }
         }
+    }
+}
+
+/// Moves the data directory aside (never deleting it); on failure waits, saying why.
+async fn move_aside(
+    state: &SharedState,
+    opts: &AgentOptions,
+    shutdown: &mut watch::Receiver<bool>,
+    why: &str,
+) {
+    if let Err(e) = data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second()) {
+        let reason = Wait::new(format!("{why}; moving the data aside failed: {e}"));
+        wait(state, opts, shutdown, reason, opts.poll_interval).await;
+    }
+}
+
+/// Publishes the member's evidence with a new waiting reason, when the reason changed.
+async fn publish_waiting<C: Coordination>(
+    coord: &C,
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+    state: &SharedState,
+    reason: &Wait,
+) {
+    let s = state.get();
+    let changed = s.message != reason.reason() || s.phase != Phase::Waiting;
+    state.update(|s| {
+        s.phase = Phase::Waiting;
+        s.message = reason.to_string();
+    });
+    if changed {
+        publish::publish(coord, cluster, &opts.member, state, false).await;
     }
 }
 
@@ -140,10 +199,12 @@ async fn wait(
     state: &SharedState,
     opts: &AgentOptions,
     shutdown: &mut watch::Receiver<bool>,
-    reason: String,
+    reason: Wait,
     how_long: Duration,
 ) {
-    if state.get().message != reason {
+    let reason = String::from(reason);
+    let s = state.get();
+    if s.message != reason || s.phase != Phase::Waiting {
         tracing::info!(member = %opts.member, %reason, "waiting");
     }
     state.update(|s| {
@@ -152,175 +213,6 @@ async fn wait(
         s.message = reason;
     });
     let _ = tokio::time::timeout(how_long, shutdown.changed()).await;
-}
-
-/// Client TLS settings for the agent's own connections to etcd.
-pub fn client_tls(cluster: &ClusterConfig) -> Option<EtcdTls> {
-    cluster.client_tls.as_ref().map(|t: &TlsFiles| EtcdTls {
-        ca: PemSource::File(t.ca_file.clone().into()),
-        identity: t
-            .client_cert_file
-            .as_ref()
-            .zip(t.client_key_file.as_ref())
-            .map(|(cert, key)| ClientIdentity {
-                cert: PemSource::File(cert.into()),
-                key: PemSource::File(key.into()),
-            }),
-        domain_name: None,
-    })
-}
-
-fn timeouts() -> EtcdTimeouts {
-    EtcdTimeouts {
-        connect: Duration::from_secs(1),
-        request: Duration::from_secs(3),
-        ..EtcdTimeouts::default()
-    }
-}
-
-/// A client for the cluster-wide calls, over `urls`.
-async fn cluster_client(
-    cluster: &ClusterConfig,
-    urls: &[String],
-) -> Result<ClusterClient, quorate_etcd::EtcdError> {
-    ClusterClient::new(urls, client_tls(cluster).as_ref(), timeouts()).await
-}
-
-/// The client URLs of every desired member except `me`.
-fn peers_client_urls(cluster: &ClusterConfig, me: &str) -> Vec<String> {
-    cluster
-        .members
-        .iter()
-        .filter(|m| m.name != me)
-        .map(|m| m.client_url.clone())
-        .collect()
-}
-
-async fn member_list(cluster: &ClusterConfig, me: &str) -> Option<Vec<ListedMember>> {
-    let urls = peers_client_urls(cluster, me);
-    if urls.is_empty() {
-        return None;
-    }
-    let members = cluster_client(cluster, &urls)
-        .await
-        .ok()?
-        .member_list()
-        .await
-        .ok()?;
-    Some(
-        members
-            .into_iter()
-            .map(|m| ListedMember {
-                id: m.id,
-                name: m.name,
-                peer_urls: m.peer_urls,
-                is_learner: m.is_learner,
-            })
-            .collect(),
-    )
-}
-
-/// Works out how etcd starts, performing the membership change the start needs (adding this
-/// member as a learner, or removing its stale entry). `Err` carries the reason to wait.
-async fn prepare_start<C: Coordination>(
-    coord: &C,
-    cluster: &ClusterConfig,
-    opts: &AgentOptions,
-    silent_since: &mut Option<Instant>,
-) -> Result<StartMode, String> {
-    let me = &opts.member;
-    data_dir::check_guard(&opts.data_dir, &cluster.cluster_token)?;
-    let has_data = match data_dir::inspect(&opts.data_dir) {
-        DataDirState::Valid => true,
-        DataDirState::Empty => false,
-        DataDirState::Invalid(why) => {
-            let aside = data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second())
-                .map_err(|e| format!("{why}; moving it aside failed: {e}"))?;
-            tracing::warn!(member = %me, %why, aside = %aside.display(), "unusable data directory moved aside");
-            false
-        }
-    };
-    let (member_list, cluster_existed, backups) = if has_data {
-        (None, true, Backups::NotConfigured)
-    } else {
-        let leases = coord.member_leases().await.map_err(|e| e.to_string())?;
-        let existed = leases
-            .iter()
-            .filter_map(|l| l.holder_identity.as_deref())
-            .filter_map(|h| h.parse::<HolderIdentity>().ok())
-            .any(|h| h.cluster_id.is_some());
-        let list = member_list(cluster, me).await;
-        let backups = if list.is_none() {
-            crate::restore::backups_in_store(cluster).await
-        } else {
-            Backups::NotConfigured
-        };
-        (list, existed, backups)
-    };
-    let silent = match (&member_list, has_data) {
-        (None, false) => silent_since.get_or_insert_with(Instant::now).elapsed(),
-        _ => {
-            *silent_since = None;
-            Duration::ZERO
-        }
-    };
-    let evidence = StartEvidence {
-        has_data,
-        member_list,
-        cluster_existed,
-        backups,
-        peers_silent_for: silent,
-    };
-    let peer_urls = peers_client_urls(cluster, me);
-    let peers = || cluster_client(cluster, &peer_urls);
-    match decide_start(cluster, me, &evidence) {
-        StartDecision::Start(mode) => Ok(mode),
-        StartDecision::Wait(reason) => Err(reason),
-        StartDecision::RestoreFromBackup => {
-            crate::restore::restore_member(cluster, opts).await?;
-            Ok(StartMode::Restart)
-        }
-        StartDecision::AddSelfAsLearner => {
-            let my_peer_url = cluster
-                .member(me)
-                .map(|m| m.peer_url.clone())
-                .unwrap_or_default();
-            let listed = evidence.member_list.unwrap_or_default();
-            if let Some(reason) = crate::turn::not_my_turn(cluster, me, &listed) {
-                return Err(reason);
-            }
-            // A data directory left half-initialised by an earlier attempt would make etcd
-            // refuse to join; it holds nothing of value because the member never ran.
-            let _ = std::fs::remove_dir_all(&opts.data_dir);
-            let (_, members) = async { peers().await?.add_learner(&[my_peer_url]).await }
-                .await
-                .map_err(|e| format!("adding {me} as a learner: {e}"))?;
-            let listed: Vec<ListedMember> = members
-                .into_iter()
-                .map(|m| ListedMember {
-                    id: m.id,
-                    name: m.name,
-                    peer_urls: m.peer_urls,
-                    is_learner: m.is_learner,
-                })
-                .collect();
-            tracing::info!(member = %me, "added as a learner");
-            Ok(StartMode::Join {
-                initial_cluster: join_initial_cluster(cluster, &listed),
-            })
-        }
-        StartDecision::ReplaceSelf { id } => {
-            async { peers().await?.remove(id).await }
-                .await
-                .map_err(|e| {
-                    format!("removing stale entry {id:x} of {me} (its data is gone): {e}")
-                })?;
-            tracing::warn!(member = %me, id = %format!("{id:x}"), "removed stale member entry; will rejoin as a learner");
-            Err(format!(
-                "removed stale member entry {id:x}; rejoining as a learner"
-            ))
-        }
-    }
 }
 
 async fn run_etcd<C: Coordination>(
@@ -351,26 +243,25 @@ async fn run_etcd<C: Coordination>(
         .member(me)
         .map(|m| m.client_url.clone())
         .unwrap_or_default();
-    let tls = client_tls(cluster);
+    let tls = quorate_etcd::client_tls(cluster);
     let mut member_client: Option<MemberClient> = None;
     let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
-    let mut last_renewal: Option<Instant> = None;
-    // A lone member compares its revision with the bucket's once it serves (after etcd has
+    let mut last_publish: Option<Instant> = None;
+    // A lone member compares its data with the bucket's once it serves (after etcd has
     // replayed its write-ahead log), as etcd-backup-restore does before starting etcd.
     let mut revision_checked = cluster.members.len() != 1 || cluster.backup.is_none();
     // Whether the member list has this member's configured peer URL (checked once per run).
     let mut peer_urls_settled = false;
+    let mut recorded_ids = None;
     let mut probe = tokio::time::interval(opts.retry_interval);
     let mut config_check = tokio::time::interval(opts.poll_interval);
+    let mut quorum_check = tokio::time::interval(opts.poll_interval);
     loop {
         tokio::select! {
             status = process.wait() => {
                 let why = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
                 state.update(|s| s.healthy = false);
-                if was_removed(cluster, me, state).await {
-                    return Ok(RunEnd::Removed);
-                }
-                return Ok(RunEnd::Exited(why));
+                return Ok(removal(coord, cluster, me, state).await.unwrap_or(RunEnd::Exited(why)));
             }
             _ = shutdown.changed() => {
                 process.stop(Duration::from_secs(10)).await;
@@ -380,10 +271,9 @@ async fn run_etcd<C: Coordination>(
             _ = config_check.tick() => {
                 if let Ok(latest) = coord.cluster_config().await
                     && restart_needed(&config, &latest, me, &data_dir)
+                    && let Some(client) = &member_client
                 {
-                    let leases = coord.member_leases().await.unwrap_or_default();
-                    let turn = may_restart(&latest, me, &leases, &config_hash(&latest), jiff::Timestamp::now());
-                    match turn {
+                    match restart_turn(coord, &latest, me, client).await {
                         Ok(()) => {
                             tracing::info!(member = %me, "configuration changed; restarting etcd");
                             process.stop(Duration::from_secs(10)).await;
@@ -393,9 +283,34 @@ async fn run_etcd<C: Coordination>(
                     }
                 }
             }
+            _ = quorum_check.tick(), if state.get().member_id.is_some() && !state.get().healthy => {
+                let Some(client) = &member_client else { continue };
+                match crate::recovery::check(coord, cluster, me, client, state).await {
+                    QuorumAction::None => {}
+                    QuorumAction::Dropped => {
+                        process.stop(Duration::from_secs(10)).await;
+                        return Ok(RunEnd::Dropped);
+                    }
+                    QuorumAction::ForceNewCluster(record) => {
+                        if crate::recovery::record(coord, cluster, me, &opts.data_dir, state, &record).await {
+                            process.stop(Duration::from_secs(10)).await;
+                            return Ok(RunEnd::Recover(StartMode::ForceNewCluster));
+                        }
+                    }
+                    QuorumAction::RestoreFromBucket(record) => {
+                        if crate::recovery::record(coord, cluster, me, &opts.data_dir, state, &record).await {
+                            process.stop(Duration::from_secs(10)).await;
+                            return Ok(RunEnd::BehindBackup(format!(
+                                "quorum-loss recovery: the bucket holds a newer state (revision {}) of this cluster's history",
+                                record.revision
+                            )));
+                        }
+                    }
+                }
+            }
             _ = probe.tick() => {
                 if member_client.is_none() {
-                    member_client = MemberClient::connect(&endpoint, tls.as_ref(), timeouts()).await.ok();
+                    member_client = MemberClient::connect(&endpoint, tls.as_ref(), crate::executor::timeouts()).await.ok();
                 }
                 let Some(client) = &member_client else { continue };
                 match client.status().await {
@@ -404,10 +319,15 @@ async fn run_etcd<C: Coordination>(
                         // that is about to be replaced.
                         if !revision_checked && st.leader_id != 0 {
                             revision_checked = true;
-                            if let Some(why) = behind_backups(cluster, st.revision).await {
+                            if let Some(why) = behind_backups(cluster, st.cluster_id, st.revision).await {
                                 process.stop(Duration::from_secs(10)).await;
                                 return Ok(RunEnd::BehindBackup(why));
                             }
+                        }
+                        if recorded_ids != Some((st.cluster_id, st.member_id)) {
+                            facts::store(&opts.data_dir, st.cluster_id, st.member_id, st.revision);
+                            crate::restore::continue_chain_after_restore(cluster, &opts.data_dir, st.cluster_id).await;
+                            recorded_ids = Some((st.cluster_id, st.member_id));
                         }
                         state.update(|s| {
                             s.member_id = Some(st.member_id);
@@ -415,16 +335,21 @@ async fn run_etcd<C: Coordination>(
                             s.is_learner = st.is_learner;
                             s.is_leader = st.leader_id == st.member_id;
                             s.healthy = st.leader_id != 0;
+                            s.data_state = Some(DataState::Present {
+                                cluster_id: Some(st.cluster_id),
+                                member_id: Some(st.member_id),
+                                revision: Some(st.revision),
+                            });
                         });
                         if st.is_learner {
-                            promote(cluster, me, st.member_id).await;
+                            promote_if_my_turn(cluster, me, client).await;
                         } else if !peer_urls_settled && st.leader_id != 0 {
                             peer_urls_settled =
                                 settle_peer_urls(client, cluster, me, st.member_id, state).await;
                         }
-                        let due = last_renewal.is_none_or(|t| t.elapsed() >= heartbeat);
-                        if due && st.leader_id != 0 && renew_lease(coord, cluster, me, state).await {
-                            last_renewal = Some(Instant::now());
+                        let due = last_publish.is_none_or(|t| t.elapsed() >= heartbeat);
+                        if due && publish::publish(coord, cluster, me, state, st.leader_id != 0).await {
+                            last_publish = Some(Instant::now());
                         }
                     }
                     Err(e) => {
@@ -437,14 +362,21 @@ async fn run_etcd<C: Coordination>(
     }
 }
 
-/// `Some(why)` when this lone member's data ends before the newest backup.
-async fn behind_backups(cluster: &ClusterConfig, revision: i64) -> Option<String> {
-    match crate::restore::backups_in_store(cluster).await {
-        Backups::Available { newest_revision } if newest_revision > revision => Some(format!(
-            "the data ends at revision {revision} but the backups reach {newest_revision}"
-        )),
-        _ => None,
-    }
+/// `Some(why)` when this lone member's data is an older state of the history the bucket holds
+/// (same cluster, lower revision): only then is replacing it with the newest backup right. A
+/// cluster restored to an earlier revision is another history and is left alone.
+async fn behind_backups(cluster: &ClusterConfig, cluster_id: u64, revision: i64) -> Option<String> {
+    let Backups::Available { newest_revision } = crate::restore::backups_in_store(cluster).await
+    else {
+        return None;
+    };
+    let chain = crate::restore::chain_cluster(cluster).await;
+    (newest_revision > revision && chain == Some(cluster_id)).then(|| {
+        format!(
+            "the data ends at revision {revision} but the backups of the same cluster \
+             ({cluster_id:x}) reach {newest_revision}"
+        )
+    })
 }
 
 /// Whether the running etcd must restart to pick up `latest`.
@@ -460,19 +392,51 @@ fn restart_needed(
     }
 }
 
-async fn promote(cluster: &ClusterConfig, me: &str, id: u64) {
-    let result = async {
-        cluster_client(cluster, &cluster.client_urls())
-            .await?
-            .promote(id)
-            .await
+/// Promotes this learner when the planner names it, judged on etcd's view of every member.
+async fn promote_if_my_turn(cluster: &ClusterConfig, me: &str, client: &MemberClient) {
+    let executor = Executor::new(cluster, me);
+    let Some(list) = executor.peers_member_list().await else {
+        return;
+    };
+    let observed = executor.observe(&list).await;
+    match may_join(&observed, &executor.desired(), me) {
+        JoinDecision::PromoteSelf { id } => {
+            let name = me.to_string();
+            match executor.apply(&Step::Promote { id, name }).await {
+                Ok(_) => tracing::info!(member = %me, "promoted from learner to voting member"),
+                Err(w) => tracing::debug!(member = %me, reason = %w, "promotion not possible yet"),
+            }
+        }
+        other => {
+            tracing::debug!(member = %me, ?other, endpoint = client.endpoint(), "not promoting yet")
+        }
     }
-    .await;
-    match result {
-        Ok(_) => tracing::info!(member = %me, "promoted from learner to voting member"),
-        Err(e) if e.kind() == quorate_etcd::ErrorKind::MemberNotLearner => {}
-        Err(e) => tracing::debug!(member = %me, error = %e, "promotion not possible yet"),
-    }
+}
+
+/// Whether member `me` may restart now for a new configuration, from etcd's view of every member.
+async fn restart_turn<C: Coordination>(
+    coord: &C,
+    latest: &ClusterConfig,
+    me: &str,
+    client: &MemberClient,
+) -> Result<(), String> {
+    let list = client
+        .member_list_of_cluster()
+        .await
+        .map_err(|e| format!("reading the member list: {e}"))?;
+    let leases = coord.member_leases().await.unwrap_or_default();
+    let executor = Executor::new(latest, me);
+    let answers: Vec<(
+        String,
+        Option<quorate_core::membership::recovery::EtcdAnswer>,
+    )> = executor
+        .answers(&list)
+        .await
+        .into_iter()
+        .map(|(m, a)| (m.name, a))
+        .collect();
+    let peers = RolloutPeer::from_leases(latest, &leases, &answers);
+    may_restart(me, &peers, &config_hash(latest))
 }
 
 /// Makes the cluster know this member by the peer URL it is configured with, as etcd keeps a
@@ -517,51 +481,29 @@ async fn settle_peer_urls(
     }
 }
 
-/// Writes this member's lease; false when it could not be written.
-async fn renew_lease<C: Coordination>(
-    coord: &C,
+/// After etcd exited: was this member removed from the cluster, dropped by a recovery, or
+/// neither? Only a member list from this member's own cluster is evidence (a fork's is not).
+async fn removal(
+    coord: &impl Coordination,
     cluster: &ClusterConfig,
     me: &str,
     state: &SharedState,
-) -> bool {
+) -> Option<RunEnd> {
     let s = state.get();
-    let (Some(member_id), Some(lease_name)) = (
-        s.member_id,
-        cluster.member(me).map(|m| m.lease_name.clone()),
-    ) else {
-        return false;
+    let (Some(id), Some(cluster_id)) = (s.member_id, s.cluster_id) else {
+        return None;
     };
-    let role = if s.is_leader {
-        EtcdRole::Leader
-    } else {
-        EtcdRole::Member
-    };
-    let identity = HolderIdentity {
-        member_id,
-        cluster_id: s.cluster_id,
-        role,
-    };
-    let mut lease = MemberLease::new(lease_name);
-    lease.renew(&identity, s.peer_tls_enabled(), jiff::Timestamp::now());
-    lease
-        .annotations
-        .insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash(cluster));
-    match coord.put_member_lease(&lease).await {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(member = %me, error = %e, "renewing the member lease failed");
-            false
-        }
+    let list: MemberList = Executor::new(cluster, me).peers_member_list().await?;
+    if list.cluster_id != cluster_id
+        || list.members.is_empty()
+        || list.members.iter().any(|m| m.id == id)
+    {
+        return None;
     }
-}
-
-/// After etcd exited: is this member gone from the cluster's member list?
-async fn was_removed(cluster: &ClusterConfig, me: &str, state: &SharedState) -> bool {
-    let Some(id) = state.get().member_id else {
-        return false;
-    };
-    match member_list(cluster, me).await {
-        Some(list) => !list.is_empty() && !list.iter().any(|m| m.id == id),
-        None => false,
+    let leases = coord.member_leases().await.unwrap_or_default();
+    if RecoveryRecord::dropped_by_any(&leases, cluster_id, id) {
+        Some(RunEnd::Dropped)
+    } else {
+        Some(RunEnd::Removed)
     }
 }

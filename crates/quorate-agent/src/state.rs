@@ -1,6 +1,8 @@
 //! What the agent knows about its member right now, shared between the member loop (which
 //! writes it) and the HTTP server (which reports it).
 
+use quorate_core::membership::data_state::DataState;
+use quorate_core::membership::recovery::RecoveryRecord;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +42,10 @@ pub struct MemberState {
     pub etcd_args: Vec<String>,
     /// This member's peer URLs as the cluster's member list has them (empty until read).
     pub registered_peer_urls: Vec<String>,
+    /// What its data directory holds, as published on its lease.
+    pub data_state: Option<DataState>,
+    /// The recovery from quorum loss this member carried out, if any.
+    pub recovery: Option<RecoveryRecord>,
 }
 
 impl MemberState {

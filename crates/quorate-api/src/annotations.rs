@@ -32,6 +32,14 @@ pub const CHECKSUM_ETCD_CONFIGMAP: &str = "checksum/etcd-configmap";
 /// quorate's own: `"true"` lets this cluster restore from and write to a backup prefix another
 /// cluster (incarnation) claimed, e.g. after the cluster's state was lost and recreated.
 pub const ADOPT_BACKUPS: &str = "quorate.io/adopt-backups";
+/// quorate's own: asks for recovery after quorum loss even though some members did not report
+/// that they lost their data (they are treated as lost). The value names the request (any
+/// text); each request is carried out once. `quorate recover NAME` is the local equivalent.
+pub const RECOVER: &str = "quorate.io/recover";
+/// quorate's own: the backup leader may start a new backup chain in a prefix whose chain
+/// belongs to another history (the value names the request). Without it the leader stops
+/// backing up there and says why in `BackupReady`.
+pub const NEW_BACKUP_CHAIN: &str = "quorate.io/new-backup-chain";
 /// Finalizer on an `Etcd` (and on the Secrets it references).
 pub const ETCD_FINALIZER: &str = "druid.gardener.cloud/etcd-druid";
 

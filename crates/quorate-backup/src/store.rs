@@ -294,11 +294,12 @@ impl SnapStore {
             }),
         }
     }
-    /// Key of the marker naming the cluster that writes under this prefix: `<prefix>.owner`,
-    /// beside the prefix rather than in it, so etcd-backup-restore never lists it.
-    fn owner_path(&self) -> Path {
+    /// Key of marker `name` beside the prefix (`<prefix>.<name>`), rather than in it, so
+    /// etcd-backup-restore never lists it: `owner` names the cluster incarnation that writes
+    /// under this prefix, `chain` the etcd cluster whose history the snapshots hold.
+    fn marker_path(&self, name: &str) -> Path {
         Path::from(format!(
-            "{}.owner",
+            "{}.{name}",
             if self.prefix.is_empty() {
                 "quorate"
             } else {
@@ -307,29 +308,101 @@ impl SnapStore {
         ))
     }
 
-    /// The cluster identity that claimed this prefix, if any.
-    pub async fn owner(&self) -> Result<Option<String>, StoreError> {
-        let path = self.owner_path();
+    /// The text of marker `name`, if it exists.
+    pub async fn marker(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let path = self.marker_path(name);
         match self.store.get(&path).await {
             Ok(result) => {
                 let bytes = result
                     .bytes()
                     .await
-                    .map_err(|e| classify(e, self.cx("read owner", None)))?;
+                    .map_err(|e| classify(e, self.cx("read marker", Some(path.as_ref()))))?;
                 Ok(Some(String::from_utf8_lossy(&bytes).trim().to_string()))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(classify(e, self.cx("read owner", None))),
+            Err(e) => Err(classify(e, self.cx("read marker", Some(path.as_ref())))),
         }
     }
 
-    /// Claims this prefix for cluster identity `owner`.
-    pub async fn claim(&self, owner: &str) -> Result<(), StoreError> {
-        let path = self.owner_path();
+    /// Writes marker `name`, replacing it.
+    pub async fn put_marker(&self, name: &str, text: &str) -> Result<(), StoreError> {
+        let path = self.marker_path(name);
         self.store
-            .put(&path, object_store::PutPayload::from(owner.to_string()))
+            .put(&path, object_store::PutPayload::from(text.to_string()))
             .await
             .map(|_| ())
-            .map_err(|e| classify(e, self.cx("write owner", None)))
+            .map_err(|e| classify(e, self.cx("write marker", Some(path.as_ref()))))
+    }
+
+    /// Writes marker `name` only if it does not exist yet; returns the text it holds afterwards
+    /// (`text` when this call created it, another writer's otherwise). Where the store has no
+    /// conditional create, it writes and reads back, which catches all but a simultaneous race.
+    pub async fn create_marker(&self, name: &str, text: &str) -> Result<String, StoreError> {
+        let path = self.marker_path(name);
+        let options = object_store::PutOptions::from(object_store::PutMode::Create);
+        match self
+            .store
+            .put_opts(
+                &path,
+                object_store::PutPayload::from(text.to_string()),
+                options,
+            )
+            .await
+        {
+            Ok(_) => Ok(text.to_string()),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                Ok(self.marker(name).await?.unwrap_or_default())
+            }
+            Err(object_store::Error::NotImplemented { .. }) => {
+                if let Some(existing) = self.marker(name).await? {
+                    return Ok(existing);
+                }
+                self.put_marker(name, text).await?;
+                Ok(self.marker(name).await?.unwrap_or_default())
+            }
+            Err(e) => Err(classify(e, self.cx("create marker", Some(path.as_ref())))),
+        }
+    }
+
+    /// The cluster identity that claimed this prefix, if any.
+    pub async fn owner(&self) -> Result<Option<String>, StoreError> {
+        self.marker("owner").await
+    }
+
+    /// Claims this prefix for cluster identity `owner` when nobody has; returns the owner
+    /// afterwards (`owner` if this claim won).
+    pub async fn claim_unclaimed(&self, owner: &str) -> Result<String, StoreError> {
+        self.create_marker("owner", owner).await
+    }
+
+    /// Claims this prefix for cluster identity `owner`, replacing any claim (adoption).
+    pub async fn claim(&self, owner: &str) -> Result<(), StoreError> {
+        self.put_marker("owner", owner).await
+    }
+
+    /// Moves every snapshot under the prefix to `<prefix>.superseded-<suffix>/` (kept, not
+    /// deleted), so a new chain can start in the prefix; returns how many were moved.
+    pub async fn archive(&self, suffix: &str) -> Result<usize, StoreError> {
+        let listed = self.list().await?;
+        let base = if self.prefix.is_empty() {
+            "quorate".to_string()
+        } else {
+            self.prefix.clone()
+        };
+        for snapshot in &listed {
+            let from = Path::from(snapshot.path.as_str());
+            let rest = snapshot
+                .path
+                .strip_prefix(&base)
+                .unwrap_or(&snapshot.path)
+                .trim_start_matches('/');
+            let to = Path::from(format!("{base}.superseded-{suffix}/{rest}"));
+            self.store
+                .copy(&from, &to)
+                .await
+                .map_err(|e| classify(e, self.cx("archive", Some(snapshot.path.as_str()))))?;
+            self.delete(snapshot).await?;
+        }
+        Ok(listed.len())
     }
 }

@@ -17,7 +17,7 @@ use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
 use quorate_core::lease::{
     BACKUP_ERROR_ANNOTATION, HolderIdentity, MemberLease, SnapshotLease, TLS_ENABLED_ANNOTATION,
 };
-use quorate_core::rollout::CONFIG_HASH_ANNOTATION;
+use quorate_core::membership::rollout::CONFIG_HASH_ANNOTATION;
 use quorate_testkit::{AgentConfig, KubeApiServer, create_agent_objects};
 
 const NAME: &str = "etcd-main";

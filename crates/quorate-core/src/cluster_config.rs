@@ -35,6 +35,10 @@ pub struct ClusterConfig {
     /// Backups, when `spec.backup.store` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupConfig>,
+    /// An explicit request to recover from quorum loss (the `quorate.io/recover` annotation's
+    /// value): members that did not report may be treated as lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_request: Option<String>,
 }
 
 /// What the backup leader needs: the backup spec as written, plus where this environment keeps
@@ -59,6 +63,10 @@ pub struct BackupConfig {
     /// Use the backups even when another cluster claimed the prefix (`quorate.io/adopt-backups`).
     #[serde(default)]
     pub adopt_foreign_backups: bool,
+    /// An explicit request to start a new backup chain where the bucket's chain belongs to
+    /// another history (`quorate.io/new-backup-chain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_chain_request: Option<String>,
 }
 
 impl ClusterConfig {

@@ -12,7 +12,7 @@ use quorate_api::status::{
 };
 
 use crate::lease::MemberLease;
-use crate::planner::quorum;
+use crate::membership::planner::quorum;
 
 /// Condition type: a quorum of members is ready (the `READY`/`QUORATE` printer columns).
 pub const READY: &str = "Ready";

@@ -17,6 +17,10 @@ pub enum StartMode {
     },
     /// The data directory already holds this member's state; initial-* flags are ignored by etcd.
     Restart,
+    /// Quorum-loss recovery: the data directory holds this member's state, and etcd starts as a
+    /// one-member cluster with it (`--force-new-cluster`), dropping every other member. Used
+    /// once, for the start the recovery decided; later starts are `Restart`.
+    ForceNewCluster,
 }
 
 /// Why a member configuration cannot be computed.
@@ -83,6 +87,8 @@ pub struct BootstrapFlags {
     pub initial_cluster_state: &'static str,
     /// `--initial-cluster-token`.
     pub initial_cluster_token: String,
+    /// `--force-new-cluster`: start as a one-member cluster on the existing data.
+    pub force_new_cluster: bool,
 }
 
 /// The complete etcd configuration of one member.
@@ -125,7 +131,7 @@ pub fn member_etcd_config(
             "new",
         ),
         StartMode::Join { initial_cluster } => (initial_cluster.clone(), "existing"),
-        StartMode::Restart => (
+        StartMode::Restart | StartMode::ForceNewCluster => (
             vec![(member.name.clone(), member.peer_url.clone())],
             "existing",
         ),
@@ -136,6 +142,7 @@ pub fn member_etcd_config(
             initial_cluster,
             initial_cluster_state,
             initial_cluster_token: cluster.cluster_token.clone(),
+            force_new_cluster: *mode == StartMode::ForceNewCluster,
         },
     })
 }
@@ -222,6 +229,9 @@ impl MemberEtcdConfig {
             args.push(format!("--peer-trusted-ca-file={}", tls.ca_file));
             args.push("--peer-client-cert-auth=true".to_string());
         }
+        if b.force_new_cluster {
+            args.push("--force-new-cluster".to_string());
+        }
         args
     }
 }
@@ -269,6 +279,7 @@ pub(crate) mod tests {
             peer_tls: None,
             heartbeat_millis: 10_000,
             backup: None,
+            recovery_request: None,
         }
     }
 

@@ -6,8 +6,10 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 use proptest::sample::subsequence;
-use quorate_core::join::{JoinDecision, may_join};
-use quorate_core::planner::{DesiredMember, ObservedMember, Step, WaitReason, next_step, quorum};
+use quorate_core::membership::join::{JoinDecision, may_join};
+use quorate_core::membership::planner::{
+    DesiredMember, ObservedMember, Step, WaitReason, next_step, quorum,
+};
 
 const POOL: [&str; 9] = ["m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8"];
 
@@ -37,14 +39,12 @@ impl Cluster {
         self.members
             .iter()
             .map(|m| ObservedMember {
-                id: m.id,
-                name: if m.started {
-                    m.name.clone()
-                } else {
-                    String::new()
-                },
-                peer_urls: vec![url(&m.name)],
-                is_learner: m.learner,
+                member: quorate_core::membership::Member::new(
+                    m.id,
+                    if m.started { &m.name } else { "" },
+                    vec![url(&m.name)],
+                    m.learner,
+                ),
                 healthy: m.started && m.healthy,
                 is_leader: m.leader,
             })

@@ -12,6 +12,7 @@
 //! otherwise hang on an unreachable member.
 
 mod cluster;
+mod cluster_tls;
 mod config;
 mod error;
 mod member;
@@ -20,9 +21,10 @@ mod snapshot;
 mod types;
 
 pub use cluster::ClusterClient;
+pub use cluster_tls::client_tls;
 pub use config::{ClientIdentity, EtcdEndpoints, EtcdTimeouts, EtcdTls, PemSource};
 pub use error::{ErrorKind, EtcdError, classify, classify_status};
 pub use member::MemberClient;
 pub use retry::{RetryPolicy, retry_while_retryable, retry_with};
 pub use snapshot::SnapshotStream;
-pub use types::{Alarm, AlarmKind, Member, MemberStatus, format_id, parse_id};
+pub use types::{Alarm, AlarmKind, Member, MemberList, MemberStatus, format_id, parse_id};

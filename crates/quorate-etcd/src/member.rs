@@ -12,7 +12,7 @@ use etcd_client::{
 use crate::config::{EtcdTimeouts, EtcdTls, connect_options};
 use crate::error::{ErrorKind, EtcdError};
 use crate::snapshot::SnapshotStream;
-use crate::types::{Alarm, AlarmKind, Member, MemberStatus, format_id, members};
+use crate::types::{Alarm, AlarmKind, Member, MemberList, MemberStatus, format_id, members};
 
 /// Client for one member. Cheap to clone; clones share the connections.
 #[derive(Clone)]
@@ -213,6 +213,23 @@ impl MemberClient {
             )
             .await?;
         Ok(members(resp.members()))
+    }
+
+    /// [`Self::member_list`] with the cluster ID of the answer: a member list is evidence only
+    /// about the cluster it came from.
+    pub async fn member_list_of_cluster(&self) -> Result<MemberList, EtcdError> {
+        let mut c = self.client.clone();
+        let resp = self
+            .call(
+                "member list",
+                self.unary(),
+                async move { c.member_list().await },
+            )
+            .await?;
+        Ok(MemberList {
+            cluster_id: resp.header().map(|h| h.cluster_id()).unwrap_or(0),
+            members: members(resp.members()),
+        })
     }
 
     /// Adds a learner with `peer_urls`; returns its new ID and the resulting member list.

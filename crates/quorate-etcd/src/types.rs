@@ -13,42 +13,20 @@ pub fn parse_id(text: &str) -> Option<u64> {
     u64::from_str_radix(text.trim(), 16).ok()
 }
 
-/// One entry of the member list.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Member {
-    /// Member ID.
-    pub id: u64,
-    /// `--name`; empty until the member has started and published itself.
-    pub name: String,
-    /// Peer URLs.
-    pub peer_urls: Vec<String>,
-    /// Client URLs; empty until the member has started.
-    pub client_urls: Vec<String>,
-    /// True for a non-voting learner.
-    pub is_learner: bool,
-}
+pub use quorate_core::membership::{Member, MemberList};
 
-impl Member {
-    /// False for a member that was added but has never started (etcd shows it without a name).
-    pub fn is_started(&self) -> bool {
-        !self.name.is_empty()
-    }
-}
-
-impl From<&etcd_client::Member> for Member {
-    fn from(m: &etcd_client::Member) -> Self {
-        Member {
-            id: m.id(),
-            name: m.name().to_string(),
-            peer_urls: m.peer_urls().to_vec(),
-            client_urls: m.client_urls().to_vec(),
-            is_learner: m.is_learner(),
-        }
+fn member(m: &etcd_client::Member) -> Member {
+    Member {
+        id: m.id(),
+        name: m.name().to_string(),
+        peer_urls: m.peer_urls().to_vec(),
+        client_urls: m.client_urls().to_vec(),
+        is_learner: m.is_learner(),
     }
 }
 
 pub(crate) fn members(list: &[etcd_client::Member]) -> Vec<Member> {
-    list.iter().map(Member::from).collect()
+    list.iter().map(member).collect()
 }
 
 /// One member's own view of itself and the cluster (`etcdctl endpoint status`).

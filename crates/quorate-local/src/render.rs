@@ -70,6 +70,10 @@ pub fn render_cluster_config(
         peer_tls,
         heartbeat_millis: etcd.spec.etcd.heartbeat_duration().as_millis() as u64,
         backup: backup_config(etcd, record, dir),
+        recovery_request: quorate_core::components::cluster_config::annotation(
+            etcd,
+            quorate_api::annotations::RECOVER,
+        ),
     })
 }
 
@@ -96,6 +100,10 @@ fn backup_config(etcd: &Etcd, record: &ClusterRecord, dir: &ClusterDir) -> Optio
             .as_ref()
             .and_then(|a| a.get(quorate_api::annotations::ADOPT_BACKUPS))
             .is_some_and(|v| v == "true"),
+        new_chain_request: quorate_core::components::cluster_config::annotation(
+            etcd,
+            quorate_api::annotations::NEW_BACKUP_CHAIN,
+        ),
     })
 }
 

@@ -41,6 +41,7 @@ fn backup_config(
         cluster_uid: String::new(),
         // An explicit restore or listing is the request to read whoever's bucket it is.
         adopt_foreign_backups: true,
+        new_chain_request: None,
     })
 }
 

@@ -16,16 +16,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use quorate_core::lease::{
     BACKUP_ERROR_ANNOTATION, MemberLease, SnapshotLease, TLS_ENABLED_ANNOTATION,
 };
-use quorate_core::rollout::CONFIG_HASH_ANNOTATION;
+use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, WAITING_ANNOTATION};
+use quorate_core::membership::recovery::RECOVERY_ANNOTATION;
+use quorate_core::membership::rollout::CONFIG_HASH_ANNOTATION;
 use serde_json::{Map, Value, json};
 
 /// Annotations the agent owns on its leases. One absent from the lease being written is
 /// removed from the object (e.g. the backup error once snapshots succeed again); every other
 /// annotation on the object is left alone.
-pub const AGENT_ANNOTATIONS: [&str; 3] = [
+pub const AGENT_ANNOTATIONS: [&str; 6] = [
     TLS_ENABLED_ANNOTATION,
     CONFIG_HASH_ANNOTATION,
     BACKUP_ERROR_ANNOTATION,
+    DATA_STATE_ANNOTATION,
+    WAITING_ANNOTATION,
+    RECOVERY_ANNOTATION,
 ];
 
 /// The fields of a Lease both lease kinds share.
@@ -173,6 +178,9 @@ mod tests {
                     TLS_ENABLED_ANNOTATION: "false",
                     CONFIG_HASH_ANNOTATION: null,
                     BACKUP_ERROR_ANNOTATION: null,
+                    DATA_STATE_ANNOTATION: null,
+                    WAITING_ANNOTATION: null,
+                    RECOVERY_ANNOTATION: null,
                 }},
                 "spec": {
                     "holderIdentity": "1:2:Leader",

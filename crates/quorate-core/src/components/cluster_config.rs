@@ -58,6 +58,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<MemberEndpoints>
         delta_snapshot_lease: delta_snapshot_lease_name(&name),
         cluster_uid: placement.cluster_uid,
         adopt_foreign_backups: adopts_foreign_backups(etcd),
+        new_chain_request: annotation(etcd, quorate_api::annotations::NEW_BACKUP_CHAIN),
     });
     ClusterConfig {
         cluster_name: name,
@@ -72,7 +73,18 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<MemberEndpoints>
         heartbeat_millis: u64::try_from(etcd.spec.etcd.heartbeat_duration().as_millis())
             .unwrap_or(u64::MAX),
         backup,
+        recovery_request: annotation(etcd, quorate_api::annotations::RECOVER),
     }
+}
+
+/// The value of annotation `key` on `etcd`, if set and not empty.
+pub fn annotation(etcd: &Etcd, key: &str) -> Option<String> {
+    etcd.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .filter(|v| !v.is_empty())
+        .cloned()
 }
 
 /// `initial-cluster-token`: the cluster name plus the first 8 characters of its uid, so a

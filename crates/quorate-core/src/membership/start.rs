@@ -2,35 +2,28 @@
 //! the live member list, the leases) and never from the member's identity alone: a member that
 //! bootstraps when the cluster already exists forms a second cluster (etcd-druid #361, #584).
 
+use super::Member;
+use super::data_state::{DataState, PeerData};
 use crate::cluster_config::ClusterConfig;
 use crate::etcd_config::StartMode;
-
-/// One entry of etcd's member list, as the start decision needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListedMember {
-    /// etcd member ID.
-    pub id: u64,
-    /// Member name; empty while the member was added but has never started.
-    pub name: String,
-    /// Peer URLs.
-    pub peer_urls: Vec<String>,
-    /// Whether it is a learner.
-    pub is_learner: bool,
-}
 
 /// What a member knows about its cluster before starting etcd.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartEvidence {
-    /// The data directory already holds a valid etcd member.
-    pub has_data: bool,
+    /// What this member's own data directory holds.
+    pub own: DataState,
     /// The member list from a running member, if any answered.
-    pub member_list: Option<Vec<ListedMember>>,
-    /// Some member lease carries a cluster ID, so the cluster has existed before.
+    pub member_list: Option<Vec<Member>>,
+    /// Some member lease carries a cluster ID, or some member published data: the cluster has
+    /// existed before.
     pub cluster_existed: bool,
     /// What the backup bucket holds.
     pub backups: Backups,
-    /// How long no other member has answered (zero if one just did).
-    pub peers_silent_for: std::time::Duration,
+    /// What every other desired member published about its data.
+    pub peers: Vec<PeerData>,
+    /// A person asked for recovery (`quorate recover`, the recover annotation): members that
+    /// did not report may be treated as lost.
+    pub recovery_requested: bool,
 }
 
 /// The backup bucket as seen at start.
@@ -48,10 +41,6 @@ pub enum Backups {
     /// The bucket cannot be read; the text says why.
     Unreadable(String),
 }
-
-/// How long a member of a multi-member cluster waits for any peer to answer before it concludes
-/// that every member lost its data and restores the cluster from the bucket.
-pub const TOTAL_LOSS_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// What the agent does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,8 +64,15 @@ pub enum StartDecision {
 
 /// Decides how member `me` starts.
 pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence) -> StartDecision {
-    if evidence.has_data {
-        return StartDecision::Start(StartMode::Restart);
+    match &evidence.own {
+        DataState::Present { .. } => return StartDecision::Start(StartMode::Restart),
+        DataState::Unknown { reason } => {
+            return StartDecision::Wait(format!(
+                "{me} cannot tell whether its data directory holds data ({reason}); nothing is \
+                 started, restored or moved until it can be read"
+            ));
+        }
+        DataState::Empty => {}
     }
     let Some(my_peer_url) = cluster.member(me).map(|m| m.peer_url.as_str()) else {
         return StartDecision::Wait(format!(
@@ -124,13 +120,18 @@ fn decide_alone(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence) -> 
             "waiting for {} to restore {name} from the bucket, then joining it",
             first.unwrap_or_default()
         )),
-        Backups::Available { .. } if alone || evidence.peers_silent_for >= TOTAL_LOSS_GRACE => {
-            StartDecision::RestoreFromBackup
-        }
-        Backups::Available { .. } => StartDecision::Wait(format!(
-            "no member of {name} answers; restoring from the bucket if none does within {}s",
-            TOTAL_LOSS_GRACE.as_secs()
-        )),
+        Backups::Available { .. } if alone => StartDecision::RestoreFromBackup,
+        Backups::Available { .. } => match peers_without_evidence_of_loss(evidence) {
+            missing if missing.is_empty() => StartDecision::RestoreFromBackup,
+            missing => StartDecision::Wait(format!(
+                "{me} has no data and no member of {name} answers, but {}; restoring {name} from \
+                 the bucket now could fork it or lose their newer writes, so {me} waits for them. \
+                 If their data is lost for good, ask for recovery explicitly (`quorate recover \
+                 {name}` locally, or annotate the Etcd with {}=<any id>)",
+                missing.join(", "),
+                quorate_api::annotations::RECOVER
+            )),
+        },
         Backups::Empty | Backups::NotConfigured if !evidence.cluster_existed => {
             if cluster.is_bootstrap_member(me) {
                 StartDecision::Start(StartMode::Bootstrap)
@@ -150,8 +151,25 @@ fn decide_alone(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence) -> 
     }
 }
 
+/// The other members that have not said they lost their data, each with what they said; empty
+/// when every one of them reported an empty data directory (or a person asked for recovery).
+fn peers_without_evidence_of_loss(evidence: &StartEvidence) -> Vec<String> {
+    if evidence.recovery_requested {
+        return Vec::new();
+    }
+    evidence
+        .peers
+        .iter()
+        .filter_map(|p| match &p.state {
+            Some(DataState::Empty) => None,
+            Some(state) => Some(format!("{} {}", p.name, state.describe())),
+            None => Some(format!("{} has not reported its data yet", p.name)),
+        })
+        .collect()
+}
+
 /// Name of a never-started member, found through its peer URL in the desired members.
-fn name_for(cluster: &ClusterConfig, member: &ListedMember) -> String {
+fn name_for(cluster: &ClusterConfig, member: &Member) -> String {
     cluster
         .members
         .iter()
@@ -162,10 +180,7 @@ fn name_for(cluster: &ClusterConfig, member: &ListedMember) -> String {
 
 /// `--initial-cluster` for a member that was just added as a learner: the current members and
 /// itself.
-pub fn join_initial_cluster(
-    cluster: &ClusterConfig,
-    members: &[ListedMember],
-) -> Vec<(String, String)> {
+pub fn join_initial_cluster(cluster: &ClusterConfig, members: &[Member]) -> Vec<(String, String)> {
     members
         .iter()
         .map(|m| {
@@ -184,50 +199,132 @@ mod tests {
     use super::*;
     use crate::etcd_config::tests::three_members;
 
-    fn listed(id: u64, name: &str, port: u16) -> ListedMember {
-        ListedMember {
-            id,
-            name: name.into(),
-            peer_urls: vec![format!("http://127.0.0.1:{port}")],
-            is_learner: false,
-        }
+    fn listed(id: u64, name: &str, port: u16) -> Member {
+        Member::new(id, name, vec![format!("http://127.0.0.1:{port}")], false)
     }
 
-    fn evidence(has_data: bool, list: Option<Vec<ListedMember>>, existed: bool) -> StartEvidence {
+    fn evidence(has_data: bool, list: Option<Vec<Member>>, existed: bool) -> StartEvidence {
         StartEvidence {
-            has_data,
+            own: if has_data {
+                DataState::Present {
+                    cluster_id: None,
+                    member_id: None,
+                    revision: None,
+                }
+            } else {
+                DataState::Empty
+            },
             member_list: list,
             cluster_existed: existed,
             backups: Backups::NotConfigured,
-            peers_silent_for: std::time::Duration::ZERO,
+            peers: Vec::new(),
+            recovery_requested: false,
         }
     }
 
-    fn with_backups(mut e: StartEvidence, backups: Backups, silent_secs: u64) -> StartEvidence {
+    fn with_backups(mut e: StartEvidence, backups: Backups) -> StartEvidence {
         e.backups = backups;
-        e.peers_silent_for = std::time::Duration::from_secs(silent_secs);
         e
     }
 
+    fn peers(states: [Option<DataState>; 2]) -> Vec<PeerData> {
+        ["etcd-main-1", "etcd-main-2"]
+            .into_iter()
+            .zip(states)
+            .map(|(name, state)| PeerData {
+                name: name.into(),
+                state,
+            })
+            .collect()
+    }
+
+    fn had_data(revision: i64) -> Option<DataState> {
+        Some(DataState::Present {
+            cluster_id: Some(0xc1),
+            member_id: Some(2),
+            revision: Some(revision),
+        })
+    }
+
     #[test]
-    fn total_loss_restores_the_first_member_after_the_grace_and_the_others_join() {
+    fn total_loss_restores_the_first_member_once_every_other_member_reported_no_data() {
         let c = three_members();
         let available = Backups::Available {
             newest_revision: 42,
         };
-        let e = |silent| with_backups(evidence(false, None, true), available.clone(), silent);
-        assert!(matches!(
-            decide_start(&c, "etcd-main-0", &e(3)),
-            StartDecision::Wait(_)
-        ));
+        let e = |p| {
+            let mut e = with_backups(evidence(false, None, true), available.clone());
+            e.peers = p;
+            e
+        };
+        let d = decide_start(&c, "etcd-main-0", &e(peers([None, Some(DataState::Empty)])));
+        assert!(
+            matches!(&d, StartDecision::Wait(w) if w.contains("etcd-main-1 has not reported")),
+            "{d:?}"
+        );
         assert_eq!(
-            decide_start(&c, "etcd-main-0", &e(20)),
+            decide_start(
+                &c,
+                "etcd-main-0",
+                &e(peers([Some(DataState::Empty), Some(DataState::Empty)]))
+            ),
             StartDecision::RestoreFromBackup
         );
-        let other = decide_start(&c, "etcd-main-1", &e(60));
+        let other = decide_start(
+            &c,
+            "etcd-main-1",
+            &e(peers([Some(DataState::Empty), Some(DataState::Empty)])),
+        );
         assert!(
             matches!(&other, StartDecision::Wait(w) if w.contains("etcd-main-0 to restore")),
             "{other:?}"
+        );
+    }
+
+    /// The fork of issue 12: every member restarts, member 0 comes back empty and its peers are
+    /// slow (image pull, a long WAL replay). However long they are silent, what they last
+    /// published says they hold data, so member 0 must not restore an older cluster beside them.
+    #[test]
+    fn silent_peers_that_reported_data_are_never_treated_as_lost() {
+        let c = three_members();
+        let mut e = with_backups(
+            evidence(false, None, true),
+            Backups::Available {
+                newest_revision: 42,
+            },
+        );
+        e.peers = peers([had_data(90), had_data(91)]);
+        let d = decide_start(&c, "etcd-main-0", &e);
+        assert!(
+            matches!(&d, StartDecision::Wait(w) if w.contains("etcd-main-1 has data of cluster c1 up to revision 90")
+                && w.contains("quorate recover")),
+            "{d:?}"
+        );
+        e.recovery_requested = true;
+        assert_eq!(
+            decide_start(&c, "etcd-main-0", &e),
+            StartDecision::RestoreFromBackup,
+            "an explicit request overrides"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_data_directory_is_not_an_empty_one() {
+        let c = three_members();
+        let mut e = with_backups(
+            evidence(false, None, true),
+            Backups::Available {
+                newest_revision: 42,
+            },
+        );
+        e.own = DataState::Unknown {
+            reason: "permission denied".into(),
+        };
+        e.peers = peers([Some(DataState::Empty), Some(DataState::Empty)]);
+        let d = decide_start(&c, "etcd-main-0", &e);
+        assert!(
+            matches!(&d, StartDecision::Wait(w) if w.contains("permission denied")),
+            "{d:?}"
         );
     }
 
@@ -238,7 +335,6 @@ mod tests {
         let e = with_backups(
             evidence(false, None, false),
             Backups::Available { newest_revision: 7 },
-            0,
         );
         assert_eq!(
             decide_start(&c, "etcd-main-0", &e),
@@ -249,12 +345,12 @@ mod tests {
     #[test]
     fn an_empty_bucket_bootstraps_only_a_cluster_that_never_existed() {
         let c = three_members();
-        let fresh = with_backups(evidence(false, None, false), Backups::Empty, 100);
+        let fresh = with_backups(evidence(false, None, false), Backups::Empty);
         assert_eq!(
             decide_start(&c, "etcd-main-0", &fresh),
             StartDecision::Start(StartMode::Bootstrap)
         );
-        let existed = with_backups(evidence(false, None, true), Backups::Empty, 100);
+        let existed = with_backups(evidence(false, None, true), Backups::Empty);
         let d = decide_start(&c, "etcd-main-0", &existed);
         assert!(
             matches!(&d, StartDecision::Wait(w) if w.contains("bucket holds no backup")),
@@ -268,7 +364,6 @@ mod tests {
         let e = with_backups(
             evidence(false, None, false),
             Backups::Unreadable("timeout".into()),
-            0,
         );
         assert_eq!(
             decide_start(&c, "etcd-main-0", &e),
@@ -282,7 +377,6 @@ mod tests {
         let e = with_backups(
             evidence(false, None, true),
             Backups::Unreadable("access denied".into()),
-            100,
         );
         let d = decide_start(&c, "etcd-main-0", &e);
         assert!(

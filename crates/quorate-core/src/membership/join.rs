@@ -2,7 +2,7 @@
 //! learner, to start, or to promote itself? Only the member the planner names acts, so the
 //! agents of a scale-out join one at a time instead of racing for etcd's single learner slot.
 
-use crate::planner::{
+use super::planner::{
     DesiredMember, ObservedMember, Step, dedup_desired, match_members, next_step,
 };
 
@@ -62,8 +62,9 @@ pub fn may_join(observed: &[ObservedMember], desired: &[DesiredMember], me: &str
 
 #[cfg(test)]
 mod tests {
+    use super::super::Member;
     use super::*;
-    use crate::planner::WaitReason;
+    use crate::membership::planner::WaitReason;
 
     fn url(name: &str) -> String {
         format!("http://{name}:2380")
@@ -71,20 +72,16 @@ mod tests {
 
     fn member(id: u64, name: &str, is_learner: bool, healthy: bool) -> ObservedMember {
         ObservedMember {
-            id,
-            name: name.to_string(),
-            peer_urls: vec![url(name)],
-            is_learner,
+            member: Member::new(id, name, vec![url(name)], is_learner),
             healthy,
             is_leader: id == 1,
         }
     }
 
     fn unstarted(id: u64, name: &str) -> ObservedMember {
-        ObservedMember {
-            name: String::new(),
-            ..member(id, name, true, false)
-        }
+        let mut m = member(id, name, true, false);
+        m.name = String::new();
+        m
     }
 
     fn want(names: &[&str]) -> Vec<DesiredMember> {

@@ -20,32 +20,36 @@
 //! Every change passes one gate: afterwards there is at least one voter and the healthy
 //! voters are at least a quorum (`n/2+1`) of the voters.
 
+use super::Member;
 use std::collections::HashSet;
 use std::fmt;
 
-/// A member as etcd's member list reports it, plus what the caller knows about its health.
+/// A member as etcd's member list reports it, plus what the caller observed of its health.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedMember {
-    /// etcd member ID.
-    pub id: u64,
-    /// Member name; empty when the member was added but its etcd has never started.
-    pub name: String,
-    /// Advertised peer URLs; how a never-started member is recognised.
-    pub peer_urls: Vec<String>,
-    /// A non-voting learner.
-    pub is_learner: bool,
+    /// The member list entry.
+    pub member: Member,
     /// Reachable and serving (for a learner: running and following the leader).
     pub healthy: bool,
     /// The current raft leader.
     pub is_leader: bool,
 }
 
-impl ObservedMember {
-    /// Whether this member's etcd has ever started (etcd fills in the name on first start).
-    pub fn is_started(&self) -> bool {
-        !self.name.is_empty()
-    }
+impl std::ops::Deref for ObservedMember {
+    type Target = Member;
 
+    fn deref(&self) -> &Member {
+        &self.member
+    }
+}
+
+impl std::ops::DerefMut for ObservedMember {
+    fn deref_mut(&mut self) -> &mut Member {
+        &mut self.member
+    }
+}
+
+impl ObservedMember {
     /// Healthy in the sense that counts for quorum: a member that never started is never healthy.
     fn counts_healthy(&self) -> bool {
         self.healthy && self.is_started()
@@ -496,10 +500,7 @@ mod tests {
 
     fn voter(id: u64, name: &str) -> ObservedMember {
         ObservedMember {
-            id,
-            name: name.to_string(),
-            peer_urls: vec![url(name)],
-            is_learner: false,
+            member: Member::new(id, name, vec![url(name)], false),
             healthy: true,
             is_leader: false,
         }
@@ -521,19 +522,15 @@ mod tests {
     }
 
     fn learner(id: u64, name: &str) -> ObservedMember {
-        ObservedMember {
-            is_learner: true,
-            ..voter(id, name)
-        }
+        let mut m = voter(id, name);
+        m.is_learner = true;
+        m
     }
 
     /// A learner that was added for `name` but never started: no name, not healthy.
     fn unstarted_learner(id: u64, name: &str) -> ObservedMember {
         ObservedMember {
-            id,
-            name: String::new(),
-            peer_urls: vec![url(name)],
-            is_learner: true,
+            member: Member::new(id, "", vec![url(name)], true),
             healthy: false,
             is_leader: false,
         }

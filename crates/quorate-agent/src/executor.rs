@@ -1,0 +1,182 @@
+//! The membership executor: the one place the agent observes membership as etcd reports it
+//! and carries out membership steps (add a learner, promote, move the leader, remove). The join
+//! path, promotion and quorum-loss recovery all go through it, so the planner's decisions are
+//! the ones that run.
+
+use crate::wait::Wait;
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::membership::planner::{DesiredMember, ObservedMember, Step};
+use quorate_core::membership::recovery::EtcdAnswer;
+use quorate_core::membership::{Member, MemberList};
+use quorate_etcd::{ClusterClient, EtcdTimeouts, MemberClient, MemberStatus};
+use std::time::Duration;
+
+/// Timeouts of the agent's own calls: short, because a member that does not answer within a
+/// second is treated as not answering and the question is asked again on the next tick.
+pub fn timeouts() -> EtcdTimeouts {
+    EtcdTimeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_secs(3),
+        ..EtcdTimeouts::default()
+    }
+}
+
+/// Observes and changes the membership of one cluster on behalf of member `me`.
+pub struct Executor<'a> {
+    cluster: &'a ClusterConfig,
+    me: &'a str,
+}
+
+impl<'a> Executor<'a> {
+    /// An executor for member `me` of `cluster`.
+    pub fn new(cluster: &'a ClusterConfig, me: &'a str) -> Self {
+        Executor { cluster, me }
+    }
+
+    /// The client URLs of every desired member except this one.
+    fn peer_urls(&self) -> Vec<String> {
+        self.cluster
+            .members
+            .iter()
+            .filter(|m| m.name != self.me)
+            .map(|m| m.client_url.clone())
+            .collect()
+    }
+
+    /// One member's client for `url`.
+    pub async fn member_client(&self, url: &str) -> Option<MemberClient> {
+        let tls = quorate_etcd::client_tls(self.cluster);
+        MemberClient::connect(url, tls.as_ref(), timeouts())
+            .await
+            .ok()
+    }
+
+    /// A client for the cluster-wide calls, over the given URLs.
+    async fn cluster_client(&self, urls: &[String]) -> Result<ClusterClient, Wait> {
+        let tls = quorate_etcd::client_tls(self.cluster);
+        ClusterClient::new(urls, tls.as_ref(), timeouts())
+            .await
+            .map_err(|e| Wait::new(format!("no member of the cluster answers: {e}")))
+    }
+
+    /// The member list as the first other desired member that answers knows it, with its
+    /// cluster ID; `None` when none answers.
+    pub async fn peers_member_list(&self) -> Option<MemberList> {
+        for url in self.peer_urls() {
+            if let Some(client) = self.member_client(&url).await
+                && let Ok(list) = client.member_list_of_cluster().await
+            {
+                return Some(list);
+            }
+        }
+        None
+    }
+
+    /// What one member's etcd answers about itself now, `None` if it does not.
+    pub async fn answer(&self, url: &str) -> Option<MemberStatus> {
+        self.member_client(url).await?.status().await.ok()
+    }
+
+    /// etcd's view of every listed member for the planner: listed in `list`, healthy when its
+    /// etcd answers within `list`'s cluster with a leader.
+    pub async fn observe(&self, list: &MemberList) -> Vec<ObservedMember> {
+        let mut observed = Vec::with_capacity(list.members.len());
+        for member in &list.members {
+            let status = match self.url_of(member) {
+                Some(url) if member.is_started() => self.answer(&url).await,
+                _ => None,
+            };
+            let healthy = status
+                .as_ref()
+                .is_some_and(|s| s.cluster_id == list.cluster_id && s.leader_id != 0);
+            let is_leader = status
+                .as_ref()
+                .is_some_and(|s| s.leader_id == s.member_id && s.leader_id != 0);
+            observed.push(ObservedMember {
+                member: member.clone(),
+                healthy,
+                is_leader,
+            });
+        }
+        observed
+    }
+
+    /// Where to reach a listed member: its advertised client URL, else the desired member's.
+    pub fn url_of(&self, member: &Member) -> Option<String> {
+        member.client_urls.first().cloned().or_else(|| {
+            self.cluster
+                .members
+                .iter()
+                .find(|d| d.name == member.name || member.peer_urls.contains(&d.peer_url))
+                .map(|d| d.client_url.clone())
+        })
+    }
+
+    /// The answers of every listed member, for recovery and rollout decisions.
+    pub async fn answers(&self, list: &MemberList) -> Vec<(Member, Option<EtcdAnswer>)> {
+        let mut out = Vec::with_capacity(list.members.len());
+        for member in &list.members {
+            let answer = match self.url_of(member) {
+                Some(url) => self.answer(&url).await.map(|s| EtcdAnswer {
+                    cluster_id: s.cluster_id,
+                    member_id: s.member_id,
+                    revision: s.revision,
+                    leader_id: s.leader_id,
+                }),
+                None => None,
+            };
+            out.push((member.clone(), answer));
+        }
+        out
+    }
+
+    /// The desired members as the planner wants them.
+    pub fn desired(&self) -> Vec<DesiredMember> {
+        self.cluster
+            .members
+            .iter()
+            .map(|m| DesiredMember {
+                name: m.name.clone(),
+                peer_urls: vec![m.peer_url.clone()],
+            })
+            .collect()
+    }
+
+    /// Carries out one membership step through the cluster; returns the member list after it.
+    /// etcd's refusals that lift by themselves ("unhealthy cluster", "learner not in sync",
+    /// "too many learners") are waits, not failures.
+    pub async fn apply(&self, step: &Step) -> Result<Vec<Member>, Wait> {
+        let client = self.cluster_client(&self.cluster.client_urls()).await?;
+        let result = match step {
+            Step::AddLearner { peer_urls, .. } => {
+                client.add_learner(peer_urls).await.map(|(_, list)| list)
+            }
+            Step::Promote { id, .. } => client.promote(*id).await,
+            Step::Remove { id, .. } => client.remove(*id).await,
+            Step::MoveLeader { to, .. } => client
+                .move_leader(to.id)
+                .await
+                .and(client.member_list().await),
+            Step::Wait { reason } => return Err(Wait::new(reason.to_string())),
+            Step::Converged => return client.member_list().await.map_err(Wait::from_etcd),
+        };
+        match result {
+            Ok(list) => {
+                tracing::info!(member = %self.me, %step, "membership step done");
+                Ok(list)
+            }
+            Err(e) => Err(Wait::new(format!("{step}: {e}"))),
+        }
+    }
+
+    /// Removes member `id` (this member's stale entry after it lost its data).
+    pub async fn remove(&self, id: u64, why: &str) -> Result<Vec<Member>, Wait> {
+        self.apply(&Step::Remove {
+            id,
+            name: self.me.to_string(),
+            reason: quorate_core::membership::planner::RemoveReason::Unwanted,
+        })
+        .await
+        .map_err(|w| Wait::new(format!("{why}: {w}")))
+    }
+}

@@ -1,0 +1,386 @@
+//! Recovery after quorum loss. When a majority of the voting members lost their data, etcd can
+//! never regain quorum by itself; a surviving member must become a one-member cluster
+//! (`--force-new-cluster`) with its data, and the others join it as learners. Which member, and
+//! whether to act at all, is decided here from evidence only:
+//!
+//! - a member **lost its data** only when its agent published an empty data directory;
+//! - a member **holds data up to revision r** only when its etcd answers with that revision now;
+//! - anything else (stopped, unreachable, never reported) is **unknown**: it may hold the newest
+//!   acknowledged writes, so nothing happens automatically and the wait names it. A person's
+//!   explicit request (`quorate recover`, the recover annotation) treats unknown members as lost.
+//!
+//! The survivor with the highest revision is chosen (ties: the first in desired order). If the
+//! bucket holds a newer state of the same history, that member restores it instead.
+
+use super::Member;
+use super::data_state::DataState;
+use super::planner::quorum;
+use crate::lease::MemberLease;
+use serde::{Deserialize, Serialize};
+
+/// Member-lease annotation on the member that recovered the cluster: the [`RecoveryRecord`].
+pub const RECOVERY_ANNOTATION: &str = "quorate.io/recovery";
+
+/// What a recovery did, published by the member that carried it out. A member whose ID is in
+/// `dropped` and that still holds data of the old membership moves it aside and rejoins as a
+/// learner instead of staying down as a removed member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// The member that recovered the cluster.
+    pub member: String,
+    /// Its member ID.
+    pub member_id: u64,
+    /// The cluster ID (unchanged by `--force-new-cluster`).
+    pub cluster_id: u64,
+    /// The revision it recovered at.
+    pub revision: i64,
+    /// The member IDs that left the cluster.
+    pub dropped: Vec<u64>,
+    /// The explicit request it carried out, if one asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+}
+
+impl RecoveryRecord {
+    /// The record a lease carries, if any (an unreadable one counts as none).
+    pub fn of_lease(lease: &MemberLease) -> Option<RecoveryRecord> {
+        serde_json::from_str(lease.annotations.get(RECOVERY_ANNOTATION)?).ok()
+    }
+
+    /// Whether any lease records a recovery that dropped `member_id` from cluster `cluster_id`.
+    pub fn dropped_by_any(leases: &[MemberLease], cluster_id: u64, member_id: u64) -> bool {
+        leases
+            .iter()
+            .filter_map(RecoveryRecord::of_lease)
+            .any(|r| r.cluster_id == cluster_id && r.dropped.contains(&member_id))
+    }
+
+    /// Whether a recovery already carried out explicit request `request`.
+    pub fn served(leases: &[MemberLease], request: &str) -> bool {
+        leases
+            .iter()
+            .filter_map(RecoveryRecord::of_lease)
+            .any(|r| r.request.as_deref() == Some(request))
+    }
+}
+
+/// What one voting member's etcd answered just now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EtcdAnswer {
+    /// Its cluster ID.
+    pub cluster_id: u64,
+    /// Its member ID.
+    pub member_id: u64,
+    /// Its newest revision.
+    pub revision: i64,
+    /// The leader it knows (0: none).
+    pub leader_id: u64,
+}
+
+/// Everything known about one voting member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VoterReport {
+    /// The member list entry (from a survivor's etcd).
+    pub member: Member,
+    /// What its agent published about its data, if anything.
+    pub data: Option<DataState>,
+    /// What its etcd answered just now, if it answered.
+    pub answer: Option<EtcdAnswer>,
+}
+
+/// The bucket's newest state and the history it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketHead {
+    /// Newest revision a restore reaches.
+    pub revision: i64,
+    /// The cluster whose history the chain holds, when the bucket records it.
+    pub cluster_id: Option<u64>,
+}
+
+/// What to do about quorum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoveryDecision {
+    /// A leader exists, or quorum can come back without recovery.
+    NotNeeded,
+    /// Quorum is lost and recovery may be needed, but evidence is missing; says what.
+    Wait(String),
+    /// `member` restarts alone with `--force-new-cluster` on its data at `revision`; the other
+    /// voters (`dropped`) leave the cluster and rejoin as learners.
+    ForceNewCluster {
+        /// The surviving member's name.
+        member: String,
+        /// Its member ID.
+        member_id: u64,
+        /// Its revision.
+        revision: i64,
+        /// The member IDs that leave the cluster.
+        dropped: Vec<u64>,
+    },
+    /// `member` moves its data aside and restores the bucket's newer state of the same history
+    /// as a one-member cluster; the others join it.
+    RestoreFromBucket {
+        /// The member that restores.
+        member: String,
+        /// The revision the bucket reaches.
+        revision: i64,
+        /// The member IDs that leave the cluster.
+        dropped: Vec<u64>,
+    },
+}
+
+/// Decides whether and how to recover quorum, from the voters' reports (every voting member of
+/// the member list), the bucket's head and whether a person asked for recovery.
+pub fn decide_recovery(
+    voters: &[VoterReport],
+    bucket: Option<BucketHead>,
+    requested: bool,
+) -> RecoveryDecision {
+    if voters.is_empty()
+        || voters
+            .iter()
+            .any(|v| v.answer.is_some_and(|a| a.leader_id != 0))
+    {
+        return RecoveryDecision::NotNeeded;
+    }
+    let name = |v: &VoterReport| {
+        if v.member.name.is_empty() {
+            format!("{:x}", v.member.id)
+        } else {
+            v.member.name.clone()
+        }
+    };
+    let lost: Vec<&VoterReport> = voters
+        .iter()
+        .filter(|v| v.answer.is_none() && v.data == Some(DataState::Empty))
+        .collect();
+    let survivors: Vec<(&VoterReport, EtcdAnswer)> = voters
+        .iter()
+        .filter_map(|v| v.answer.map(|a| (v, a)))
+        .collect();
+    let unknown: Vec<&VoterReport> = voters
+        .iter()
+        .filter(|v| v.answer.is_none() && v.data != Some(DataState::Empty))
+        .collect();
+    let needed = quorum(voters.len());
+    if !requested {
+        if voters.len() - lost.len() >= needed {
+            // Enough members may still hold data: quorum comes back when they do.
+            let missing: Vec<String> = unknown
+                .iter()
+                .map(|v| format!("{} ({})", name(v), describe(v.data.as_ref())))
+                .collect();
+            return RecoveryDecision::Wait(format!(
+                "quorum lost: {} of {} voting members answer, {needed} needed; waiting for {} to \
+                 come back. Nothing is done automatically while they may hold data; to recover \
+                 from the members that answer, ask explicitly (`quorate recover NAME`, or the \
+                 {} annotation)",
+                survivors.len(),
+                voters.len(),
+                missing.join(", "),
+                quorate_api::annotations::RECOVER
+            ));
+        }
+        if !unknown.is_empty() {
+            let missing: Vec<String> = unknown
+                .iter()
+                .map(|v| format!("{} ({})", name(v), describe(v.data.as_ref())))
+                .collect();
+            return RecoveryDecision::Wait(format!(
+                "a majority lost its data ({}), but {} may hold newer data; waiting for them to \
+                 answer or report an empty data directory before recovering from a survivor \
+                 (an explicit `quorate recover NAME` or the {} annotation does not wait)",
+                lost.iter().map(|v| name(v)).collect::<Vec<_>>().join(", "),
+                missing.join(", "),
+                quorate_api::annotations::RECOVER
+            ));
+        }
+    }
+    // Highest revision wins; ties go to the first voter in the given (desired) order.
+    let Some((best, answer)) = survivors
+        .iter()
+        .copied()
+        .reduce(|a, b| if b.1.revision > a.1.revision { b } else { a })
+    else {
+        return RecoveryDecision::Wait(
+            "no voting member answers: nothing to recover from but the bucket; a member with \
+             no data restores it once every member reported an empty data directory"
+                .into(),
+        );
+    };
+    let dropped: Vec<u64> = voters
+        .iter()
+        .filter(|v| v.member.id != best.member.id)
+        .map(|v| v.member.id)
+        .collect();
+    match bucket {
+        Some(head)
+            if head.revision > answer.revision && head.cluster_id == Some(answer.cluster_id) =>
+        {
+            RecoveryDecision::RestoreFromBucket {
+                member: name(best),
+                revision: head.revision,
+                dropped,
+            }
+        }
+        _ => RecoveryDecision::ForceNewCluster {
+            member: name(best),
+            member_id: best.member.id,
+            revision: answer.revision,
+            dropped,
+        },
+    }
+}
+
+fn describe(data: Option<&DataState>) -> String {
+    data.map(DataState::describe)
+        .unwrap_or_else(|| "has not reported its data".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voter(id: u64, data: Option<DataState>, answer: Option<i64>) -> VoterReport {
+        VoterReport {
+            member: Member::new(id, &format!("m-{id}"), vec![], false),
+            data,
+            answer: answer.map(|revision| EtcdAnswer {
+                cluster_id: 0xc1,
+                member_id: id,
+                revision,
+                leader_id: 0,
+            }),
+        }
+    }
+
+    fn present(revision: i64) -> Option<DataState> {
+        Some(DataState::Present {
+            cluster_id: Some(0xc1),
+            member_id: None,
+            revision: Some(revision),
+        })
+    }
+
+    #[test]
+    fn two_of_three_wiped_recovers_from_the_survivor() {
+        let voters = [
+            voter(1, Some(DataState::Empty), None),
+            voter(2, present(50), Some(50)),
+            voter(3, Some(DataState::Empty), None),
+        ];
+        assert_eq!(
+            decide_recovery(&voters, None, false),
+            RecoveryDecision::ForceNewCluster {
+                member: "m-2".into(),
+                member_id: 2,
+                revision: 50,
+                dropped: vec![1, 3],
+            }
+        );
+    }
+
+    #[test]
+    fn stopped_members_are_not_lost_members() {
+        let voters = [
+            voter(1, present(50), None),
+            voter(2, present(50), Some(50)),
+            voter(3, present(49), None),
+        ];
+        let d = decide_recovery(&voters, None, false);
+        assert!(
+            matches!(&d, RecoveryDecision::Wait(w) if w.contains("m-1") && w.contains("m-3") && w.contains("quorate recover")),
+            "{d:?}"
+        );
+        assert!(
+            matches!(
+                decide_recovery(&voters, None, true),
+                RecoveryDecision::ForceNewCluster { member_id: 2, .. }
+            ),
+            "an explicit request recovers from the members that answer"
+        );
+    }
+
+    #[test]
+    fn a_majority_wiped_but_an_unknown_member_waits() {
+        let voters = [
+            voter(1, Some(DataState::Empty), None),
+            voter(2, Some(DataState::Empty), None),
+            voter(3, present(60), None),
+            voter(4, present(50), Some(50)),
+            voter(5, Some(DataState::Empty), None),
+        ];
+        let d = decide_recovery(&voters, None, false);
+        assert!(
+            matches!(&d, RecoveryDecision::Wait(w) if w.contains("m-3 (has data of cluster c1 up to revision 60)")),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn the_highest_revision_wins_and_ties_go_to_the_first() {
+        let voters = [
+            voter(1, Some(DataState::Empty), None),
+            voter(2, Some(DataState::Empty), None),
+            voter(3, Some(DataState::Empty), None),
+            voter(4, present(50), Some(50)),
+            voter(5, present(52), Some(52)),
+        ];
+        assert!(matches!(
+            decide_recovery(&voters, None, false),
+            RecoveryDecision::ForceNewCluster {
+                member_id: 5,
+                revision: 52,
+                ..
+            }
+        ));
+        let tied = [
+            voter(1, Some(DataState::Empty), None),
+            voter(2, present(7), Some(7)),
+            voter(3, present(7), Some(7)),
+        ];
+        assert!(matches!(
+            decide_recovery(&tied, None, true),
+            RecoveryDecision::ForceNewCluster { member_id: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn a_newer_bucket_of_the_same_history_is_preferred_and_another_history_is_not() {
+        let voters = [
+            voter(1, Some(DataState::Empty), None),
+            voter(2, present(50), Some(50)),
+            voter(3, Some(DataState::Empty), None),
+        ];
+        let same = BucketHead {
+            revision: 70,
+            cluster_id: Some(0xc1),
+        };
+        assert!(matches!(
+            decide_recovery(&voters, Some(same), false),
+            RecoveryDecision::RestoreFromBucket { revision: 70, .. }
+        ));
+        let other = BucketHead {
+            revision: 70,
+            cluster_id: Some(0xdead),
+        };
+        assert!(matches!(
+            decide_recovery(&voters, Some(other), false),
+            RecoveryDecision::ForceNewCluster { revision: 50, .. }
+        ));
+    }
+
+    #[test]
+    fn a_leader_anywhere_means_no_recovery() {
+        let mut voters = vec![
+            voter(1, Some(DataState::Empty), None),
+            voter(2, present(50), Some(50)),
+            voter(3, Some(DataState::Empty), None),
+        ];
+        voters[1].answer.as_mut().unwrap().leader_id = 2;
+        assert_eq!(
+            decide_recovery(&voters, None, true),
+            RecoveryDecision::NotNeeded
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Quorum-aware rolling restarts. When a change of the cluster configuration needs etcd to
+//! restart, every member would notice it at the same moment; restarting them together loses
+//! quorum. Each agent publishes the configuration it runs (a hash, on its member lease) and
+//! restarts only when it is its turn: followers in ordinal order, the leader last, and only
+//! while every other member is up.
+
+use super::recovery::EtcdAnswer;
+use crate::cluster_config::ClusterConfig;
+use crate::lease::MemberLease;
+
+/// Member-lease annotation carrying the hash of the configuration the member's etcd runs with.
+pub const CONFIG_HASH_ANNOTATION: &str = "quorate.io/etcd-config-hash";
+
+/// Hash of the settings every member shares (etcd flags and TLS), which is what a rollout rolls.
+/// FNV-1a, so it is the same for every build and platform.
+pub fn config_hash(cluster: &ClusterConfig) -> String {
+    let shared = serde_json::json!({
+        "etcd": cluster.etcd,
+        "clientTls": cluster.client_tls,
+        "peerTls": cluster.peer_tls,
+    });
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in shared.to_string().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// One member as a rollout turn sees it: what etcd answered for it just now and the
+/// configuration it published on its lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutPeer {
+    /// Member name.
+    pub name: String,
+    /// Its etcd's status answer, `None` when it did not answer.
+    pub answer: Option<EtcdAnswer>,
+    /// The configuration hash it published (`quorate.io/etcd-config-hash`).
+    pub config_hash: Option<String>,
+}
+
+impl RolloutPeer {
+    /// The peers of `me` from their leases and the answers of their etcds (keyed by member name).
+    pub fn from_leases(
+        cluster: &ClusterConfig,
+        leases: &[MemberLease],
+        answers: &[(String, Option<EtcdAnswer>)],
+    ) -> Vec<RolloutPeer> {
+        cluster
+            .members
+            .iter()
+            .map(|m| RolloutPeer {
+                name: m.name.clone(),
+                answer: answers
+                    .iter()
+                    .find(|(n, _)| *n == m.name)
+                    .and_then(|(_, a)| *a),
+                config_hash: leases
+                    .iter()
+                    .find(|l| l.name == m.lease_name)
+                    .and_then(|l| l.annotations.get(CONFIG_HASH_ANNOTATION).cloned()),
+            })
+            .collect()
+    }
+}
+
+/// Decides whether member `me` may restart now to apply configuration `desired_hash`, from
+/// etcd's own view of every member (`members`, in desired order, `me` included): every other
+/// member must answer in `me`'s cluster with a leader, and the followers before `me` (ordinal
+/// order, the leader last) must already run the new configuration. Lease times are not used:
+/// a crashed peer's lease still looks fresh for a while, its etcd does not answer.
+/// `Err` says what it waits for.
+pub fn may_restart(me: &str, members: &[RolloutPeer], desired_hash: &str) -> Result<(), String> {
+    let mine = members
+        .iter()
+        .find(|m| m.name == me)
+        .and_then(|m| m.answer)
+        .ok_or_else(|| format!("{me}'s own etcd does not answer; it restarts once it does"))?;
+    let is_leader = |m: &RolloutPeer| m.answer.is_some_and(|a| a.leader_id == a.member_id);
+    let mut order: Vec<&RolloutPeer> = members.iter().collect();
+    order.sort_by_key(|m| is_leader(m));
+    let mut before_me = true;
+    for peer in order {
+        let name = &peer.name;
+        if name == me {
+            before_me = false;
+            continue;
+        }
+        match peer.answer {
+            Some(a) if a.cluster_id == mine.cluster_id && a.leader_id != 0 => {}
+            Some(a) if a.cluster_id != mine.cluster_id => {
+                return Err(format!(
+                    "{name} answers for cluster {:x}, not {:x}; restarting {me} is left alone \
+                     until every member is in one cluster",
+                    a.cluster_id, mine.cluster_id
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "{name} does not answer with a leader; restarting {me} now could lose quorum"
+                ));
+            }
+        }
+        if before_me && peer.config_hash.as_deref() != Some(desired_hash) {
+            return Err(format!(
+                "{name} restarts with the new configuration before {me}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcd_config::tests::three_members;
+
+    /// etcd-main-0 leads cluster 0xc1 unless a test says otherwise.
+    fn peer(i: u64, hash: &str) -> RolloutPeer {
+        RolloutPeer {
+            name: format!("etcd-main-{i}"),
+            answer: Some(EtcdAnswer {
+                cluster_id: 0xc1,
+                member_id: i + 1,
+                revision: 10,
+                leader_id: 1,
+            }),
+            config_hash: Some(hash.into()),
+        }
+    }
+
+    #[test]
+    fn followers_restart_in_order_and_the_leader_last() {
+        let view = [peer(0, "old"), peer(1, "old"), peer(2, "old")];
+        assert_eq!(may_restart("etcd-main-1", &view, "new"), Ok(()));
+        assert!(may_restart("etcd-main-2", &view, "new").is_err());
+        assert!(may_restart("etcd-main-0", &view, "new").is_err());
+
+        let view = [peer(0, "old"), peer(1, "new"), peer(2, "old")];
+        assert_eq!(may_restart("etcd-main-2", &view, "new"), Ok(()));
+        assert!(may_restart("etcd-main-0", &view, "new").is_err());
+
+        let view = [peer(0, "old"), peer(1, "new"), peer(2, "new")];
+        assert_eq!(may_restart("etcd-main-0", &view, "new"), Ok(()));
+    }
+
+    /// A crashed peer's lease stays fresh for a few heartbeats; its etcd does not answer. The
+    /// turn must go by the answer (issue 12, defect 5).
+    #[test]
+    fn nobody_restarts_while_another_members_etcd_does_not_answer() {
+        let mut view = [peer(0, "old"), peer(1, "old"), peer(2, "old")];
+        view[2].answer = None;
+        let err = may_restart("etcd-main-1", &view, "new").unwrap_err();
+        assert!(err.contains("etcd-main-2 does not answer"), "{err}");
+        view[2] = peer(2, "old");
+        view[2].answer.as_mut().unwrap().leader_id = 0;
+        assert!(
+            may_restart("etcd-main-1", &view, "new").is_err(),
+            "no leader"
+        );
+        view[2] = peer(2, "old");
+        view[2].answer.as_mut().unwrap().cluster_id = 0xf0;
+        let err = may_restart("etcd-main-1", &view, "new").unwrap_err();
+        assert!(err.contains("cluster f0"), "{err}");
+    }
+
+    #[test]
+    fn hash_follows_shared_settings_only() {
+        let a = three_members();
+        let mut b = three_members();
+        b.members.pop();
+        assert_eq!(
+            config_hash(&a),
+            config_hash(&b),
+            "membership is not a restart reason"
+        );
+        b.etcd.quota_backend_bytes += 1;
+        assert_ne!(config_hash(&a), config_hash(&b));
+    }
+}
