@@ -256,6 +256,7 @@ async fn run_etcd<C: Coordination>(
     let mut probe = tokio::time::interval(opts.retry_interval);
     let mut config_check = tokio::time::interval(opts.poll_interval);
     let mut quorum_check = tokio::time::interval(opts.poll_interval);
+    let mut last_drop_check: Option<Instant> = None;
     loop {
         tokio::select! {
             status = process.wait() => {
@@ -283,22 +284,35 @@ async fn run_etcd<C: Coordination>(
                     }
                 }
             }
-            _ = quorum_check.tick(), if state.get().member_id.is_some() && !state.get().healthy => {
+            _ = quorum_check.tick(), if state.get().member_id.is_some() => {
                 let Some(client) = &member_client else { continue };
-                match crate::recovery::check(coord, cluster, me, client, state).await {
+                // With a leader, only whether a recovery dropped this member matters, and a
+                // heartbeat is soon enough; without one, quorum is looked at every tick.
+                let healthy = state.get().healthy;
+                if healthy && last_drop_check.is_some_and(|t: Instant| t.elapsed() < heartbeat) {
+                    continue;
+                }
+                last_drop_check = Some(Instant::now());
+                let latest = coord.cluster_config().await.unwrap_or_else(|_| cluster.clone());
+                let action = if healthy {
+                    crate::recovery::dropped(coord, state).await
+                } else {
+                    crate::recovery::check(coord, &latest, me, client, state).await
+                };
+                match action {
                     QuorumAction::None => {}
                     QuorumAction::Dropped => {
                         process.stop(Duration::from_secs(10)).await;
                         return Ok(RunEnd::Dropped);
                     }
                     QuorumAction::ForceNewCluster(record) => {
-                        if crate::recovery::record(coord, cluster, me, &opts.data_dir, state, &record).await {
+                        if crate::recovery::record(coord, &latest, me, &opts.data_dir, state, &record).await {
                             process.stop(Duration::from_secs(10)).await;
                             return Ok(RunEnd::Recover(StartMode::ForceNewCluster));
                         }
                     }
                     QuorumAction::RestoreFromBucket(record) => {
-                        if crate::recovery::record(coord, cluster, me, &opts.data_dir, state, &record).await {
+                        if crate::recovery::record(coord, &latest, me, &opts.data_dir, state, &record).await {
                             process.stop(Duration::from_secs(10)).await;
                             return Ok(RunEnd::BehindBackup(format!(
                                 "quorum-loss recovery: the bucket holds a newer state (revision {}) of this cluster's history",

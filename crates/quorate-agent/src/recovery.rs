@@ -28,6 +28,21 @@ pub enum QuorumAction {
     Dropped,
 }
 
+/// Whether a recovery dropped this (running, healthy) member: it then serves a membership the
+/// cluster left behind, and must stop and rejoin.
+pub async fn dropped<C: Coordination>(coord: &C, state: &SharedState) -> QuorumAction {
+    let s = state.get();
+    let (Some(my_id), Some(cluster_id)) = (s.member_id, s.cluster_id) else {
+        return QuorumAction::None;
+    };
+    match coord.member_leases().await {
+        Ok(leases) if RecoveryRecord::dropped_by_any(&leases, cluster_id, my_id) => {
+            QuorumAction::Dropped
+        }
+        _ => QuorumAction::None,
+    }
+}
+
 /// Looks at quorum from member `me`, whose etcd (`mine`) answers without a leader.
 pub async fn check<C: Coordination>(
     coord: &C,

@@ -18,6 +18,7 @@ use quorate_core::lease::HolderIdentity;
 use quorate_core::membership::data_state::{DataState, PeerData};
 use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::Step;
+use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::start::{
     StartDecision, StartEvidence, decide_start, join_initial_cluster,
 };
@@ -67,15 +68,34 @@ pub async fn prepare_start<C: Coordination>(
 ) -> Result<StartMode, NotYet> {
     let me = &opts.member;
     data_dir::check_guard(&opts.data_dir, &cluster.cluster_token).map_err(Wait::new)?;
-    let own = own_data_state(opts);
-    state.update(|s| s.data_state = Some(own.clone()));
-    if let DataState::Present { .. } = own {
-        return Ok(StartMode::Restart);
-    }
+    let mut own = own_data_state(opts);
     let leases = coord
         .member_leases()
         .await
         .map_err(|e| Wait::new(format!("reading the member leases: {e}")))?;
+    if let DataState::Present {
+        cluster_id: Some(cluster_id),
+        member_id: Some(member_id),
+        ..
+    } = own
+        && RecoveryRecord::dropped_by_any(&leases, cluster_id, member_id)
+        && state.get().recovery.is_none()
+    {
+        // A recovery dropped this member while it was away: its data belongs to a membership
+        // the cluster left. Kept aside, never deleted; the member rejoins as a learner.
+        let aside = data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second())
+            .map_err(|e| {
+                Wait::new(format!(
+                    "a recovery dropped {me}; moving its data aside failed: {e}"
+                ))
+            })?;
+        tracing::warn!(member = %me, aside = %aside.display(), "a quorum-loss recovery dropped this member; its data was moved aside and it rejoins as a learner");
+        own = DataState::Empty;
+    }
+    state.update(|s| s.data_state = Some(own.clone()));
+    if let DataState::Present { .. } = own {
+        return Ok(StartMode::Restart);
+    }
     let peers = PeerData::from_leases(cluster, me, &leases);
     let cluster_existed = leases
         .iter()

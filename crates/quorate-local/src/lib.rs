@@ -10,6 +10,7 @@ pub mod object;
 pub mod ports;
 pub mod probe;
 pub mod record;
+pub mod recover;
 pub mod render;
 pub mod state_dir;
 pub mod status;

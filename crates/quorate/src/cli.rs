@@ -89,6 +89,16 @@ pub enum Command {
         /// Cluster name.
         name: String,
     },
+    /// Recover a local cluster that lost quorum, from the members that still answer: without
+    /// --yes, say which member and revision recovery would use; with --yes, ask the agents to do
+    /// it (members that do not answer are treated as lost and rejoin later as learners).
+    Recover {
+        /// Cluster name.
+        name: String,
+        /// Carry the recovery out instead of only showing the plan.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Print the client URLs of a local cluster, comma-separated, for `etcdctl --endpoints`.
     Endpoints {
         /// Cluster name.

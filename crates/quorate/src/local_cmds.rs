@@ -124,6 +124,45 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Recover { name, yes } => {
+            use quorate_core::membership::recovery::RecoveryDecision;
+            let ctx = context(None);
+            let plan = quorate_local::recover::plan(&ctx, &name).await?;
+            match &plan {
+                RecoveryDecision::NotNeeded => {
+                    println!("{name} has a leader: nothing to recover");
+                    return Ok(ExitCode::SUCCESS);
+                }
+                RecoveryDecision::Wait(why) => {
+                    println!("{name} cannot be recovered from a member now: {why}");
+                    return Ok(ExitCode::FAILURE);
+                }
+                RecoveryDecision::ForceNewCluster {
+                    member,
+                    revision,
+                    dropped,
+                    ..
+                } => println!(
+                    "recovery uses {member} at revision {revision}: it becomes a one-member \
+                     cluster with its data; {} other member(s) leave and rejoin as learners \
+                     (their data is moved aside, never deleted)",
+                    dropped.len()
+                ),
+                RecoveryDecision::RestoreFromBucket {
+                    member, revision, ..
+                } => println!(
+                    "recovery restores the bucket's newer state (revision {revision}) on {member}; \
+                     the others rejoin as learners"
+                ),
+            }
+            if !yes {
+                println!("run `quorate recover {name} --yes` to carry it out");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let id = quorate_local::recover::request(&ctx, &name)?;
+            println!("recovery requested ({id}); `quorate get etcd {name}` shows when it is done");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Endpoints { name } => {
             println!("{}", commands::endpoints(&context(None), &name)?);
             Ok(ExitCode::SUCCESS)

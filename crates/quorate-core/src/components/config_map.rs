@@ -58,10 +58,15 @@ pub fn config_map_checksum(config_map: &ConfigMap) -> String {
 /// one member and no recorded bootstrap set, so it changes with every setting a pod must be
 /// restarted for, but not with the member list. Scaling therefore never rolls the running
 /// pods (druid's checksum covers `initial-cluster` and rolls them, the second restart of its
-/// TLS-then-scale sequence); joining members learn the list through the API.
+/// TLS-then-scale sequence); joining members learn the list through the API. Requests the
+/// agents carry out while running (recovery, a new backup chain) do not restart pods either.
 pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, ComponentError> {
     let mut one = etcd.clone();
     one.spec.replicas = 1;
+    if let Some(annotations) = one.metadata.annotations.as_mut() {
+        annotations.remove(quorate_api::annotations::RECOVER);
+        annotations.remove(quorate_api::annotations::NEW_BACKUP_CHAIN);
+    }
     let ctx = ComponentContext {
         bootstrap_members: Some(Vec::new()),
         ..ctx.clone()

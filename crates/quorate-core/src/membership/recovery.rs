@@ -150,17 +150,19 @@ pub fn decide_recovery(
             v.member.name.clone()
         }
     };
-    let lost: Vec<&VoterReport> = voters
-        .iter()
-        .filter(|v| v.answer.is_none() && v.data == Some(DataState::Empty))
-        .collect();
+    // A voter that never started (a fresh cluster's bootstrap member not up yet) has not lost
+    // anything: it never had data.
+    let is_lost = |v: &VoterReport| {
+        v.answer.is_none() && v.member.is_started() && v.data == Some(DataState::Empty)
+    };
+    let lost: Vec<&VoterReport> = voters.iter().filter(|v| is_lost(v)).collect();
     let survivors: Vec<(&VoterReport, EtcdAnswer)> = voters
         .iter()
         .filter_map(|v| v.answer.map(|a| (v, a)))
         .collect();
     let unknown: Vec<&VoterReport> = voters
         .iter()
-        .filter(|v| v.answer.is_none() && v.data != Some(DataState::Empty))
+        .filter(|v| v.answer.is_none() && !is_lost(v))
         .collect();
     let needed = quorum(voters.len());
     if !requested {
@@ -367,6 +369,23 @@ mod tests {
         assert!(matches!(
             decide_recovery(&voters, Some(other), false),
             RecoveryDecision::ForceNewCluster { revision: 50, .. }
+        ));
+    }
+
+    /// A fresh cluster's bootstrap members that have not started yet published "no data" while
+    /// they waited: that is not a loss, and the first member must not force a new cluster.
+    #[test]
+    fn never_started_voters_are_not_lost() {
+        let mut voters = vec![
+            voter(1, present(1), Some(1)),
+            voter(2, Some(DataState::Empty), None),
+            voter(3, Some(DataState::Empty), None),
+        ];
+        voters[1].member.name.clear();
+        voters[2].member.name.clear();
+        assert!(matches!(
+            decide_recovery(&voters, None, false),
+            RecoveryDecision::Wait(_)
         ));
     }
 

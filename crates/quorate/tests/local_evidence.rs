@@ -1,0 +1,350 @@
+//! Issue 12: the automatic decisions about data rest on evidence, never on silence. Each test
+//! reproduces one scenario against real etcd members run by the real `quorate` binary.
+
+mod support;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use support::{Local, dump, eventually, manifest, path_str, put_keys, runtime};
+
+/// Backups to the Local provider, a delta every second.
+fn with_backups(name: &str, replicas: u32) -> String {
+    manifest(name, replicas, "").replace(
+        "  backup: {}\n",
+        "  backup:\n    store:\n      provider: Local\n      container: bucket\n      prefix: main\n    \
+         deltaSnapshotPeriod: 1s\n    fullSnapshotSchedule: \"0 0 1 1 *\"\n    garbageCollectionPeriod: 5s\n",
+    )
+}
+
+/// The agent and etcd processes of one member.
+fn member_pids(local: &Local, cluster: &str, member: &str) -> Vec<i32> {
+    [
+        local.agent_pid(cluster, member),
+        local.etcd_pid(cluster, member),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn signal_member(local: &Local, cluster: &str, member: &str, signal: Signal) {
+    let pids = member_pids(local, cluster, member);
+    assert!(!pids.is_empty(), "{member} runs");
+    for pid in pids {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+/// A member's lease as its agent wrote it.
+fn lease(local: &Local, cluster: &str, member: &str) -> serde_json::Value {
+    let path = local
+        .cluster_dir(cluster)
+        .join("leases")
+        .join(format!("{member}.json"));
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+fn annotation(lease: &serde_json::Value, key: &str) -> Option<String> {
+    lease["annotations"][key].as_str().map(String::from)
+}
+
+/// The cluster ID every member's etcd reports, asked of each member itself.
+fn cluster_ids(rt: &tokio::runtime::Runtime, endpoints: &[String]) -> BTreeSet<u64> {
+    rt.block_on(async {
+        let mut ids = BTreeSet::new();
+        for url in endpoints {
+            let mut client = etcd_client::Client::connect([url.as_str()], None)
+                .await
+                .expect("connect");
+            let status = client.status().await.expect("status");
+            ids.insert(status.header().expect("header").cluster_id());
+        }
+        ids
+    })
+}
+
+/// Every member's etcd answers with a leader and is a voter.
+fn wait_for_voters(local: &Local, cluster: &str, n: usize) {
+    eventually(
+        &format!("{n} started voters in {cluster}"),
+        Duration::from_secs(120),
+        || {
+            let out = local.quorate(&["members", cluster]);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let voters = text
+                .lines()
+                .skip(1)
+                .filter(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    cols.len() >= 7 && cols[5] == "false" && cols[6] == "true"
+                })
+                .count();
+            (voters == n).then_some(())
+        },
+    );
+}
+
+fn keys_everywhere(rt: &tokio::runtime::Runtime, endpoints: &[String], prefix: &str, n: usize) {
+    for url in endpoints {
+        let got = rt.block_on(async {
+            for _ in 0..150 {
+                let got = dump(url, prefix).await;
+                if got.len() >= n {
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            dump(url, prefix).await
+        });
+        assert_eq!(got.len(), n, "every acknowledged {prefix} key on {url}");
+    }
+}
+
+/// The fork scenario: every member restarts, member 0 comes back on an empty volume, and its
+/// peers are held stopped (image pull, slow volume, long WAL replay) for longer than the 15 s
+/// the old rule waited. Member 0 must not restore an older cluster from the bucket beside them:
+/// it waits, says why on its lease, and once they are back it rejoins their cluster.
+#[test]
+fn member_0_wiped_while_its_peers_are_stopped_does_not_fork_the_cluster() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("fork", 3));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let rt = runtime();
+    let endpoints = local.endpoints("fork");
+    rt.block_on(put_keys(&endpoints, "before/", 40));
+    eventually("a snapshot in the bucket", Duration::from_secs(30), || {
+        let listing = local.ok(&["backups", "list", "fork"]);
+        (listing.lines().count() > 2).then_some(())
+    });
+    let original = cluster_ids(&rt, &endpoints);
+    assert_eq!(original.len(), 1);
+
+    for member in ["fork-1", "fork-2"] {
+        signal_member(&local, "fork", member, Signal::SIGSTOP);
+    }
+    signal_member(&local, "fork", "fork-0", Signal::SIGKILL);
+    let data = local.cluster_dir("fork").join("members/fork-0/data");
+    eventually("member 0's etcd to exit", Duration::from_secs(10), || {
+        local.etcd_pid("fork", "fork-0").is_none().then_some(())
+    });
+    std::fs::remove_dir_all(&data).expect("wipe member 0");
+
+    let waiting = eventually(
+        "member 0 to say why it waits",
+        Duration::from_secs(60),
+        || {
+            annotation(&lease(&local, "fork", "fork-0"), "quorate.io/waiting")
+                .filter(|w| w.contains("fork-1 has data"))
+        },
+    );
+    assert!(waiting.contains("quorate recover"), "{waiting}");
+    // Longer than the 15 s grace the old rule restored after.
+    std::thread::sleep(Duration::from_secs(20));
+    assert!(
+        local.etcd_pid("fork", "fork-0").is_none(),
+        "member 0 started etcd while its peers were silent"
+    );
+    assert!(
+        !data.join("member").exists(),
+        "member 0 restored from the bucket while its peers were silent"
+    );
+
+    for member in ["fork-1", "fork-2"] {
+        signal_member(&local, "fork", member, Signal::SIGCONT);
+    }
+    wait_for_voters(&local, "fork", 3);
+    assert_eq!(
+        cluster_ids(&rt, &endpoints),
+        original,
+        "one cluster on every member, the original one"
+    );
+    keys_everywhere(&rt, &endpoints, "before/", 40);
+}
+
+/// Two of three data directories wiped under a writing client: a majority lost its data (their
+/// agents say so), the survivor still answers, so quorate recovers by itself from the survivor
+/// and the others rejoin as learners. Every write acknowledged before the loss is kept.
+#[test]
+fn two_of_three_wiped_recover_automatically_with_every_acknowledged_write() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("qloss", 3, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let rt = runtime();
+    let endpoints = local.endpoints("qloss");
+    rt.block_on(put_keys(&endpoints, "acked/", 60));
+    let original = cluster_ids(&rt, &endpoints);
+
+    for member in ["qloss-1", "qloss-2"] {
+        // Stop the member, wipe it, let the supervisor restart its agent on an empty volume.
+        signal_member(&local, "qloss", member, Signal::SIGSTOP);
+        let data = local
+            .cluster_dir("qloss")
+            .join(format!("members/{member}/data"));
+        std::fs::remove_dir_all(&data).expect("wipe");
+        signal_member(&local, "qloss", member, Signal::SIGKILL);
+    }
+
+    let record = eventually(
+        "the survivor to record its recovery",
+        Duration::from_secs(90),
+        || annotation(&lease(&local, "qloss", "qloss-0"), "quorate.io/recovery"),
+    );
+    let record: serde_json::Value = serde_json::from_str(&record).expect("record");
+    assert_eq!(record["member"], "qloss-0");
+    assert_eq!(record["dropped"].as_array().map(Vec::len), Some(2));
+    wait_for_voters(&local, "qloss", 3);
+    assert_eq!(cluster_ids(&rt, &endpoints), original);
+    keys_everywhere(&rt, &endpoints, "acked/", 60);
+    let log = std::fs::read_to_string(local.cluster_dir("qloss").join("members/qloss-0/agent.log"))
+        .unwrap_or_default();
+    assert!(
+        log.contains("recovering from quorum loss"),
+        "the agent log records the recovery"
+    );
+}
+
+/// Two of three members stopped (not wiped) is not evidence of lost data: nothing happens by
+/// itself and the survivor says what is missing. `quorate recover --yes` recovers from the
+/// survivor; the stopped members, once back, find they were dropped and rejoin as learners.
+#[test]
+fn two_of_three_stopped_wait_and_the_explicit_trigger_recovers() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("held", 3, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let rt = runtime();
+    let endpoints = local.endpoints("held");
+    rt.block_on(put_keys(&endpoints, "acked/", 30));
+    let survivor_etcd = local.etcd_pid("held", "held-0");
+
+    for member in ["held-1", "held-2"] {
+        signal_member(&local, "held", member, Signal::SIGSTOP);
+    }
+    let waiting = eventually(
+        "the survivor to say quorum is lost",
+        Duration::from_secs(60),
+        || {
+            annotation(&lease(&local, "held", "held-0"), "quorate.io/waiting")
+                .filter(|w| w.contains("quorum lost"))
+        },
+    );
+    assert!(
+        waiting.contains("held-1") && waiting.contains("held-2"),
+        "{waiting}"
+    );
+    assert_eq!(
+        local.etcd_pid("held", "held-0"),
+        survivor_etcd,
+        "no automatic action"
+    );
+    assert_eq!(
+        annotation(&lease(&local, "held", "held-0"), "quorate.io/recovery"),
+        None
+    );
+
+    let plan = local.ok(&["recover", "held"]);
+    assert!(plan.contains("recovery uses held-0 at revision"), "{plan}");
+    local.ok(&["recover", "held", "--yes"]);
+    eventually(
+        "the survivor to serve alone",
+        Duration::from_secs(60),
+        || {
+            rt.block_on(async {
+                let mut c = etcd_client::Client::connect([endpoints[0].as_str()], None)
+                    .await
+                    .ok()?;
+                c.put("after/one", "v", None).await.ok()
+            })
+        },
+    );
+    for member in ["held-1", "held-2"] {
+        signal_member(&local, "held", member, Signal::SIGCONT);
+    }
+    wait_for_voters(&local, "held", 3);
+    keys_everywhere(&rt, &endpoints, "acked/", 30);
+    keys_everywhere(&rt, &endpoints, "after/", 1);
+    for member in ["held-1", "held-2"] {
+        let aside = std::fs::read_dir(local.cluster_dir("held").join(format!("members/{member}")))
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("data.invalid-"));
+        assert!(aside, "{member}'s old data was moved aside, not deleted");
+    }
+}
+
+/// etcd behind the bucket (every volume brought back from an older copy, same cluster): the
+/// backup leader must not continue the chain. BackupReady turns False with the reason and
+/// nothing in the bucket is deleted or added.
+#[test]
+fn etcd_behind_the_bucket_stops_backups_and_deletes_nothing() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("behind", 3));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let rt = runtime();
+    let list = || local.ok(&["backups", "list", "behind"]);
+    let newest = |listing: &str| {
+        listing
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    let first = rt.block_on(put_keys(&local.endpoints("behind"), "a/", 20));
+    eventually(
+        "backups through the first writes",
+        Duration::from_secs(30),
+        || (newest(&list()) >= first).then_some(()),
+    );
+    local.ok(&["down", "behind"]);
+    let members = local.cluster_dir("behind").join("members");
+    let old = local.state.path().join("old-members");
+    copy_dir(&members, &old);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let second = rt.block_on(put_keys(&local.endpoints("behind"), "b/", 20));
+    eventually(
+        "backups through the second writes",
+        Duration::from_secs(30),
+        || (newest(&list()) >= second).then_some(()),
+    );
+    local.ok(&["down", "behind"]);
+    std::fs::remove_dir_all(&members).unwrap();
+    copy_dir(&old, &members);
+    let before = list();
+
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let message = eventually("BackupReady False", Duration::from_secs(60), || {
+        let status: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(local.cluster_dir("behind").join("status.json")).ok()?,
+        )
+        .ok()?;
+        let c = status["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "BackupReady")?
+            .clone();
+        (c["status"] == "False").then(|| c["message"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(message.contains("behind the backups"), "{message}");
+    rt.block_on(put_keys(&local.endpoints("behind"), "c/", 5));
+    std::thread::sleep(Duration::from_secs(7)); // more than a delta period and a GC period
+    assert_eq!(
+        list(),
+        before,
+        "nothing written to or deleted from the bucket"
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
