@@ -8,8 +8,8 @@ use crate::state::{Phase, SharedState};
 use quorate_api::status::EtcdRole;
 use quorate_coord::{CoordError, Coordination};
 use quorate_core::cluster_config::{ClusterConfig, TlsFiles};
-use quorate_core::etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::lease::{HolderIdentity, MemberLease};
+use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::member_start::{
     Backups, ListedMember, StartDecision, StartEvidence, decide_start, join_initial_cluster,
 };

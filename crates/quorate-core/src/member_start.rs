@@ -3,7 +3,7 @@
 //! bootstraps when the cluster already exists forms a second cluster (etcd-druid #361, #584).
 
 use crate::cluster_config::ClusterConfig;
-use crate::etcd_config::StartMode;
+use crate::member_etcd_config::StartMode;
 
 /// One entry of etcd's member list, as the start decision needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,7 +182,7 @@ pub fn join_initial_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd_config::tests::three_members;
+    use crate::member_etcd_config::tests::three_members;
 
     fn listed(id: u64, name: &str, port: u16) -> ListedMember {
         ListedMember {

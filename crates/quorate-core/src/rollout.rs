@@ -86,7 +86,7 @@ pub fn may_restart(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd_config::tests::three_members;
+    use crate::member_etcd_config::tests::three_members;
     use std::collections::BTreeMap;
 
     fn lease(name: &str, role: &str, hash: &str, renewed: Timestamp) -> MemberLease {

@@ -4,7 +4,7 @@
 //! template is the same for every member.
 
 use crate::cli::AgentArgs;
-use crate::local_cmds::shutdown_on_signals;
+use crate::signals::shutdown_on_signals;
 use quorate_agent::{AgentExit, AgentOptions};
 use quorate_coord::{CoordError, Coordination, FileCoordination, KubeCoordination};
 use quorate_core::cluster_config::{ClusterConfig, MemberEndpoints};

@@ -1,12 +1,13 @@
-//! Dispatch of the subcommands to the local runtime, the agent and the API crate.
+//! Dispatch of every subcommand: the local runtime, the agent, the operator, the one-shot
+//! tools (snapshot, backups, restore, canary) and the CRD printer each get their command here.
 
 use crate::cli::{Cli, Command, Output};
+use crate::signals::shutdown_on_signals;
 use quorate_local::LocalError;
 use quorate_local::commands::{self, LocalContext};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Runs one command; `Err` is printed as `error: ...`.
 pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -241,20 +242,4 @@ fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(),
         quorate_local::table::render(&items, wide, jiff::Timestamp::now())
     );
     Ok(())
-}
-
-/// A flag that turns true on SIGINT or SIGTERM.
-pub(crate) fn shutdown_on_signals() -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        let _ = tx.send(true);
-    });
-    rx
 }
