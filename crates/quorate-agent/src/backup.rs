@@ -4,7 +4,6 @@
 //! the leader moves, the old leader stops after uploading what it captured and the new one
 //! continues from the newest stored revision + 1, so there is neither a gap nor an overlap.
 
-use crate::member::client_tls;
 use crate::state::SharedState;
 use quorate_api::CronSchedule;
 use quorate_backup::layout::{SnapshotKind, SnapshotName};
@@ -17,7 +16,7 @@ use quorate_core::backup_schedule::{StartupAction, startup_action};
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::gc::{self, GcPolicy, SnapshotInfo};
 use quorate_core::lease::{BACKUP_ERROR_ANNOTATION, SnapshotLease};
-use quorate_etcd::{EtcdTimeouts, MemberClient};
+use quorate_etcd::{EtcdTimeouts, MemberClient, client_tls};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -168,9 +167,11 @@ impl<C: Coordination> Leader<'_, C> {
         requests: &mut mpsc::Receiver<BackupRequest>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<LeadEnd, String> {
-        let store = crate::restore::open_store(self.backup)?;
+        let store = crate::restore::open_store(self.backup).map_err(|e| e.to_string())?;
         store.check().await.map_err(|e| e.to_string())?;
-        crate::restore::check_owner(&store, self.backup).await?;
+        crate::restore::check_owner(&store, self.backup)
+            .await
+            .map_err(|e| e.to_string())?;
         let schedule = self.backup.spec.full_snapshot_cron();
         let stored = store.list().await.map_err(|e| e.to_string())?;
         let now = jiff::Timestamp::now();

@@ -2,19 +2,19 @@
 //! configuration, promote it when it is a learner, renew its lease, and stop for good when the
 //! member has been removed from the cluster.
 
-use crate::data_dir::{self, DataDirState};
 use crate::etcd_process::{EtcdProcess, SpawnError};
 use crate::state::{Phase, SharedState};
 use quorate_api::status::EtcdRole;
 use quorate_coord::{CoordError, Coordination};
-use quorate_core::cluster_config::{ClusterConfig, TlsFiles};
+use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::lease::{HolderIdentity, MemberLease};
 use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::member_start::{
     Backups, ListedMember, StartDecision, StartEvidence, decide_start, join_initial_cluster,
 };
 use quorate_core::rollout::{CONFIG_HASH_ANNOTATION, config_hash, may_restart};
-use quorate_etcd::{ClientIdentity, ClusterClient, EtcdTimeouts, EtcdTls, MemberClient, PemSource};
+use quorate_etcd::data_dir::{self, DataDirState};
+use quorate_etcd::{ClusterClient, EtcdTimeouts, MemberClient, client_tls};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -154,22 +154,6 @@ async fn wait(
     let _ = tokio::time::timeout(how_long, shutdown.changed()).await;
 }
 
-/// Client TLS settings for the agent's own connections to etcd.
-pub fn client_tls(cluster: &ClusterConfig) -> Option<EtcdTls> {
-    cluster.client_tls.as_ref().map(|t: &TlsFiles| EtcdTls {
-        ca: PemSource::File(t.ca_file.clone().into()),
-        identity: t
-            .client_cert_file
-            .as_ref()
-            .zip(t.client_key_file.as_ref())
-            .map(|(cert, key)| ClientIdentity {
-                cert: PemSource::File(cert.into()),
-                key: PemSource::File(key.into()),
-            }),
-        domain_name: None,
-    })
-}
-
 fn timeouts() -> EtcdTimeouts {
     EtcdTimeouts {
         connect: Duration::from_secs(1),
@@ -229,7 +213,7 @@ async fn prepare_start<C: Coordination>(
     silent_since: &mut Option<Instant>,
 ) -> Result<StartMode, String> {
     let me = &opts.member;
-    data_dir::check_guard(&opts.data_dir, &cluster.cluster_token)?;
+    data_dir::check_guard(&opts.data_dir, &cluster.cluster_token).map_err(|e| e.to_string())?;
     let has_data = match data_dir::inspect(&opts.data_dir) {
         DataDirState::Valid => true,
         DataDirState::Empty => false,

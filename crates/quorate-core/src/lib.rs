@@ -1,6 +1,7 @@
 //! Pure decisions for quorate: no I/O and no clocks (time is always an argument), so every
 //! rule here can be unit- and property-tested.
 
+pub mod agent_exit;
 pub mod backup_ready;
 pub mod backup_schedule;
 pub mod cluster_config;

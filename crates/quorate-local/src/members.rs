@@ -11,7 +11,7 @@ pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, Loc
     let dir = ctx.existing(name)?;
     let config = read_config(&dir)?;
     let timeouts = EtcdTimeouts::fast();
-    let tls = quorate_agent::member::client_tls(&config);
+    let tls = quorate_etcd::client_tls(&config);
     let members = ClusterClient::new(&config.client_urls(), tls.as_ref(), timeouts)
         .await?
         .member_list()

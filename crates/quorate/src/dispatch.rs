@@ -18,7 +18,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let context = |etcd_binary: Option<PathBuf>| LocalContext {
         state_dir: state_dir.clone(),
         quorate_bin: std::env::current_exe().expect("path of the running quorate binary"),
-        etcd_bin: etcd_binary.unwrap_or_else(quorate_agent::etcd_process::etcd_binary),
+        etcd_bin: etcd_binary.unwrap_or_else(quorate_etcd::binaries::etcd_binary),
     };
     match cli.command {
         Command::Up {
@@ -236,10 +236,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
 }
 
 fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(), LocalError> {
-    let items = commands::get(ctx, name)?;
-    print!(
-        "{}",
-        quorate_local::table::render(&items, wide, jiff::Timestamp::now())
-    );
+    print!("{}", commands::table(ctx, name, wide)?);
     Ok(())
 }
