@@ -168,9 +168,11 @@ impl<C: Coordination> Leader<'_, C> {
         requests: &mut mpsc::Receiver<BackupRequest>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<LeadEnd, String> {
-        let store = crate::restore::open_store(self.backup)?;
+        let store = crate::restore::open_store(self.backup).map_err(|e| e.to_string())?;
         store.check().await.map_err(|e| e.to_string())?;
-        crate::restore::check_owner(&store, self.backup).await?;
+        crate::restore::check_owner(&store, self.backup)
+            .await
+            .map_err(|e| e.to_string())?;
         self.check_chain(&store).await?;
         let schedule = self.backup.spec.full_snapshot_cron();
         let stored = store.list().await.map_err(|e| e.to_string())?;

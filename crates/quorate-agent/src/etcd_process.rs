@@ -2,7 +2,7 @@
 //! killed by the kernel if the agent itself dies (so a `kill -9` of the agent never leaves an
 //! orphaned etcd holding the member's ports and data directory).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 use thiserror::Error;
@@ -97,20 +97,4 @@ impl EtcdProcess {
         }
         let _ = self.child.kill().await;
     }
-}
-
-/// Finds the etcd binary: `QUORATE_ETCD_BIN`, else `etcd` on the PATH.
-pub fn etcd_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("QUORATE_ETCD_BIN") {
-        return PathBuf::from(bin);
-    }
-    find_on_path("etcd").unwrap_or_else(|| PathBuf::from("etcd"))
-}
-
-/// Looks `name` up on the PATH.
-pub fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
 }

@@ -234,7 +234,7 @@ async fn snapshot_latest<C: Coordination + Clone>(State(http): State<Http<C>>) -
     };
     let listed = match crate::restore::open_store(&backup) {
         Ok(store) => store.list().await.map_err(|e| e.to_string()),
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     };
     match listed {
         Ok(all) => {

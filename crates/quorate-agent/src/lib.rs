@@ -4,7 +4,6 @@
 //! from learner, renews its member lease and serves `/healthz`.
 
 pub mod backup;
-pub mod data_dir;
 pub mod etcd_process;
 pub mod executor;
 mod facts;
@@ -21,6 +20,7 @@ pub use member::{AgentError, AgentExit, AgentOptions, run_agent};
 pub use state::SharedState;
 
 use quorate_coord::Coordination;
+use quorate_core::agent_exit::AGENT_EXIT_REMOVED;
 use std::net::SocketAddr;
 use tokio::sync::watch;
 
@@ -64,6 +64,17 @@ pub async fn serve<C: Coordination + Clone>(
     server.abort();
     backup_loop.abort();
     Ok(result?)
+}
+
+impl AgentExit {
+    /// The process exit code that tells the agent's supervisor how it ended: 0 for a requested
+    /// stop, [`AGENT_EXIT_REMOVED`] for a removed member (which must not be restarted).
+    pub fn code(self) -> u8 {
+        match self {
+            AgentExit::Shutdown => 0,
+            AgentExit::Removed => AGENT_EXIT_REMOVED,
+        }
+    }
 }
 
 /// A failure that ends the agent.

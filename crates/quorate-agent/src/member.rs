@@ -2,7 +2,6 @@
 //! configuration, promote it when it is a learner, renew its lease, take part in quorum-loss
 //! recovery, and stop for good when the member has been removed from the cluster.
 
-use crate::data_dir;
 use crate::etcd_process::{EtcdProcess, SpawnError};
 use crate::executor::Executor;
 use crate::recovery::QuorumAction;
@@ -12,7 +11,7 @@ use crate::wait::Wait;
 use crate::{facts, publish};
 use quorate_coord::{CoordError, Coordination};
 use quorate_core::cluster_config::ClusterConfig;
-use quorate_core::etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
+use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::membership::MemberList;
 use quorate_core::membership::data_state::DataState;
 use quorate_core::membership::join::{JoinDecision, may_join};
@@ -21,6 +20,7 @@ use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::rollout::{RolloutPeer, config_hash, may_restart};
 use quorate_core::membership::start::Backups;
 use quorate_etcd::MemberClient;
+use quorate_etcd::data_dir;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;

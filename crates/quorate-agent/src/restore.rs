@@ -1,76 +1,35 @@
-//! Restoring a member from the backup bucket: list the bucket, plan the restore (newest full
-//! snapshot plus the deltas after it, up to a target), stream the objects down and hand them to
-//! the restore in `quorate-backup`. Used by the agent after a total loss and by
-//! `quorate restore`.
+//! The agent's use of the backup bucket: the store of its cluster configuration, the start
+//! decision's view of the bucket, and restoring its member after a total loss. The store
+//! work itself (opening, the owner claim, the restore) is `quorate_backup::store_restore`;
+//! this module maps the agent's [`ClusterConfig`] onto it.
 
-use futures::StreamExt;
-use quorate_backup::restore::{
-    DeltaContent, DeltaObject, EtcdTools, FetchError, FullSnapshotInput, FullSnapshotSource,
-    MemberIdentity, RestoreInputs, RestoreOptions, RestoreReport, RestoreTarget, plan_restore,
-    restore,
-};
+use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
 use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_backup::store_restore::{self, StoreRestoreError, restore_from_store};
 use quorate_core::backup_chain::ChainRecord;
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::membership::start::Backups;
 use std::path::Path;
 
 /// The store of a cluster's backups.
-pub fn open_store(backup: &BackupConfig) -> Result<SnapStore, String> {
-    let spec = backup
-        .spec
-        .store
-        .as_ref()
-        .ok_or("spec.backup.store is not set")?;
+pub fn open_store(backup: &BackupConfig) -> Result<SnapStore, StoreRestoreError> {
     let options = StoreOptions {
         local_root: backup.local_root.clone().into(),
         secret_dir: backup.secret_dir.clone().map(Into::into),
     };
-    SnapStore::open(spec, &options).map_err(|e| e.to_string())
+    store_restore::open_store(&backup.spec, &options)
 }
 
 /// How long a member waits for the bucket's listing before it starts.
 const STORE_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Refuses a prefix another cluster claimed, unless adopting was asked for; claims an unclaimed
-/// one for this cluster, but only if it holds no snapshots yet (an unmarked prefix with
-/// snapshots was written by etcd-druid, etcd-backup-restore or an older quorate: taking it over
-/// needs the adopt annotation). The claim is a conditional create, so of two clusters claiming
-/// one prefix only one wins.
-pub async fn check_owner(store: &SnapStore, backup: &BackupConfig) -> Result<(), String> {
-    let uid = &backup.cluster_uid;
-    match store.owner().await.map_err(|e| e.to_string())? {
-        Some(owner) if &owner == uid => Ok(()),
-        Some(_) if backup.adopt_foreign_backups => {
-            store.claim(uid).await.map_err(|e| e.to_string())
-        }
-        Some(owner) => Err(foreign(store, &owner, backup)),
-        None if backup.adopt_foreign_backups => store.claim(uid).await.map_err(|e| e.to_string()),
-        None => {
-            let listed = store.list().await.map_err(|e| e.to_string())?;
-            if !listed.is_empty() {
-                return Err(unmarked(store, listed.len()));
-            }
-            match store
-                .claim_unclaimed(uid)
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                winner if &winner == uid => Ok(()),
-                winner => Err(foreign(store, &winner, backup)),
-            }
-        }
-    }
-}
-
-fn unmarked(store: &SnapStore, snapshots: usize) -> String {
-    format!(
-        "{} holds {snapshots} snapshot(s) but no owner marker (written by etcd-druid, \
-         etcd-backup-restore or an older quorate?): refusing to restore from or write to it. \
-         Annotate the Etcd with {}=\"true\" to take it over, or use another prefix",
-        store.describe(),
-        quorate_api::annotations::ADOPT_BACKUPS
-    )
+/// Refuses a prefix another cluster claimed or that holds unclaimed snapshots, unless adopting
+/// was asked for; claims an empty unclaimed one for this cluster.
+pub async fn check_owner(
+    store: &SnapStore,
+    backup: &BackupConfig,
+) -> Result<(), StoreRestoreError> {
+    store_restore::check_owner(store, &backup.cluster_uid, backup.adopt_foreign_backups).await
 }
 
 /// The bucket's chain record, if it has a readable one.
@@ -144,16 +103,6 @@ pub async fn continue_chain_after_restore(
     }
 }
 
-fn foreign(store: &SnapStore, owner: &str, backup: &BackupConfig) -> String {
-    format!(
-        "{} holds the backups of another cluster ({owner}; this one is {}): refusing to restore from or \
-         write to it. Use another prefix, or annotate the Etcd with {}=\"true\" to take it over",
-        store.describe(),
-        backup.cluster_uid,
-        quorate_api::annotations::ADOPT_BACKUPS
-    )
-}
-
 /// What the bucket holds, for the start decision.
 pub async fn backups_in_store(cluster: &ClusterConfig) -> Backups {
     let Some(backup) = &cluster.backup else {
@@ -164,7 +113,7 @@ pub async fn backups_in_store(cluster: &ClusterConfig) -> Backups {
             Ok(owner) => owner,
             Err(e) => return Backups::Unreadable(e.to_string()),
         },
-        Err(e) => return Backups::Unreadable(e),
+        Err(e) => return Backups::Unreadable(e.to_string()),
     };
     let listed = match open_store(backup) {
         Ok(store) => match tokio::time::timeout(STORE_CHECK_TIMEOUT, store.list()).await {
@@ -175,7 +124,7 @@ pub async fn backups_in_store(cluster: &ClusterConfig) -> Backups {
                 STORE_CHECK_TIMEOUT.as_secs()
             )),
         },
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     };
     let store = open_store(backup).map(|s| s.describe()).unwrap_or_default();
     match (listed, owner) {
@@ -201,60 +150,6 @@ pub async fn backups_in_store(cluster: &ClusterConfig) -> Backups {
     }
 }
 
-/// Restores `data_dir` as `member` from `store`, up to `target`.
-pub async fn restore_from_store(
-    store: &SnapStore,
-    target: RestoreTarget,
-    member: MemberIdentity,
-    data_dir: &Path,
-    tools: EtcdTools,
-) -> Result<RestoreReport, String> {
-    let listed = store.list().await.map_err(|e| e.to_string())?;
-    let plan =
-        plan_restore(&listed, target).map_err(|e| format!("{} in {}", e, store.describe()))?;
-    let full = plan.full;
-    let full_stream = store.download(full).await.map_err(|e| e.to_string())?;
-    let deltas: Vec<_> = plan.deltas.iter().map(|d| d.snapshot.clone()).collect();
-    let store = store.clone();
-    let delta_stream = futures::stream::iter(deltas)
-        .then(move |snapshot| {
-            let store = store.clone();
-            async move {
-                let object = snapshot.name.file_name();
-                let fail = |e: String| FetchError {
-                    object: object.clone(),
-                    source: e.into(),
-                };
-                let mut body = store
-                    .download(&snapshot)
-                    .await
-                    .map_err(|e| fail(e.to_string()))?;
-                let mut bytes = Vec::with_capacity(snapshot.size as usize);
-                while let Some(chunk) = body.next().await {
-                    bytes.extend_from_slice(&chunk.map_err(|e| fail(e.to_string()))?);
-                }
-                Ok(DeltaObject {
-                    name: object.clone(),
-                    content: DeltaContent::Raw(bytes.into()),
-                })
-            }
-        })
-        .boxed();
-    let inputs = RestoreInputs {
-        full: FullSnapshotInput {
-            name: full.name.file_name(),
-            source: FullSnapshotSource::Stream(full_stream),
-        },
-        deltas: delta_stream,
-        member,
-        data_dir: data_dir.to_path_buf(),
-        tools,
-        target: plan.target,
-        options: RestoreOptions::default(),
-    };
-    restore(inputs).await.map_err(|e| e.to_string())
-}
-
 /// Restores this agent's member from the bucket as a single-member cluster (after a total
 /// loss); the other members join it as learners afterwards.
 pub async fn restore_member(
@@ -265,7 +160,7 @@ pub async fn restore_member(
         .backup
         .as_ref()
         .ok_or("backups are not configured")?;
-    let store = open_store(backup)?;
+    let store = open_store(backup).map_err(|e| e.to_string())?;
     let me = cluster.member(&opts.member).ok_or("not a desired member")?;
     let member = MemberIdentity {
         name: me.name.clone(),
@@ -273,14 +168,15 @@ pub async fn restore_member(
         initial_cluster: format!("{}={}", me.name, me.peer_url),
         cluster_token: cluster.cluster_token.clone(),
     };
-    let etcdctl = crate::etcd_process::find_on_path("etcdctl")
+    let etcdctl = quorate_etcd::binaries::find_on_path("etcdctl")
         .or_else(|| opts.etcd_binary.parent().map(|d| d.join("etcdctl")))
         .ok_or("etcdctl is needed to restore a snapshot; install etcd-client")?;
     let tools = EtcdTools::new(&opts.etcd_binary, etcdctl);
     tracing::warn!(member = %me.name, store = %store.describe(), "no member has data: restoring from the bucket");
     let chain = chain_record(&store).await?;
-    let report =
-        restore_from_store(&store, RestoreTarget::Latest, member, &opts.data_dir, tools).await?;
+    let report = restore_from_store(&store, RestoreTarget::Latest, member, &opts.data_dir, tools)
+        .await
+        .map_err(|e| e.to_string())?;
     if let Some(chain) = chain {
         let from = ChainRecord {
             cluster_id: chain.cluster_id,

@@ -5,7 +5,6 @@
 //! Anything that is about to create data (bootstrap, join, restore) is published on the lease
 //! first, so no other member can ever read "no data" for a member that has some.
 
-use crate::data_dir::{self, DataDirState};
 use crate::executor::Executor;
 use crate::facts;
 use crate::state::SharedState;
@@ -13,8 +12,8 @@ use crate::wait::Wait;
 use crate::{AgentOptions, publish};
 use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
-use quorate_core::etcd_config::StartMode;
 use quorate_core::lease::HolderIdentity;
+use quorate_core::member_etcd_config::StartMode;
 use quorate_core::membership::data_state::{DataState, PeerData};
 use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::Step;
@@ -22,6 +21,7 @@ use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::start::{
     StartDecision, StartEvidence, decide_start, join_initial_cluster,
 };
+use quorate_etcd::data_dir::{self, DataDirState};
 
 /// Why the member does not start now.
 #[derive(Debug)]
@@ -67,7 +67,8 @@ pub async fn prepare_start<C: Coordination>(
     state: &SharedState,
 ) -> Result<StartMode, NotYet> {
     let me = &opts.member;
-    data_dir::check_guard(&opts.data_dir, &cluster.cluster_token).map_err(Wait::new)?;
+    data_dir::check_guard(&opts.data_dir, &cluster.cluster_token)
+        .map_err(|e| Wait::new(e.to_string()))?;
     let mut own = own_data_state(opts);
     let leases = coord
         .member_leases()

@@ -13,9 +13,9 @@ use crate::enums::{
     CompactionMode, CompressionPolicy, FreelistType, GarbageCollectionPolicy, MetricsLevel,
 };
 use crate::etcd::{Etcd, EtcdSpec};
-use crate::etcd_config::EtcdConfig;
 use crate::provider::StorageProvider;
 use crate::quantity::quantity_to_bytes;
+use crate::spec_etcd::EtcdConfig;
 use crate::tls::SecretReference;
 
 /// Backend quota when `spec.etcd.quota` is unset.

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::backup::BackupSpec;
-use crate::etcd_config::EtcdConfig;
+use crate::spec_etcd::EtcdConfig;
 use crate::status::EtcdStatus;
 
 /// API group of the `Etcd` resource.

@@ -11,11 +11,11 @@ pub mod defaults;
 pub mod duration;
 pub mod enums;
 pub mod etcd;
-pub mod etcd_config;
 pub mod manifest;
 pub mod names;
 pub mod provider;
 pub mod quantity;
+pub mod spec_etcd;
 pub mod status;
 pub mod tls;
 pub mod unknown_fields;
@@ -31,15 +31,15 @@ pub use enums::{
     TrafficDistribution,
 };
 pub use etcd::{Etcd, EtcdSpec, SchedulingConstraints, SharedConfig};
-pub use etcd_config::{
-    AdditionalPeerUrl, BootstrapMember, BootstrapWithExistingCluster, ClientService, EtcdConfig,
-};
 pub use manifest::{
     EtcdManifest, ManifestError, ParseError, parse_etcd_manifest, parse_etcd_manifests,
     read_etcd_manifests,
 };
 pub use provider::StorageProvider;
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity, quantity_to_bytes};
+pub use spec_etcd::{
+    AdditionalPeerUrl, BootstrapMember, BootstrapWithExistingCluster, ClientService, EtcdConfig,
+};
 pub use status::{
     Condition, ConditionStatus, EtcdMemberConditionStatus, EtcdMemberStatus, EtcdRole, EtcdStatus,
     LastError, LastOperation, LastOperationState, LastOperationType,

@@ -9,3 +9,4 @@ pub mod layout;
 pub mod restore;
 pub mod snapshotter;
 pub mod store;
+pub mod store_restore;

@@ -1,16 +1,17 @@
 //! Pure decisions for quorate: no I/O and no clocks (time is always an argument), so every
 //! rule here can be unit- and property-tested.
 
+pub mod agent_exit;
 pub mod backup_chain;
 pub mod backup_ready;
 pub mod backup_schedule;
 pub mod cluster_config;
 pub mod components;
 pub mod conditions;
-pub mod etcd_config;
 pub mod gc;
 pub mod last_operation;
 pub mod lease;
+pub mod member_etcd_config;
 pub mod member_health;
 pub mod membership;
 pub mod reconcile_control;

@@ -7,13 +7,18 @@
 //! - [`EtcdError`] with [`ErrorKind`]: etcd's refusals classified, so "unhealthy cluster",
 //!   "too many learners" and "learner not in sync" are waited out ([`retry_while_retryable`])
 //!   instead of treated as failures.
+//! - [`client_tls`]: a cluster configuration's client TLS files as [`EtcdTls`].
+//! - [`binaries`] and [`data_dir`]: etcd's programs on this machine and a member's data
+//!   directory on disk (inspection, wrong-volume guard, moving it aside).
 //!
 //! Every call is time-bounded ([`EtcdTimeouts`]); etcd-client connects lazily and would
 //! otherwise hang on an unreachable member.
 
+pub mod binaries;
 mod cluster;
 mod cluster_tls;
 mod config;
+pub mod data_dir;
 mod error;
 mod member;
 mod retry;
@@ -21,7 +26,7 @@ mod snapshot;
 mod types;
 
 pub use cluster::ClusterClient;
-pub use cluster_tls::client_tls;
+pub use cluster_tls::{client_tls, tls_from_files};
 pub use config::{ClientIdentity, EtcdEndpoints, EtcdTimeouts, EtcdTls, PemSource};
 pub use error::{ErrorKind, EtcdError, classify, classify_status};
 pub use member::MemberClient;

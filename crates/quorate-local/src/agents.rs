@@ -3,14 +3,12 @@
 //! cleanly (SIGTERM, which stops etcd cleanly) on scale-down or shutdown.
 
 use crate::state_dir::ClusterDir;
+use quorate_core::agent_exit::AGENT_EXIT_REMOVED;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
-
-/// Exit code of `quorate agent` when its member was removed from the cluster.
-pub const EXIT_REMOVED: i32 = 3;
 
 /// How an agent process ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,7 +110,7 @@ impl Agents {
         let mut ended = Vec::new();
         for (member, agent) in &mut self.running {
             if let Ok(Some(status)) = agent.child.try_wait() {
-                let how = if status.code() == Some(EXIT_REMOVED) {
+                let how = if status.code() == Some(i32::from(AGENT_EXIT_REMOVED)) {
                     AgentEnded::Removed
                 } else {
                     AgentEnded::Crashed(status.to_string())

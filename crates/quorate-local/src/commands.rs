@@ -254,3 +254,38 @@ pub fn endpoints(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
     let config = crate::render::read_config(&dir)?;
     Ok(config.client_urls().join(","))
 }
+
+/// `get`'s table of cluster `name` (or of every cluster), as `kubectl get etcd` prints it.
+pub fn table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<String, LocalError> {
+    let items = get(ctx, name)?;
+    Ok(crate::table::render(&items, wide, jiff::Timestamp::now()))
+}
+
+/// Where a member of a local cluster keeps its data and how its etcd is addressed: what a tool
+/// writing that member's data directory (`quorate restore --up`) needs to write it as the
+/// member's agent would.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalMember {
+    /// etcd's data directory of the member.
+    pub data_dir: PathBuf,
+    /// The member's peer URL.
+    pub peer_url: String,
+    /// The cluster's `--initial-cluster-token` (also the wrong-volume guard's content).
+    pub cluster_token: String,
+}
+
+/// Member `member` of the prepared local cluster `name`; the member must have been given ports
+/// (every desired member has, once [`prepare`] ran).
+pub fn local_member(
+    ctx: &LocalContext,
+    name: &str,
+    member: &str,
+) -> Result<LocalMember, LocalError> {
+    let dir = ctx.cluster(name);
+    let record = load_record(&dir)?;
+    Ok(LocalMember {
+        data_dir: dir.member_data(member),
+        peer_url: format!("http://127.0.0.1:{}", record.ports[member].peer),
+        cluster_token: record.cluster_token(name),
+    })
+}

@@ -4,7 +4,7 @@
 //! template is the same for every member.
 
 use crate::cli::AgentArgs;
-use crate::local_cmds::shutdown_on_signals;
+use crate::signals::shutdown_on_signals;
 use quorate_agent::{AgentExit, AgentOptions};
 use quorate_coord::{CoordError, Coordination, FileCoordination, KubeCoordination};
 use quorate_core::cluster_config::{ClusterConfig, MemberEndpoints};
@@ -28,7 +28,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
     let etcd_binary = args
         .etcd_binary
         .clone()
-        .unwrap_or_else(quorate_agent::etcd_process::etcd_binary);
+        .unwrap_or_else(quorate_etcd::binaries::etcd_binary);
     match (
         args.kubernetes,
         args.cluster_dir,
@@ -206,10 +206,8 @@ async fn serve<C: Coordination + Clone>(
     listen: SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ExitCode, Box<dyn Error>> {
-    match quorate_agent::serve(coord, opts, listen, shutdown).await? {
-        AgentExit::Shutdown => Ok(ExitCode::SUCCESS),
-        AgentExit::Removed => Ok(ExitCode::from(quorate_local::agents::EXIT_REMOVED as u8)),
-    }
+    let exit: AgentExit = quorate_agent::serve(coord, opts, listen, shutdown).await?;
+    Ok(ExitCode::from(exit.code()))
 }
 
 #[cfg(test)]

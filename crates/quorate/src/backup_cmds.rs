@@ -1,22 +1,24 @@
 //! `quorate backups list` and `quorate restore`.
 
 use crate::cli::BackupsCommand;
-use quorate_agent::restore::{open_store, restore_from_store};
 use quorate_api::Etcd;
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
-use quorate_core::cluster_config::BackupConfig;
+use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_backup::store_restore::{open_store, restore_from_store};
 use quorate_local::commands::{self, LocalContext};
 use std::path::{Path, PathBuf};
 
 type Error = Box<dyn std::error::Error>;
 
-/// The backup configuration of `etcd` as a local cluster at `ctx` would use it, with overrides.
-fn backup_config(
+/// The store of `etcd`'s backups as a local cluster at `ctx` would open it, with overrides.
+/// The owner claim is not checked: an explicit restore or listing is the request to read
+/// whoever's bucket it is.
+fn open_cluster_store(
     ctx: &LocalContext,
     etcd: &Etcd,
     secret_dir: Option<PathBuf>,
     local_root: Option<PathBuf>,
-) -> Result<BackupConfig, Error> {
+) -> Result<SnapStore, Error> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
     let store = etcd.spec.backup.store.as_ref().ok_or_else(|| {
         format!("the Etcd {name} has no spec.backup.store; there is no bucket to read")
@@ -29,20 +31,11 @@ fn backup_config(
             .and_then(|s| s.name.as_ref())
             .map(|s| dir.root().join("secrets").join(s))
     });
-    Ok(BackupConfig {
-        spec: etcd.spec.backup.clone(),
-        local_root: local_root
-            .unwrap_or_else(|| dir.backups())
-            .display()
-            .to_string(),
-        secret_dir: secret_dir.map(|d| d.display().to_string()),
-        full_snapshot_lease: quorate_api::names::full_snapshot_lease_name(&name),
-        delta_snapshot_lease: quorate_api::names::delta_snapshot_lease_name(&name),
-        cluster_uid: String::new(),
-        // An explicit restore or listing is the request to read whoever's bucket it is.
-        adopt_foreign_backups: true,
-        new_chain_request: None,
-    })
+    let options = StoreOptions {
+        local_root: local_root.unwrap_or_else(|| dir.backups()),
+        secret_dir,
+    };
+    Ok(open_store(&etcd.spec.backup, &options)?)
 }
 
 /// Runs `quorate backups ...`.
@@ -58,7 +51,7 @@ pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), 
         (None, Some(file)) => commands::read_manifest(&file)?,
         (None, None) => return Err("name a local cluster or give its manifest with -f".into()),
     };
-    let store = open_store(&backup_config(ctx, &etcd, secret_dir, local_root)?)?;
+    let store = open_cluster_store(ctx, &etcd, secret_dir, local_root)?;
     let listed = store.list().await?;
     println!("{}", store.describe());
     let mut rows = vec![
@@ -104,10 +97,9 @@ pub struct RestoreArgs {
 pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error> {
     let etcd = commands::read_manifest(&args.file)?;
     let name = etcd.metadata.name.clone().unwrap_or_default();
-    let backup = backup_config(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
-    let store = open_store(&backup)?;
+    let store = open_cluster_store(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
     let member = quorate_api::names::member_name(&etcd, 0);
-    let etcdctl = quorate_agent::etcd_process::find_on_path("etcdctl")
+    let etcdctl = quorate_etcd::binaries::find_on_path("etcdctl")
         .ok_or("etcdctl is needed to restore a snapshot: apt-get install etcd-client")?;
     let tools = EtcdTools::new(&ctx.etcd_bin, etcdctl);
     let (data_dir, identity) = match (&args.data_dir, args.up) {
@@ -126,12 +118,11 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
                 )
                 .into());
             }
-            let (dir, _) = commands::prepare(ctx, etcd.clone())?;
-            let record = quorate_local::object::load_record(&dir)?;
-            let peer = format!("http://127.0.0.1:{}", record.ports[&member].peer);
+            commands::prepare(ctx, etcd.clone())?;
+            let local = commands::local_member(ctx, &name, &member)?;
             (
-                dir.member_data(&member),
-                identity(&member, &peer, &record.cluster_token(&name)),
+                local.data_dir,
+                identity(&member, &local.peer_url, &local.cluster_token),
             )
         }
         _ => {
@@ -172,17 +163,10 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
         report.duration.as_secs_f64()
     );
     if args.up {
-        guard(&data_dir, ctx, &name)?;
+        guard(&data_dir, ctx, &name, &member)?;
         commands::spawn_supervisor(ctx, &name)?;
         commands::wait_until_ready(ctx, &name, 1, std::time::Duration::from_secs(120)).await?;
-        print!(
-            "{}",
-            quorate_local::table::render(
-                &commands::get(ctx, Some(&name))?,
-                true,
-                jiff::Timestamp::now()
-            )
-        );
+        print!("{}", commands::table(ctx, Some(&name), true)?);
     }
     Ok(())
 }
@@ -197,8 +181,8 @@ fn identity(member: &str, peer: &str, token: &str) -> MemberIdentity {
 }
 
 /// Stamps the restored data directory with the cluster's guard, as its agent would.
-fn guard(data_dir: &Path, ctx: &LocalContext, name: &str) -> Result<(), Error> {
-    let record = quorate_local::object::load_record(&ctx.cluster(name))?;
-    quorate_agent::data_dir::check_guard(data_dir, &record.cluster_token(name))?;
+fn guard(data_dir: &Path, ctx: &LocalContext, name: &str, member: &str) -> Result<(), Error> {
+    let local = commands::local_member(ctx, name, member)?;
+    quorate_etcd::data_dir::check_guard(data_dir, &local.cluster_token)?;
     Ok(())
 }

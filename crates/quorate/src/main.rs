@@ -5,8 +5,9 @@ mod agent_cmd;
 mod backup_cmds;
 mod canary_cmd;
 mod cli;
-mod local_cmds;
+mod dispatch;
 mod progress;
+mod signals;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -19,7 +20,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match runtime.block_on(local_cmds::run(cli)) {
+    match runtime.block_on(dispatch::run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");

@@ -14,9 +14,9 @@ use crate::cron::CronSchedule;
 use crate::duration::parse_go_duration;
 use crate::enums::{CompactionMode, FreelistType, MetricsLevel, TrafficDistribution};
 use crate::etcd::Etcd;
-use crate::etcd_config::{AdditionalPeerUrl, BootstrapWithExistingCluster, EtcdConfig};
 use crate::names::{MAX_ETCD_NAME_LENGTH, MAX_MEMBER_NAME_PREFIX_LENGTH};
 use crate::quantity::{parse_quantity, quantity_to_bytes};
+use crate::spec_etcd::{AdditionalPeerUrl, BootstrapWithExistingCluster, EtcdConfig};
 use crate::tls::{PeerTlsConfig, SecretReference, TlsConfig};
 
 /// Most entries in `additionalAdvertisePeerUrls` (druid's limit).

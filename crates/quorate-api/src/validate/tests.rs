@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::*;
 use crate::backup::{CompressionSpec, LeaderElectionSpec, StoreSpec};
 use crate::etcd::{EtcdSpec, SharedConfig};
-use crate::etcd_config::{
+use crate::spec_etcd::{
     AdditionalPeerUrl, BootstrapMember, BootstrapWithExistingCluster, ClientService,
 };
 use crate::status::{Condition, ConditionStatus, EtcdStatus};

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::cluster_config::render_for_kubernetes;
 use super::context::ComponentContext;
 use super::error::ComponentError;
-use super::etcd_conf;
+use super::etcd_conf_yaml;
 use super::meta::EtcdIdentity;
 
 /// Key of quorate's [`crate::cluster_config::ClusterConfig`] (JSON) in the ConfigMap.
@@ -31,7 +31,7 @@ pub fn build(etcd: &Etcd, ctx: &ComponentContext) -> Result<ConfigMap, Component
     Ok(ConfigMap {
         metadata: id.object_meta(component::CONFIG_MAP, &config_map_name(&id.name)),
         data: Some(BTreeMap::from([
-            (CONFIG_MAP_KEY.to_string(), etcd_conf::render(etcd)?),
+            (CONFIG_MAP_KEY.to_string(), etcd_conf_yaml::render(etcd)?),
             (CLUSTER_CONFIG_KEY.to_string(), cluster_json),
         ])),
         ..ConfigMap::default()

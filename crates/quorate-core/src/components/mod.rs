@@ -15,7 +15,7 @@ pub mod config_map;
 pub mod context;
 pub mod desired;
 pub mod error;
-pub mod etcd_conf;
+pub mod etcd_conf_yaml;
 pub mod member_container;
 pub mod member_leases;
 pub mod meta;

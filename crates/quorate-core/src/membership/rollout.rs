@@ -113,7 +113,7 @@ pub fn may_restart(me: &str, members: &[RolloutPeer], desired_hash: &str) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd_config::tests::three_members;
+    use crate::member_etcd_config::tests::three_members;
 
     /// etcd-main-0 leads cluster 0xc1 unless a test says otherwise.
     fn peer(i: u64, hash: &str) -> RolloutPeer {

@@ -5,7 +5,7 @@
 use super::Member;
 use super::data_state::{DataState, PeerData};
 use crate::cluster_config::ClusterConfig;
-use crate::etcd_config::StartMode;
+use crate::member_etcd_config::StartMode;
 
 /// What a member knows about its cluster before starting etcd.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,7 +197,7 @@ pub fn join_initial_cluster(cluster: &ClusterConfig, members: &[Member]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd_config::tests::three_members;
+    use crate::member_etcd_config::tests::three_members;
 
     fn listed(id: u64, name: &str, port: u16) -> Member {
         Member::new(id, name, vec![format!("http://127.0.0.1:{port}")], false)

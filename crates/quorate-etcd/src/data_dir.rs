@@ -1,6 +1,8 @@
 //! Checks of a member's data directory before etcd starts on it: is it this cluster's
 //! (the wrong-volume guard), does it hold a member at all, and is its database readable. A bad
-//! directory is moved aside, never deleted, so nothing is lost to a wrong guess.
+//! directory is moved aside, never deleted, so nothing is lost to a wrong guess. In the etcd
+//! adapter because it reads etcd's own files (write-ahead log, bbolt database) and is needed by
+//! the agent before etcd starts and by `quorate restore` after it wrote a directory.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -116,25 +118,53 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The wrong-volume guard refused a data directory, or could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// The directory belongs to another cluster incarnation.
+    #[error(
+        "{} belongs to cluster incarnation {owner:?}, not {expected:?}: wrong volume; etcd is not started \
+         on it. Move the directory away if it is really meant for this cluster",
+        data_dir.display()
+    )]
+    WrongVolume {
+        /// The data directory.
+        data_dir: PathBuf,
+        /// The incarnation the guard names.
+        owner: String,
+        /// The incarnation asked for.
+        expected: String,
+    },
+    /// The guard file could not be written.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The guard file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
 /// The wrong-volume guard: `safe_guard` beside the data directory names the cluster incarnation
 /// (its token) the data belongs to. Written on first use; a mismatch means the volume belongs to
 /// another cluster, and etcd must not start on it.
-pub fn check_guard(data_dir: &Path, cluster_token: &str) -> Result<(), String> {
+pub fn check_guard(data_dir: &Path, cluster_token: &str) -> Result<(), GuardError> {
     let guard = guard_path(data_dir);
     match std::fs::read_to_string(&guard) {
         Ok(owner) if owner.trim() == cluster_token => Ok(()),
-        Ok(owner) => Err(format!(
-            "{} belongs to cluster incarnation {:?}, not {cluster_token:?}: wrong volume; etcd is not started \
-             on it. Move the directory away if it is really meant for this cluster",
-            data_dir.display(),
-            owner.trim()
-        )),
+        Ok(owner) => Err(GuardError::WrongVolume {
+            data_dir: data_dir.to_path_buf(),
+            owner: owner.trim().to_string(),
+            expected: cluster_token.to_string(),
+        }),
         Err(_) => {
             if let Some(parent) = guard.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
-            std::fs::write(&guard, cluster_token)
-                .map_err(|e| format!("writing {}: {e}", guard.display()))
+            std::fs::write(&guard, cluster_token).map_err(|source| GuardError::Write {
+                path: guard,
+                source,
+            })
         }
     }
 }
@@ -229,9 +259,11 @@ mod tests {
     fn the_guard_refuses_another_clusters_volume() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        assert_eq!(check_guard(&data, "etcd-main-1234"), Ok(()));
-        assert_eq!(check_guard(&data, "etcd-main-1234"), Ok(()));
-        let err = check_guard(&data, "etcd-main-9999").unwrap_err();
+        assert!(matches!(check_guard(&data, "etcd-main-1234"), Ok(())));
+        assert!(matches!(check_guard(&data, "etcd-main-1234"), Ok(())));
+        let err = check_guard(&data, "etcd-main-9999")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("wrong volume"), "{err}");
     }
 }

@@ -1,12 +1,13 @@
-//! Dispatch of the subcommands to the local runtime, the agent and the API crate.
+//! Dispatch of every subcommand: the local runtime, the agent, the operator, the one-shot
+//! tools (snapshot, backups, restore, canary) and the CRD printer each get their command here.
 
 use crate::cli::{Cli, Command, Output};
+use crate::signals::shutdown_on_signals;
 use quorate_local::LocalError;
 use quorate_local::commands::{self, LocalContext};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Runs one command; `Err` is printed as `error: ...`.
 pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -17,7 +18,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let context = |etcd_binary: Option<PathBuf>| LocalContext {
         state_dir: state_dir.clone(),
         quorate_bin: std::env::current_exe().expect("path of the running quorate binary"),
-        etcd_bin: etcd_binary.unwrap_or_else(quorate_agent::etcd_process::etcd_binary),
+        etcd_bin: etcd_binary.unwrap_or_else(quorate_etcd::binaries::etcd_binary),
     };
     match cli.command {
         Command::Up {
@@ -274,26 +275,6 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
 }
 
 fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(), LocalError> {
-    let items = commands::get(ctx, name)?;
-    print!(
-        "{}",
-        quorate_local::table::render(&items, wide, jiff::Timestamp::now())
-    );
+    print!("{}", commands::table(ctx, name, wide)?);
     Ok(())
-}
-
-/// A flag that turns true on SIGINT or SIGTERM.
-pub(crate) fn shutdown_on_signals() -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        let _ = tx.send(true);
-    });
-    rx
 }

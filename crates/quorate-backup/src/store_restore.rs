@@ -1,0 +1,204 @@
+//! A cluster's backup store as its users need it: opened from `spec.backup`, guarded by the
+//! owner claim (so one cluster never restores from or writes over another's backups), and
+//! restored from (list, plan the newest full snapshot plus the deltas after it up to a target,
+//! stream the objects into [`restore`]). Used by the agent (backup leader, restore after a
+//! total loss) and by `quorate backups list` / `quorate restore`, so it lives here, below both.
+//! Inputs are plain (the spec, paths, the cluster's identity) so this crate needs no core types.
+
+use crate::restore::{
+    DeltaContent, DeltaObject, EtcdTools, FetchError, FullSnapshotInput, FullSnapshotSource,
+    MemberIdentity, PlanError, RestoreError, RestoreInputs, RestoreOptions, RestoreReport,
+    RestoreTarget, plan_restore, restore,
+};
+use crate::store::{SnapStore, StoreError, StoreOptions};
+use futures::StreamExt;
+use quorate_api::BackupSpec;
+use std::path::Path;
+use thiserror::Error;
+
+/// Why a cluster's store could not be opened, claimed or restored from.
+#[derive(Debug, Error)]
+pub enum StoreRestoreError {
+    /// `spec.backup.store` is unset: the cluster has no store.
+    #[error("spec.backup.store is not set")]
+    NotConfigured,
+    /// The store failed (configuration, credentials, reachability ...).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Another cluster claimed the prefix and taking it over was not asked for.
+    #[error(
+        "{store} holds the backups of another cluster ({owner}; this one is {cluster}): refusing to restore from or \
+         write to it. Use another prefix, or annotate the Etcd with {adopt}=\"true\" to take it over",
+        adopt = quorate_api::annotations::ADOPT_BACKUPS
+    )]
+    ForeignOwner {
+        /// The store's description.
+        store: String,
+        /// The cluster that claimed it.
+        owner: String,
+        /// This cluster.
+        cluster: String,
+    },
+    /// The prefix holds snapshots but nobody claimed it (etcd-druid, etcd-backup-restore or an
+    /// older quorate wrote them) and taking it over was not asked for.
+    #[error(
+        "{store} holds {snapshots} snapshot(s) but no owner marker (written by etcd-druid, \
+         etcd-backup-restore or an older quorate?): refusing to restore from or write to it. \
+         Annotate the Etcd with {adopt}=\"true\" to take it over, or use another prefix",
+        adopt = quorate_api::annotations::ADOPT_BACKUPS
+    )]
+    Unclaimed {
+        /// The store's description.
+        store: String,
+        /// How many snapshots it holds.
+        snapshots: usize,
+    },
+    /// The listed snapshots cannot reach the target.
+    #[error("{source} in {store}")]
+    Plan {
+        /// The store's description.
+        store: String,
+        /// Why no plan.
+        source: PlanError,
+    },
+    /// The restore itself failed.
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+}
+
+/// Opens the store `backup.store` names; `NotConfigured` when it names none.
+pub fn open_store(
+    backup: &BackupSpec,
+    options: &StoreOptions,
+) -> Result<SnapStore, StoreRestoreError> {
+    let spec = backup
+        .store
+        .as_ref()
+        .ok_or(StoreRestoreError::NotConfigured)?;
+    Ok(SnapStore::open(spec, options)?)
+}
+
+/// Refuses a prefix another cluster claimed, unless `adopt_foreign` (then it is claimed for
+/// `cluster_uid`). An unclaimed prefix is claimed for `cluster_uid` only while it holds no
+/// snapshots (one with snapshots needs `adopt_foreign`), and with a conditional create, so of
+/// two clusters claiming one prefix only one wins.
+pub async fn check_owner(
+    store: &SnapStore,
+    cluster_uid: &str,
+    adopt_foreign: bool,
+) -> Result<(), StoreRestoreError> {
+    match store.owner().await? {
+        Some(owner) if owner == cluster_uid => Ok(()),
+        Some(_) | None if adopt_foreign => Ok(store.claim(cluster_uid).await?),
+        Some(owner) => Err(foreign_owner(store, &owner, cluster_uid)),
+        None => {
+            let snapshots = store.list().await?.len();
+            if snapshots > 0 {
+                return Err(StoreRestoreError::Unclaimed {
+                    store: store.describe(),
+                    snapshots,
+                });
+            }
+            match store.claim_unclaimed(cluster_uid).await? {
+                winner if winner == cluster_uid => Ok(()),
+                winner => Err(foreign_owner(store, &winner, cluster_uid)),
+            }
+        }
+    }
+}
+
+/// The refusal for a prefix `owner` claimed while `cluster_uid` asked for it.
+pub fn foreign_owner(store: &SnapStore, owner: &str, cluster_uid: &str) -> StoreRestoreError {
+    StoreRestoreError::ForeignOwner {
+        store: store.describe(),
+        owner: owner.to_string(),
+        cluster: cluster_uid.to_string(),
+    }
+}
+
+/// Restores `data_dir` as `member` from `store`, up to `target`. A full snapshot is named
+/// with the revision read just before it was taken and may hold a little more; when it turns
+/// out to be past a point-in-time target, the restore is planned again without it (an older
+/// full snapshot and more deltas), so every target the bucket covers can be restored.
+pub async fn restore_from_store(
+    store: &SnapStore,
+    target: RestoreTarget,
+    member: MemberIdentity,
+    data_dir: &Path,
+    tools: EtcdTools,
+) -> Result<RestoreReport, StoreRestoreError> {
+    let mut listed = store.list().await?;
+    loop {
+        match restore_once(
+            store,
+            &listed,
+            target,
+            member.clone(),
+            data_dir,
+            tools.clone(),
+        )
+        .await
+        {
+            Err(StoreRestoreError::Restore(RestoreError::FullPastTarget { object, .. })) => {
+                tracing::info!(%object, "full snapshot holds more than its name says; planning without it");
+                listed.retain(|s| s.name.file_name() != object);
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn restore_once(
+    store: &SnapStore,
+    listed: &[crate::store::StoredSnapshot],
+    target: RestoreTarget,
+    member: MemberIdentity,
+    data_dir: &Path,
+    tools: EtcdTools,
+) -> Result<RestoreReport, StoreRestoreError> {
+    let plan = plan_restore(listed, target).map_err(|source| StoreRestoreError::Plan {
+        store: store.describe(),
+        source,
+    })?;
+    let full = plan.full;
+    let full_stream = store.download(full).await?;
+    let deltas: Vec<_> = plan.deltas.iter().map(|d| d.snapshot.clone()).collect();
+    let store = store.clone();
+    let delta_stream = futures::stream::iter(deltas)
+        .then(move |snapshot| {
+            let store = store.clone();
+            async move {
+                let object = snapshot.name.file_name();
+                let fail = |e: String| FetchError {
+                    object: object.clone(),
+                    source: e.into(),
+                };
+                let mut body = store
+                    .download(&snapshot)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+                let mut bytes = Vec::with_capacity(snapshot.size as usize);
+                while let Some(chunk) = body.next().await {
+                    bytes.extend_from_slice(&chunk.map_err(|e| fail(e.to_string()))?);
+                }
+                Ok(DeltaObject {
+                    name: object.clone(),
+                    content: DeltaContent::Raw(bytes.into()),
+                })
+            }
+        })
+        .boxed();
+    let inputs = RestoreInputs {
+        full: FullSnapshotInput {
+            name: full.name.file_name(),
+            source: FullSnapshotSource::Stream(full_stream),
+        },
+        deltas: delta_stream,
+        member,
+        data_dir: data_dir.to_path_buf(),
+        tools,
+        target: plan.target,
+        options: RestoreOptions::default(),
+    };
+    Ok(restore(inputs).await?)
+}
