@@ -17,3 +17,4 @@ pub mod planner;
 pub mod reconcile_control;
 pub mod rollout;
 pub mod statefulset_step;
+pub mod status;
