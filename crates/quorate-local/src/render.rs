@@ -7,7 +7,8 @@ use crate::record::ClusterRecord;
 use crate::state_dir::ClusterDir;
 use quorate_api::Etcd;
 use quorate_coord::json_file;
-use quorate_core::cluster_config::{BackupConfig, ClusterConfig, EtcdSettings, MemberEndpoints};
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::components::cluster_config::{PlacedMember, Placement, assemble};
 
 /// Base ports the manifest sets explicitly.
 pub fn base_ports(etcd: &Etcd) -> BasePorts {
@@ -19,84 +20,64 @@ pub fn base_ports(etcd: &Etcd) -> BasePorts {
     }
 }
 
+/// Host every local member listens on and is reached at.
+pub const LOCAL_HOST: &str = "127.0.0.1";
+
 /// The configuration the agents of `etcd` run with; every desired member must have ports.
+/// Assembled by core's `assemble`, as the operator's ConfigMap is, with a local placement:
+/// loopback, the ports the record gives each member, and paths in the state directory.
 pub fn render_cluster_config(
     etcd: &Etcd,
     record: &ClusterRecord,
     dir: &ClusterDir,
 ) -> Result<ClusterConfig, LocalError> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
-    let peer_scheme = if etcd.peer_tls_enabled() {
-        "https"
-    } else {
-        "http"
-    };
-    let client_scheme = if etcd.client_tls_enabled() {
-        "https"
-    } else {
-        "http"
-    };
     // A member's lease is named like the member (druid's naming).
     let members = quorate_api::names::member_lease_names(etcd)
         .into_iter()
         .map(|member| {
             let ports = record.ports[&member];
-            MemberEndpoints {
-                lease_name: member.clone(),
-                peer_url: format!("{peer_scheme}://127.0.0.1:{}", ports.peer),
-                client_url: format!("{client_scheme}://127.0.0.1:{}", ports.client),
+            PlacedMember {
+                name: member,
+                host: LOCAL_HOST.into(),
                 peer_port: ports.peer,
                 client_port: ports.client,
-                agent_url: format!("http://127.0.0.1:{}", ports.agent),
                 agent_port: ports.agent,
-                name: member,
             }
         })
         .collect();
     let (client_tls, peer_tls) = crate::tls::tls_files(etcd, dir)?;
-    Ok(ClusterConfig {
-        cluster_token: record.cluster_token(&name),
-        cluster_name: name,
+    let placement = Placement {
         namespace: etcd
             .metadata
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into()),
-        members,
+        cluster_token: record.cluster_token(&name),
         bootstrap_members: record.bootstrap_members.clone(),
-        listen_host: "127.0.0.1".into(),
-        etcd: EtcdSettings::from_etcd(etcd),
+        listen_host: LOCAL_HOST.into(),
         client_tls,
         peer_tls,
-        heartbeat_millis: etcd.spec.etcd.heartbeat_duration().as_millis() as u64,
-        backup: backup_config(etcd, record, dir),
-    })
+        // `Local` containers live in the cluster's `backups/` directory and a store Secret is
+        // the directory `secrets/<name>/`, as for TLS.
+        local_root: dir.backups().display().to_string(),
+        secret_dir: store_secret_dir(etcd, dir),
+        cluster_uid: record.uid.clone(),
+    };
+    Ok(assemble(etcd, placement, members))
 }
 
-/// Backups of a local cluster: `Local` containers live in the cluster's `backups/` directory
-/// and a store Secret is the directory `secrets/<name>/`, as for TLS.
-fn backup_config(etcd: &Etcd, record: &ClusterRecord, dir: &ClusterDir) -> Option<BackupConfig> {
+/// The directory standing in for the backup store's Secret, when the store names one.
+fn store_secret_dir(etcd: &Etcd, dir: &ClusterDir) -> Option<String> {
     let store = etcd.spec.backup.store.as_ref()?;
-    let name = etcd.metadata.name.clone().unwrap_or_default();
-    let secret_dir = store
-        .secret_ref
-        .as_ref()
-        .and_then(|s| s.name.as_ref())
-        .map(|s| dir.root().join("secrets").join(s).display().to_string());
-    Some(BackupConfig {
-        spec: etcd.spec.backup.clone(),
-        local_root: dir.backups().display().to_string(),
-        secret_dir,
-        full_snapshot_lease: quorate_api::names::full_snapshot_lease_name(&name),
-        delta_snapshot_lease: quorate_api::names::delta_snapshot_lease_name(&name),
-        cluster_uid: record.uid.clone(),
-        adopt_foreign_backups: etcd
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(quorate_api::annotations::ADOPT_BACKUPS))
-            .is_some_and(|v| v == "true"),
-    })
+    let secret = store.secret_ref.as_ref()?.name.as_ref()?;
+    Some(
+        dir.root()
+            .join("secrets")
+            .join(secret)
+            .display()
+            .to_string(),
+    )
 }
 
 /// The configuration last written for the cluster in `dir`.
