@@ -91,3 +91,98 @@ pub fn read_config(dir: &ClusterDir) -> Result<ClusterConfig, LocalError> {
             .unwrap_or_default(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::MemberPorts;
+    use quorate_core::etcd_config::{StartMode, member_etcd_config};
+
+    fn manifest(extra_etcd: &str) -> Etcd {
+        let text = format!(
+            "apiVersion: druid.gardener.cloud/v1alpha1
+kind: Etcd
+metadata:
+  name: gw
+spec:
+  replicas: 2
+  labels:
+    app: gw
+  etcd:
+    heartbeatDuration: 1s
+{extra_etcd}  backup:
+    store:
+      provider: Local
+      container: bucket
+      prefix: gw
+      secretRef:
+        name: store-creds
+"
+        );
+        let mut etcd = quorate_api::manifest::parse_etcd_manifest(&text, "gw.yaml").unwrap();
+        etcd.metadata.generation = Some(1);
+        etcd
+    }
+
+    fn record() -> ClusterRecord {
+        let mut record = ClusterRecord::new(jiff::Timestamp::UNIX_EPOCH, 0xabcdef01 << 96);
+        for (i, member) in ["gw-0", "gw-1"].into_iter().enumerate() {
+            let base = 20000 + 10 * u16::try_from(i).unwrap();
+            record.ports.insert(
+                member.into(),
+                MemberPorts {
+                    client: base,
+                    peer: base + 1,
+                    agent: base + 2,
+                },
+            );
+        }
+        record.bootstrap_members = vec!["gw-0".into(), "gw-1".into()];
+        record
+    }
+
+    fn args(etcd: &Etcd) -> Vec<String> {
+        let dir = ClusterDir::new(std::path::Path::new("/state"), "gw");
+        let config = render_cluster_config(etcd, &record(), &dir).unwrap();
+        member_etcd_config(&config, "gw-1", "/data", &StartMode::Bootstrap)
+            .unwrap()
+            .to_args()
+    }
+
+    #[test]
+    fn enable_grpc_gateway_reaches_the_members_etcd_args() {
+        let on = args(&manifest("    enableGRPCGateway: true\n"));
+        assert!(
+            on.contains(&"--enable-grpc-gateway=true".to_string()),
+            "{on:?}"
+        );
+        let off = args(&manifest(""));
+        assert!(
+            off.contains(&"--enable-grpc-gateway=false".to_string()),
+            "{off:?}"
+        );
+    }
+
+    #[test]
+    fn members_are_placed_on_loopback_with_their_recorded_ports_and_state_paths() {
+        let dir = ClusterDir::new(std::path::Path::new("/state"), "gw");
+        let config = render_cluster_config(&manifest(""), &record(), &dir).unwrap();
+        assert_eq!(config.listen_host, "127.0.0.1");
+        assert_eq!(config.namespace, "default");
+        assert_eq!(config.cluster_token, "gw-abcdef01");
+        let m = config.member("gw-1").unwrap();
+        assert_eq!(m.lease_name, "gw-1");
+        assert_eq!(m.client_url, "http://127.0.0.1:20010");
+        assert_eq!(m.peer_url, "http://127.0.0.1:20011");
+        assert_eq!(m.agent_url, "http://127.0.0.1:20012");
+        let backup = config.backup.unwrap();
+        assert_eq!(backup.local_root, dir.backups().display().to_string());
+        assert_eq!(
+            backup.secret_dir.as_deref(),
+            Some(dir.root().join("secrets/store-creds").to_str().unwrap())
+        );
+        assert_eq!(backup.cluster_uid, record().uid);
+        assert_eq!(backup.full_snapshot_lease, "gw-full-snap");
+        assert!(!backup.adopt_foreign_backups);
+    }
+}

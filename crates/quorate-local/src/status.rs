@@ -157,3 +157,140 @@ fn workload(
         reference: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorate_api::status::{ConditionStatus, LastOperationState};
+    use quorate_core::cluster_config::EtcdSettings;
+    use quorate_core::rollout::CONFIG_HASH_ANNOTATION;
+
+    fn now() -> jiff::Timestamp {
+        "2026-11-24T10:00:00Z".parse().unwrap()
+    }
+
+    fn etcd() -> Etcd {
+        let mut e = Etcd::new("main", Default::default());
+        e.metadata.generation = Some(1);
+        e.spec.replicas = 3;
+        e
+    }
+
+    fn config(e: &Etcd) -> ClusterConfig {
+        ClusterConfig {
+            cluster_name: "main".into(),
+            namespace: "default".into(),
+            cluster_token: "main-1".into(),
+            members: Vec::new(),
+            bootstrap_members: Vec::new(),
+            listen_host: "127.0.0.1".into(),
+            etcd: EtcdSettings::from_etcd(e),
+            client_tls: None,
+            peer_tls: None,
+            heartbeat_millis: 1000,
+            backup: None,
+        }
+    }
+
+    /// Leases renewed just now by members running `config`.
+    fn fresh_leases(config: &ClusterConfig) -> Vec<MemberLease> {
+        (0..3)
+            .map(|i| MemberLease {
+                name: format!("main-{i}"),
+                holder_identity: Some(format!("{}:c1:Member", i + 1)),
+                renew_time: Some(now()),
+                annotations: BTreeMap::from([(
+                    CONFIG_HASH_ANNOTATION.to_string(),
+                    config_hash(config),
+                )]),
+            })
+            .collect()
+    }
+
+    fn condition(status: &EtcdStatus, type_: &str) -> ConditionStatus {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status)
+            .unwrap_or_else(|| panic!("no {type_} in {:?}", status.conditions))
+    }
+
+    fn supervised(
+        e: &Etcd,
+        previous: &EtcdStatus,
+        leases: &[MemberLease],
+        config: &ClusterConfig,
+        start_errors: &[String],
+    ) -> EtcdStatus {
+        let processes = (0..3)
+            .map(|i| {
+                let running = start_errors.is_empty() || i != 2;
+                let p = MemberProcess {
+                    running,
+                    ready: running,
+                };
+                (format!("main-{i}"), p)
+            })
+            .collect();
+        compute_status(StatusInputs {
+            etcd: e,
+            previous,
+            leases,
+            config,
+            processes: &processes,
+            etcd_view: &EtcdView::default(),
+            backup: None,
+            start_errors,
+            run_id: "local-7",
+            now: now(),
+        })
+    }
+
+    #[test]
+    fn a_running_cluster_is_ready_and_all_members_updated() {
+        let e = etcd();
+        let config = config(&e);
+        let leases = fresh_leases(&config);
+        let s = supervised(&e, &EtcdStatus::default(), &leases, &config, &[]);
+        assert_eq!(s.ready, Some(true));
+        assert_eq!(condition(&s, "Ready"), ConditionStatus::True);
+        assert_eq!(condition(&s, "AllMembersReady"), ConditionStatus::True);
+        assert_eq!(condition(&s, "AllMembersUpdated"), ConditionStatus::True);
+        assert_eq!((s.current_replicas, s.ready_replicas), (3, 3));
+        assert_eq!(s.observed_generation, Some(1));
+    }
+
+    #[test]
+    fn an_agent_that_cannot_start_has_its_own_error_code() {
+        let e = etcd();
+        let config = config(&e);
+        let leases = fresh_leases(&config);
+        let errors = ["starting the agent of main-2: permission denied".to_string()];
+        let s = supervised(&e, &EtcdStatus::default(), &leases, &config, &errors);
+        assert_eq!(s.last_errors.len(), 1);
+        assert_eq!(s.last_errors[0].code, "ERR_START_MEMBER");
+        assert_eq!(s.ready, Some(false));
+        assert_eq!(condition(&s, "AllMembersReady"), ConditionStatus::False);
+    }
+
+    #[test]
+    fn a_cluster_without_supervisor_is_shown_stopped_despite_fresh_leases() {
+        let e = etcd();
+        let config = config(&e);
+        let leases = fresh_leases(&config);
+        let last_written = supervised(&e, &EtcdStatus::default(), &leases, &config, &[]);
+        assert_eq!(last_written.ready, Some(true));
+        let s = stopped_status(&e, &last_written, &leases, Some(&config), None, now());
+        assert_eq!(s.ready, Some(false));
+        assert_eq!(condition(&s, "Ready"), ConditionStatus::False);
+        assert_eq!(condition(&s, "AllMembersReady"), ConditionStatus::False);
+        assert_eq!((s.current_replicas, s.ready_replicas), (0, 0));
+        assert_eq!(
+            s.last_operation.as_ref().map(|op| op.state),
+            Some(LastOperationState::Succeeded),
+            "what the last run did is kept"
+        );
+        assert_eq!(s.last_operation, last_written.last_operation);
+    }
+}
