@@ -802,3 +802,39 @@ fn enable_grpc_gateway_reaches_etcd() {
         "etcd runs with the gateway the manifest enables"
     );
 }
+
+#[test]
+fn a_cluster_refusing_writes_with_nospace_is_not_shown_ready() {
+    let local = Local::new();
+    let text = manifest("full", 1, "").replace(
+        "heartbeatDuration: 1s",
+        "heartbeatDuration: 1s\n    quota: 2Mi",
+    );
+    let path = local.manifest("c.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    assert_eq!(readiness_columns(&local, "full"), ["true", "True", "True"]);
+
+    let rt = runtime();
+    rt.block_on(async {
+        let mut client = Client::connect(local.endpoints("full"), None)
+            .await
+            .unwrap();
+        let value = vec![b'x'; 64 * 1024];
+        let mut refused = false;
+        for i in 0..200 {
+            if let Err(e) = client.put(format!("k{i}"), value.clone(), None).await {
+                assert!(e.to_string().contains("space exceeded"), "{e}");
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "etcd raised NOSPACE");
+    });
+    eventually(
+        "get to show the NOSPACE cluster not ready",
+        Duration::from_secs(30),
+        || (readiness_columns(&local, "full") == ["false", "False", "False"]).then_some(()),
+    );
+    let yaml = local.ok(&["get", "etcd", "full", "-o", "yaml"]);
+    assert!(yaml.contains("NOSPACE on member full-0"), "{yaml}");
+}
