@@ -73,7 +73,7 @@ fn transition_time(
 
 /// Members etcd's alarms name, as "NOSPACE on member etcd-main-0" (the hex member ID when no
 /// member lease names it).
-pub fn describe_alarms(o: &ObservedCluster<'_>, members: &[EtcdMemberStatus]) -> Vec<String> {
+pub(super) fn describe_alarms(o: &ObservedCluster<'_>, members: &[EtcdMemberStatus]) -> Vec<String> {
     o.alarms
         .iter()
         .map(|a| {
