@@ -269,6 +269,7 @@ pub fn backup_ready_full_interval(backup: &BackupSpec, now: Timestamp) -> Durati
 }
 
 /// The snapshot leases `BackupReady` is judged from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackupLeases {
     /// `<name>-full-snap`.
     pub full: Option<SnapshotLease>,

@@ -158,7 +158,7 @@ impl EtcdSettings {
             snapshot_count: spec.etcd.snapshot_count(),
             auto_compaction_mode: spec.auto_compaction_mode().as_str().to_string(),
             auto_compaction_retention: spec.auto_compaction_retention().to_string(),
-            enable_grpc_gateway: false,
+            enable_grpc_gateway: spec.etcd.enable_grpc_gateway(),
             metrics: spec.etcd.metrics().as_str().to_string(),
             raft_heartbeat_millis: 100,
             election_timeout_millis: 1000,

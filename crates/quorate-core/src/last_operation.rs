@@ -97,6 +97,10 @@ pub enum ErrorCode {
     MembershipChange,
     /// Writing the status failed.
     UpdateStatus,
+    /// A member's process (its agent) could not be started; local mode's counterpart of a pod
+    /// that cannot be created, kept apart from `ERR_SYNC_STATEFULSET` because no StatefulSet
+    /// is involved.
+    StartMember,
 }
 
 impl ErrorCode {
@@ -120,6 +124,7 @@ impl ErrorCode {
             ErrorCode::DeleteResources => "ERR_DELETE_RESOURCES",
             ErrorCode::MembershipChange => "ERR_MEMBERSHIP_CHANGE",
             ErrorCode::UpdateStatus => "ERR_UPDATE_STATUS",
+            ErrorCode::StartMember => "ERR_START_MEMBER",
         }
     }
 
@@ -142,6 +147,7 @@ impl ErrorCode {
         ErrorCode::DeleteResources,
         ErrorCode::MembershipChange,
         ErrorCode::UpdateStatus,
+        ErrorCode::StartMember,
     ];
 }
 

@@ -16,3 +16,4 @@ pub mod member_health;
 pub mod membership;
 pub mod reconcile_control;
 pub mod statefulset_step;
+pub mod status;

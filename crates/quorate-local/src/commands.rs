@@ -207,10 +207,47 @@ pub fn get(ctx: &LocalContext, name: Option<&str>) -> Result<Vec<Etcd>, LocalErr
         .map(|n| {
             let dir = ctx.existing(n)?;
             let mut etcd = load_object(&dir)?;
-            etcd.status = Some(read_status(&dir));
+            let status = read_status(&dir);
+            etcd.status = Some(if lock::running_supervisor(&dir).is_some() {
+                status
+            } else {
+                status_without_supervisor(&dir, &etcd, &status)?
+            });
             Ok(etcd)
         })
         .collect()
+}
+
+/// The status of a cluster whose supervisor does not run (stopped with `quorate down`, or
+/// killed): its agents and etcd died with it, so the status is recomputed with every member
+/// stopped rather than shown as the supervisor last wrote it.
+fn status_without_supervisor(
+    dir: &ClusterDir,
+    etcd: &Etcd,
+    last_written: &EtcdStatus,
+) -> Result<EtcdStatus, LocalError> {
+    use quorate_coord::Coordination;
+    let coord = quorate_coord::FileCoordination::new(dir.root());
+    // File coordination does plain file I/O behind its async interface; nothing here waits
+    // on the runtime.
+    let leases = futures::executor::block_on(coord.member_leases())?;
+    let config = crate::render::read_config(dir).ok();
+    let backup = match config.as_ref().and_then(|c| c.backup.as_ref()) {
+        Some(b) => Some(quorate_core::backup_ready::BackupLeases {
+            full: futures::executor::block_on(coord.snapshot_lease(&b.full_snapshot_lease))?,
+            delta: futures::executor::block_on(coord.snapshot_lease(&b.delta_snapshot_lease))?,
+            full_created: load_record(dir)?.snapshot_leases_created,
+        }),
+        None => None,
+    };
+    Ok(crate::status::stopped_status(
+        etcd,
+        last_written,
+        &leases,
+        config.as_ref(),
+        backup,
+        jiff::Timestamp::now(),
+    ))
 }
 
 /// Stops cluster `name` (data kept), deleting its state too when `purge`.

@@ -37,9 +37,10 @@ impl ClusterRecord {
         }
     }
 
-    /// `--initial-cluster-token`: the cluster name plus part of its identity.
+    /// `--initial-cluster-token`: the cluster name plus part of its identity, by the same rule
+    /// as on Kubernetes.
     pub fn cluster_token(&self, name: &str) -> String {
-        format!("{name}-{}", &self.uid[..8])
+        quorate_core::components::cluster_config::cluster_token(name, &self.uid)
     }
 }
 

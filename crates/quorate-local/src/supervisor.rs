@@ -3,11 +3,12 @@
 //! the cluster's status from the member leases, exactly as the operator does on Kubernetes.
 
 use crate::agents::Agents;
+use crate::etcd_view::EtcdViewPoller;
 use crate::object::{load_object, load_record, save_record};
 use crate::ports;
 use crate::render::{base_ports, render_cluster_config};
 use crate::state_dir::ClusterDir;
-use crate::status::{StatusInputs, compute_status};
+use crate::status::{MemberProcess, StatusInputs, compute_status};
 use crate::{LocalError, probe};
 use quorate_api::status::EtcdStatus;
 use quorate_coord::{Coordination, FileCoordination, json_file};
@@ -36,10 +37,12 @@ pub struct Supervisor {
     written_config: Option<ClusterConfig>,
     status: EtcdStatus,
     run_id: String,
+    etcd_view: EtcdViewPoller,
 }
 
 impl Supervisor {
-    /// A supervisor for the cluster in `dir`, starting agents from `quorate_bin`.
+    /// A supervisor for the cluster in `dir`, starting agents from `quorate_bin`. Must be
+    /// called inside a Tokio runtime (etcd is polled in the background).
     pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: PathBuf) -> Self {
         let coord = FileCoordination::new(dir.root());
         let status = json_file::read(&dir.status(), "cluster status")
@@ -54,6 +57,7 @@ impl Supervisor {
             written_config: None,
             status,
             run_id,
+            etcd_view: EtcdViewPoller::start(),
         }
     }
 
@@ -104,6 +108,7 @@ impl Supervisor {
             self.coord.write_cluster_config(&config)?;
             self.written_config = Some(config.clone());
         }
+        self.etcd_view.set_config(&config);
 
         for (member, ended) in self.agents.reap(now) {
             tracing::info!(%member, ?ended, "agent ended");
@@ -112,19 +117,19 @@ impl Supervisor {
         for member in running.iter().filter(|m| !desired.contains(m)) {
             self.agents.stop(member, Duration::from_secs(15)).await;
         }
-        let mut spawn_errors = Vec::new();
+        let mut start_errors = Vec::new();
         for member in &desired {
             if let Err(e) = self.agents.ensure_started(member, now) {
-                spawn_errors.push(format!("starting the agent of {member}: {e}"));
+                start_errors.push(format!("starting the agent of {member}: {e}"));
             }
         }
 
-        let mut ready = BTreeMap::new();
+        let mut processes = BTreeMap::new();
         for member in &desired {
             let port = record.ports[member].agent;
-            let up = self.agents.is_running(member)
-                && probe::agent_ready(port, Duration::from_millis(300)).await;
-            ready.insert(member.clone(), up);
+            let running = self.agents.is_running(member);
+            let ready = running && probe::agent_ready(port, Duration::from_millis(300)).await;
+            processes.insert(member.clone(), MemberProcess { running, ready });
         }
         let leases = self.coord.member_leases().await?;
         let backup = self.snapshot_leases(&config, &mut record).await?;
@@ -132,10 +137,11 @@ impl Supervisor {
             etcd: &etcd,
             previous: &self.status,
             leases: &leases,
-            running: desired.iter().filter(|m| self.agents.is_running(m)).count() as i32,
-            ready: &ready,
+            config: &config,
+            processes: &processes,
+            etcd_view: &self.etcd_view.latest(),
             backup,
-            errors: &spawn_errors,
+            start_errors: &start_errors,
             run_id: &self.run_id,
             now: jiff::Timestamp::now(),
         });

@@ -1,7 +1,7 @@
-//! The `Etcd` status as the operator computes it, from what it observes (member and snapshot
-//! leases, the StatefulSet, pod readiness) and what this pass did: pure, so the rules are
-//! tested without an API server. Conditions and member health follow druid's rules
-//! (`quorate-core`), the same ones local mode uses.
+//! The `Etcd` status as the operator observes it: this module fills the one observed-state
+//! input of `quorate_core::status` from Kubernetes objects (member and snapshot leases, the
+//! StatefulSet, pod readiness) and the pass's outcome, and decides when and how the computed
+//! status is written. The rules themselves live in core, shared with local mode.
 
 use std::collections::BTreeMap;
 
@@ -9,29 +9,15 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::autoscaling::v1::CrossVersionObjectReference;
 use quorate_api::Etcd;
-use quorate_api::status::{EtcdStatus, LastError, LastOperationState};
-use quorate_core::backup_ready::{BackupLeases, backup_ready_from_leases};
-use quorate_core::conditions::{
-    SKIP_MERGE, StatefulSetRollout, check_all_members_updated, member_checks, merge_conditions,
-};
-use quorate_core::last_operation::{ErrorCode, last_error, reconcile_operation};
+use quorate_api::status::EtcdStatus;
+use quorate_core::backup_ready::BackupLeases;
+use quorate_core::conditions::StatefulSetRollout;
 use quorate_core::lease::MemberLease;
-use quorate_core::member_health::{HealthThresholds, member_statuses};
+use quorate_core::status::{MemberObservation, ObservedCluster, Presence, Workload};
 
-/// What the spec flow did in this pass.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PassOutcome {
-    /// Every component is as desired.
-    Succeeded,
-    /// A component must wait (e.g. for members to report peer TLS); try again soon.
-    Requeue(String),
-    /// Some components could not be synced.
-    Failed(Vec<(ErrorCode, String)>),
-    /// Spec reconciliation is suspended by annotation.
-    Suspended,
-    /// The spec flow did not run (up to date, or waiting for the reconcile annotation).
-    NotRun,
-}
+/// What the spec flow did in this pass (shared with local mode, which reports its passes the
+/// same way).
+pub use quorate_core::status::PassOutcome;
 
 /// What the status is computed from.
 pub struct StatusInputs<'a> {
@@ -53,114 +39,49 @@ pub struct StatusInputs<'a> {
     pub now: Timestamp,
 }
 
-/// The new status. Conditions keep their transition times when unchanged, and
-/// `lastOperation` keeps its time when its state and description are unchanged, so an
-/// unchanged cluster yields an equal status and no write.
+/// The new status, by the rules of `quorate_core::status::compute_status`.
+///
+/// Pod presence is not among the inputs yet, so members are judged from their leases and pod
+/// readiness ([`Presence::Unknown`]); etcd's alarms and member list are not observed by the
+/// operator yet either.
 pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
-    let etcd = i.etcd;
-    let previous = etcd.status.clone().unwrap_or_default();
-    let replicas = etcd.spec.replicas;
-    let lease_names = quorate_api::names::member_lease_names(etcd);
-    let members = member_statuses(
-        &lease_names,
-        i.leases,
-        |member| i.ready.get(member).copied().unwrap_or(false),
-        &previous.members,
-        &HealthThresholds::default(),
-        i.now,
-    );
-    let rollout = i.statefulset.map(rollout_of);
-    let mut checks = member_checks(&members, i.leases, replicas);
-    checks.push(check_all_members_updated(rollout.as_ref()));
-    if let Some(backup) = &i.backup {
-        checks.push(backup_ready_from_leases(etcd, backup, &previous, i.now));
-    }
-    let conditions = merge_conditions(&previous.conditions, &checks, replicas, SKIP_MERGE, i.now);
-
+    let previous = i.etcd.status.clone().unwrap_or_default();
     let sts_status = i.statefulset.and_then(|s| s.status.as_ref());
-    let ready_replicas = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
-    let current_replicas = sts_status.and_then(|s| s.current_replicas).unwrap_or(0);
-    // druid: ready when the StatefulSet has rolled out and enough pods are ready; "enough" is
-    // the spec's count once reconciled, else the StatefulSet's.
-    let expected = match i.outcome {
-        PassOutcome::Succeeded => replicas,
-        _ => rollout.as_ref().map_or(replicas, |r| r.replicas),
-    };
-    let ready = rollout
-        .as_ref()
-        .is_some_and(|r| r.is_complete() && ready_replicas >= expected);
-
-    let (state, description, errors) = match i.outcome {
-        PassOutcome::Succeeded => (
-            Some(LastOperationState::Succeeded),
-            "every component is as the spec asks".to_string(),
-            Vec::new(),
-        ),
-        PassOutcome::Requeue(why) => (
-            Some(LastOperationState::Requeue),
-            why.clone(),
-            vec![last_error(ErrorCode::RequeueAfter, why.clone(), i.now)],
-        ),
-        PassOutcome::Failed(failures) => (
-            Some(LastOperationState::Error),
-            failures
-                .iter()
-                .map(|(_, m)| m.as_str())
-                .collect::<Vec<_>>()
-                .join("; "),
-            failures
-                .iter()
-                .map(|(code, m)| last_error(*code, m.clone(), i.now))
-                .collect(),
-        ),
-        PassOutcome::Suspended | PassOutcome::NotRun => (None, String::new(), Vec::new()),
-    };
-    let last_operation = match state {
-        None => previous.last_operation.clone(),
-        Some(state) => match &previous.last_operation {
-            Some(op)
-                if op.state == state && op.description == description && op.run_id == i.run_id =>
-            {
-                Some(op.clone())
-            }
-            _ => Some(reconcile_operation(
-                previous.observed_generation,
-                state,
-                description,
-                i.run_id,
-                i.now,
-            )),
-        },
-    };
-    let last_errors = match i.outcome {
-        PassOutcome::Suspended | PassOutcome::NotRun => previous.last_errors.clone(),
-        _ => keep_observed_times(&previous.last_errors, errors),
-    };
-    let observed_generation = match i.outcome {
-        PassOutcome::Succeeded => etcd.metadata.generation,
-        _ => previous.observed_generation,
-    };
-    EtcdStatus {
-        observed_generation,
-        conditions,
-        members,
-        // druid copies currentReplicas into both (the scale subresource reads `replicas`).
-        current_replicas,
-        replicas: current_replicas,
-        ready_replicas,
-        ready: Some(ready),
-        etcd: i.statefulset.map(|_| CrossVersionObjectReference {
+    let members = i
+        .ready
+        .iter()
+        .map(|(member, ready)| {
+            let observed = MemberObservation {
+                presence: Presence::Unknown,
+                ready: *ready,
+            };
+            (member.clone(), observed)
+        })
+        .collect();
+    let workload = Workload {
+        current_replicas: sts_status.and_then(|s| s.current_replicas).unwrap_or(0),
+        ready_replicas: sts_status.and_then(|s| s.ready_replicas).unwrap_or(0),
+        rollout: i.statefulset.map(rollout_of),
+        reference: i.statefulset.map(|_| CrossVersionObjectReference {
             api_version: Some("apps/v1".to_string()),
             kind: "StatefulSet".to_string(),
-            name: etcd.metadata.name.clone().unwrap_or_default(),
+            name: i.etcd.metadata.name.clone().unwrap_or_default(),
         }),
-        last_operation,
-        last_errors,
-        selector: Some(quorate_api::names::selector_string(
-            etcd.metadata.name.as_deref().unwrap_or_default(),
-        )),
-        ..previous
-    }
+    };
+    quorate_core::status::compute_status(&ObservedCluster {
+        etcd: i.etcd,
+        previous: &previous,
+        leases: i.leases,
+        members,
+        workload,
+        alarms: Vec::new(),
+        unstarted: Vec::new(),
+        backup: i.backup,
+        outcome: i.outcome,
+        pass_waits_for_members: true,
+        run_id: i.run_id,
+        now: i.now,
+    })
 }
 
 /// The rollout facts of a StatefulSet.
@@ -220,26 +141,12 @@ pub fn needs_write(old: Option<&EtcdStatus>, new: &EtcdStatus, now: Timestamp) -
         .any(|c| now.duration_since(c.last_update_time.0) > CONDITION_REFRESH)
 }
 
-/// The same error seen again keeps the time it was first observed, so a persisting error does
-/// not rewrite the status every pass.
-fn keep_observed_times(previous: &[LastError], errors: Vec<LastError>) -> Vec<LastError> {
-    errors
-        .into_iter()
-        .map(|e| {
-            previous
-                .iter()
-                .find(|p| p.code == e.code && p.description == e.description)
-                .cloned()
-                .unwrap_or(e)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
-    use quorate_api::status::{ConditionStatus, EtcdMemberConditionStatus};
+    use quorate_api::status::{ConditionStatus, EtcdMemberConditionStatus, LastOperationState};
+    use quorate_core::last_operation::{ErrorCode, last_error};
 
     fn etcd(replicas: i32, generation: i64) -> Etcd {
         let mut e = Etcd::new("main", Default::default());

@@ -726,3 +726,115 @@ fn peer_tls_is_turned_on_with_one_etcd_restart_then_the_cluster_grows_over_tls()
         assert_eq!(keys.len(), 20, "every write is on {url}");
     }
 }
+
+/// READY, QUORATE and ALL MEMBERS READY of cluster `name` as `quorate get etcd` prints them.
+fn readiness_columns(local: &Local, name: &str) -> Vec<String> {
+    let table = local.ok(&["get", "etcd", name]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no row for {name}:\n{table}"));
+    row.split_whitespace()
+        .skip(1)
+        .take(3)
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn stopped_and_orphaned_clusters_are_not_shown_ready() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("halt", 1, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    assert_eq!(readiness_columns(&local, "halt"), ["true", "True", "True"]);
+
+    // The supervisor is killed on its own; its agent and etcd die with it.
+    let lock = local.cluster_dir("halt").join("supervisor.lock");
+    let pid: i32 = std::fs::read_to_string(lock)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(
+        "etcd to die with its supervisor",
+        Duration::from_secs(15),
+        || local.etcd_pid("halt", "halt-0").is_none().then_some(()),
+    );
+    assert_eq!(
+        readiness_columns(&local, "halt"),
+        ["false", "False", "False"],
+        "a cluster whose supervisor was killed"
+    );
+
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    assert_eq!(readiness_columns(&local, "halt"), ["true", "True", "True"]);
+    local.ok(&["down", "halt"]);
+    assert_eq!(
+        readiness_columns(&local, "halt"),
+        ["false", "False", "False"],
+        "a cluster stopped with down"
+    );
+}
+
+#[test]
+fn enable_grpc_gateway_reaches_etcd() {
+    let local = Local::new();
+    let text = manifest("gw", 1, "").replace(
+        "heartbeatDuration: 1s",
+        "heartbeatDuration: 1s\n    enableGRPCGateway: true",
+    );
+    let path = local.manifest("c.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let data = local.cluster_dir("gw").join("members/gw-0/data");
+    assert!(
+        local
+            .find_pid(&[
+                "etcd",
+                &format!("--data-dir={}", data.display()),
+                "--enable-grpc-gateway=true",
+            ])
+            .is_some(),
+        "etcd runs with the gateway the manifest enables"
+    );
+}
+
+#[test]
+fn a_cluster_refusing_writes_with_nospace_is_not_shown_ready() {
+    let local = Local::new();
+    let text = manifest("full", 1, "").replace(
+        "heartbeatDuration: 1s",
+        "heartbeatDuration: 1s\n    quota: 2Mi",
+    );
+    let path = local.manifest("c.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    assert_eq!(readiness_columns(&local, "full"), ["true", "True", "True"]);
+
+    let rt = runtime();
+    rt.block_on(async {
+        let mut client = Client::connect(local.endpoints("full"), None)
+            .await
+            .unwrap();
+        let value = vec![b'x'; 64 * 1024];
+        let mut refused = false;
+        for i in 0..200 {
+            if let Err(e) = client.put(format!("k{i}"), value.clone(), None).await {
+                assert!(e.to_string().contains("space exceeded"), "{e}");
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "etcd raised NOSPACE");
+    });
+    eventually(
+        "get to show the NOSPACE cluster not ready",
+        Duration::from_secs(30),
+        || (readiness_columns(&local, "full") == ["false", "False", "False"]).then_some(()),
+    );
+    let yaml = local.ok(&["get", "etcd", "full", "-o", "yaml"]);
+    assert!(yaml.contains("NOSPACE on member full-0"), "{yaml}");
+}

@@ -3,8 +3,9 @@
 //! the members' stable DNS names instead of loopback, listening on all interfaces, and the
 //! certificate and store paths where the StatefulSet mounts them.
 //!
-//! [`assemble`] is the part that does not depend on where the cluster runs; the local runtime
-//! (`quorate-local`'s `render.rs`) computes the same fields and could call it.
+//! [`assemble`] is the part that does not depend on where the cluster runs: both this module
+//! and the local runtime (`quorate-local`'s `render.rs`, loopback hosts, its own ports and
+//! state-directory paths) call it with their [`Placement`] and [`PlacedMember`]s.
 
 use quorate_api::Etcd;
 use quorate_api::annotations::ADOPT_BACKUPS;
@@ -47,9 +48,42 @@ pub struct Placement {
     pub cluster_uid: String,
 }
 
+/// Where one member runs, as its environment decides: the host it is reached at and its ports.
+/// URL schemes follow the `Etcd`'s TLS settings, so they are not the environment's to choose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacedMember {
+    /// etcd member name (also the name of its lease, as in druid).
+    pub name: String,
+    /// Host the member is reached at (a pod's stable DNS name, or loopback).
+    pub host: String,
+    /// Port etcd listens on for peers.
+    pub peer_port: u16,
+    /// Port etcd listens on for clients.
+    pub client_port: u16,
+    /// Port the agent listens on.
+    pub agent_port: u16,
+}
+
+impl PlacedMember {
+    /// The member's endpoints, with the schemes `etcd`'s TLS settings ask for.
+    pub fn endpoints(self, etcd: &Etcd) -> MemberEndpoints {
+        MemberEndpoints {
+            lease_name: self.name.clone(),
+            peer_url: url(peer_scheme(etcd), &self.host, self.peer_port),
+            client_url: url(client_scheme(etcd), &self.host, self.client_port),
+            peer_port: self.peer_port,
+            client_port: self.client_port,
+            agent_url: url("http", &self.host, self.agent_port),
+            agent_port: self.agent_port,
+            name: self.name,
+        }
+    }
+}
+
 /// The configuration of `etcd` with `members` placed as `placement` says.
-pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<MemberEndpoints>) -> ClusterConfig {
+pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -> ClusterConfig {
     let name = etcd.metadata.name.clone().unwrap_or_default();
+    let members: Vec<MemberEndpoints> = members.into_iter().map(|m| m.endpoints(etcd)).collect();
     let backup = etcd.spec.backup.store.as_ref().map(|_| BackupConfig {
         spec: etcd.spec.backup.clone(),
         local_root: placement.local_root,
@@ -117,17 +151,14 @@ pub fn render_for_kubernetes(
         spec.etcd.client_port(),
         spec.backup.port(),
     );
-    let members: Vec<MemberEndpoints> = pod_members(etcd, &id.name, &id.namespace)
+    let members: Vec<PlacedMember> = pod_members(etcd, &id.name, &id.namespace)
         .into_iter()
-        .map(|m| MemberEndpoints {
-            lease_name: m.member.clone(),
-            peer_url: url(peer_scheme(etcd), &m.host, peer_port),
-            client_url: url(client_scheme(etcd), &m.host, client_port),
+        .map(|m| PlacedMember {
+            name: m.member,
+            host: m.host,
             peer_port,
             client_port,
-            agent_url: url("http", &m.host, agent_port),
             agent_port,
-            name: m.member,
         })
         .collect();
     let bootstrap_members = match bootstrap_members {
