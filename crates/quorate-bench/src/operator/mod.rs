@@ -199,7 +199,7 @@ async fn prepare_server(settings: &Settings) -> Result<(KubeApiServer, Client, P
         .await
         .map_err(|e| BenchError::failed(format!("installing the Etcd CRD: {e}")))?;
     workload::create_namespaces(&client, settings.namespaces).await?;
-    let pdb = quorate_operator::controller::pdb_api_version(&client)
+    let pdb = quorate_operator::replay::pdb_api_version(&client)
         .await
         .map_err(|e| BenchError::failed(e.to_string()))?;
     Ok((server, client, pdb))
@@ -429,7 +429,7 @@ async fn cached_sizes(client: &Client) -> Result<Vec<Cached>> {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Pod;
-    use quorate_operator::trim;
+    use quorate_operator::replay::trim;
     let kinds: [(&str, &str, bool, HeapOf); 4] = [
         ("etcds", workload::ETCDS_PATH, false, |text| {
             workload::heap_of_list::<Etcd>(text, trim::etcd)
