@@ -16,6 +16,7 @@ mod deltas;
 mod load;
 mod report;
 mod restore;
+mod results;
 mod snapshot;
 
 use std::path::{Path, PathBuf};
@@ -34,7 +35,7 @@ use crate::hand::ETCD_DEFAULT_TIMING;
 use crate::report::MachineFacts;
 use deltas::{CatchUpWatch, DeltaBackup, RawWatch, SideRuntime};
 use load::Stop;
-use report::{
+use results::{
     BackupResults, DeltaMode, ReplayResult, RestoreKind, RestoreRound, Settings, Side,
     SnapshotRound, UploadKind, UploadRound, WriteRound,
 };
@@ -203,7 +204,7 @@ async fn full_snapshots(
                     Side::Etcdctl => "etcdctl",
                 },
                 elapsed.as_secs_f64(),
-                report::mb_per_s(bytes, elapsed)
+                results::mb_per_s(bytes, elapsed)
             );
             results.push(SnapshotRound {
                 round,
@@ -243,7 +244,7 @@ async fn uploads(
             eprintln!(
                 "round {round}/{rounds}: {kind:?}: {:.2} s, {:.1} MB/s, stored {:.1} MB",
                 elapsed.as_secs_f64(),
-                report::mb_per_s(input_bytes, elapsed),
+                results::mb_per_s(input_bytes, elapsed),
                 stored.size as f64 / 1e6
             );
             results.push(UploadRound {

@@ -15,6 +15,7 @@
 mod metrics;
 mod process;
 mod report;
+mod results;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ use crate::error::{BenchError, Result};
 use crate::report::MachineFacts;
 use metrics::{OperatorCounters, delta, parse_operator};
 use process::OperatorProcess;
-use report::{BaselineRun, Convergence, OperatorRun, Phase, Results, Settings};
+use results::{BaselineRun, Convergence, OperatorRun, Phase, Results, Settings};
 use workload::{Cached, ConvergenceWatch, Replay};
 
 /// Options of `quorate-bench operator`.
