@@ -137,3 +137,76 @@ fn keep_immutable_fields(desired: &mut StatefulSet, existing: &StatefulSet) {
     d.pod_management_policy = e.pod_management_policy.clone();
     d.volume_claim_templates = e.volume_claim_templates.clone();
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::StatefulSetSpec;
+    use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec, SecretVolumeSource, Volume};
+
+    use super::*;
+
+    fn with_volumes(volumes: &[(&str, Option<&str>)]) -> StatefulSet {
+        let volumes = volumes
+            .iter()
+            .map(|(name, secret)| Volume {
+                name: name.to_string(),
+                secret: secret.map(|s| SecretVolumeSource {
+                    secret_name: Some(s.to_string()),
+                    ..SecretVolumeSource::default()
+                }),
+                ..Volume::default()
+            })
+            .collect();
+        StatefulSet {
+            spec: Some(StatefulSetSpec {
+                template: PodTemplateSpec {
+                    spec: Some(PodSpec {
+                        volumes: Some(volumes),
+                        ..PodSpec::default()
+                    }),
+                    ..PodTemplateSpec::default()
+                },
+                ..StatefulSetSpec::default()
+            }),
+            ..StatefulSet::default()
+        }
+    }
+
+    #[test]
+    fn only_tls_secret_volumes_count_as_tls_mounts() {
+        let sts = with_volumes(&[
+            (volume::PEER_CA, Some("ca")),
+            (volume::PEER_SERVER_TLS, Some("peer")),
+            ("etcd-config-file", None),
+        ]);
+        let mounts: Vec<_> = tls_mounts(&sts).into_iter().collect();
+        assert_eq!(
+            mounts,
+            [
+                (volume::PEER_CA.to_string(), "ca".to_string()),
+                (volume::PEER_SERVER_TLS.to_string(), "peer".to_string()),
+            ]
+        );
+        assert!(tls_mounts(&with_volumes(&[("etcd-config-file", None)])).is_empty());
+    }
+
+    #[test]
+    fn the_fields_the_api_refuses_to_change_are_kept() {
+        let mut existing = with_volumes(&[]);
+        let spec = existing.spec.as_mut().unwrap();
+        spec.service_name = Some("old-peer".into());
+        spec.pod_management_policy = Some("OrderedReady".into());
+        spec.replicas = Some(1);
+        let mut desired = with_volumes(&[(volume::PEER_CA, Some("ca"))]);
+        let spec = desired.spec.as_mut().unwrap();
+        spec.service_name = Some("new-peer".into());
+        spec.pod_management_policy = Some("Parallel".into());
+        spec.replicas = Some(3);
+        keep_immutable_fields(&mut desired, &existing);
+        let spec = desired.spec.as_ref().unwrap();
+        assert_eq!(spec.service_name.as_deref(), Some("old-peer"));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("OrderedReady"));
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(tls_mounts(&desired).len(), 1);
+    }
+}
