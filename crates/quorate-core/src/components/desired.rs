@@ -200,17 +200,21 @@ mod tests {
     use crate::components::meta::tests::etcd;
     use quorate_api::StoreSpec;
 
-    #[test]
-    fn sync_order_is_druids() {
-        let mut e = etcd("etcd-main", 2);
+    /// Every component of `etcd-main` with `replicas` members and backups to a `Local` store.
+    fn with_backups(replicas: i32) -> DesiredComponents {
+        let mut e = etcd("etcd-main", replicas);
         e.spec.backup.store = Some(StoreSpec {
             provider: Some("Local".into()),
             container: Some("bucket".into()),
             prefix: "p".into(),
             ..StoreSpec::default()
         });
-        let ctx = ComponentContext::new("q", "a");
-        let all = desired_components(&e, &ctx).unwrap();
+        desired_components(&e, &ComponentContext::new("q", "a")).unwrap()
+    }
+
+    #[test]
+    fn sync_order_is_druids() {
+        let all = with_backups(2);
         let order: Vec<_> = all
             .in_sync_order()
             .iter()
@@ -237,15 +241,7 @@ mod tests {
 
     #[test]
     fn each_component_has_its_own_sync_error_code() {
-        let mut e = etcd("etcd-main", 1);
-        e.spec.backup.store = Some(StoreSpec {
-            provider: Some("Local".into()),
-            container: Some("bucket".into()),
-            prefix: "p".into(),
-            ..StoreSpec::default()
-        });
-        let ctx = ComponentContext::new("q", "a");
-        let all = desired_components(&e, &ctx).unwrap();
+        let all = with_backups(1);
         let codes: Vec<_> = all
             .in_sync_order()
             .iter()
