@@ -13,7 +13,7 @@ use quorate_testkit::{ClusterState, EtcdMemberConfig, EtcdProcess, RaftTiming, e
 
 use crate::error::{BenchError, Result};
 use crate::observe::{LeaderMonitor, Writer, wait_for_voters};
-use crate::report::{Method, RoundResult};
+use crate::scale_out_report::{Method, RoundResult};
 
 /// etcd's own raft defaults, which quorate also renders for every member.
 pub const ETCD_DEFAULT_TIMING: RaftTiming = RaftTiming {

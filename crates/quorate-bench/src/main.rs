@@ -22,6 +22,7 @@ mod observe;
 mod operator;
 mod quorate_run;
 mod report;
+mod scale_out_report;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,7 +30,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{BenchError, Result};
-use crate::report::{Machine, Method, RoundResult};
+use crate::report::{MachineFacts, QuorateBinary};
+use crate::scale_out_report::{Method, RoundResult};
 
 /// Counts live heap bytes on request (`quorate-bench operator` sizes the operator's caches);
 /// otherwise the system allocator at the cost of one relaxed atomic load per call.
@@ -161,9 +163,12 @@ async fn scale_out(args: ScaleOutArgs) -> Result<()> {
             results.push(result);
         }
     }
-    machine.load_after = load_average();
+    machine.finish();
 
-    publish_report(&report::render(&results, &machine), args.output.as_deref())
+    publish_report(
+        &scale_out_report::render(&results, &machine),
+        args.output.as_deref(),
+    )
 }
 
 /// Prints a benchmark's report and, when asked, writes it to `output` too.
@@ -205,44 +210,20 @@ pub(crate) async fn etcd_version() -> String {
         .to_string()
 }
 
-async fn probe_machine(quorate: &Path) -> Machine {
-    Machine {
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        etcd_version: etcd_version().await,
-        quorate_version: version_line(quorate).await,
-        quorate_path: quorate.display().to_string(),
-        load_before: load_average(),
-        load_after: String::new(),
-        started: jiff::Timestamp::now()
-            .strftime("%Y-%m-%d %H:%M UTC")
-            .to_string(),
-        command: command_line(),
+/// What the scale-out report says of the machine: etcd's and quorate's versions beside the
+/// facts of every run.
+async fn probe_machine(quorate: &Path) -> MachineFacts {
+    MachineFacts {
+        etcd_version: Some(etcd_version().await),
+        quorate: Some(quorate_binary(quorate).await),
+        ..MachineFacts::at_start()
     }
 }
 
-/// This run's command line, with the executable's directory left out.
-pub(crate) fn command_line() -> String {
-    std::env::args()
-        .map(|a| {
-            Path::new(&a)
-                .file_name()
-                .filter(|_| a.contains('/') && a.ends_with("quorate-bench"))
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or(a)
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-pub(crate) fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|text| {
-            text.split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .unwrap_or_else(|_| "unknown".to_string())
+/// The quorate binary at `path`, with its version.
+pub(crate) async fn quorate_binary(path: &Path) -> QuorateBinary {
+    QuorateBinary {
+        version: version_line(path).await,
+        path: path.display().to_string(),
+    }
 }

@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use crate::error::{BenchError, Result};
 use crate::hand::CONVERGE_TIMEOUT;
 use crate::observe::{LeaderMonitor, Writer, wait_for_voters};
-use crate::report::{Method, RoundResult};
+use crate::scale_out_report::{Method, RoundResult};
 
 /// Cluster name used in every round (each round has its own state directory).
 const NAME: &str = "bench";

@@ -1,230 +1,199 @@
-//! Results of the rounds and the markdown report: both methods side by side, the ratio, the
-//! verdict against the targets, where the time went, and the machine it ran on.
+//! The one markdown renderer of every benchmark report: a document of blocks (headings,
+//! paragraphs, tables, lists) separated by one blank line, tables with a declared alignment
+//! per column, and the "Machine" section from one [`MachineFacts`]. The reports say what to
+//! write; how it is laid out is decided here, once.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use crate::observe::{Converged, LeaderReport, MemberTimeline, WriteCounts};
-
-/// Targets from the issue: quorate within this factor of the hand procedure ...
-pub const TARGET_RATIO: f64 = 1.3;
-
-/// How the scale-out was done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Method {
-    /// `quorate apply` with `spec.replicas: 3`.
-    Quorate,
-    /// `etcdctl member add --learner` / start / `member promote`, twice.
-    Hand,
+/// How a table column's cells are aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    /// Text.
+    Left,
+    /// Numbers.
+    Right,
 }
 
-impl Method {
-    /// Row label in the tables.
-    pub fn label(self) -> &'static str {
-        match self {
-            Method::Quorate => "quorate (`apply`, replicas 1 → 3)",
-            Method::Hand => "by hand (`etcdctl member add --learner`, start, `promote`)",
+/// A markdown table: a header with one alignment per column, then rows of cells. A `|` in a
+/// cell is escaped, so no cell can split a row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table {
+    header: Vec<(String, Align)>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these columns.
+    pub fn new<S: Into<String>>(columns: impl IntoIterator<Item = (S, Align)>) -> Table {
+        Table {
+            header: columns
+                .into_iter()
+                .map(|(name, align)| (name.into(), align))
+                .collect(),
+            rows: Vec::new(),
         }
     }
 
-    /// Short name for progress lines and per-round rows.
-    pub fn short(self) -> &'static str {
-        match self {
-            Method::Quorate => "quorate",
-            Method::Hand => "by hand",
-        }
-    }
-}
-
-/// One scale-out, measured.
-#[derive(Clone, Debug)]
-pub struct RoundResult {
-    /// How it was done.
-    pub method: Method,
-    /// Round number, from 1.
-    pub round: u32,
-    /// Start until the member list showed three started voters.
-    pub elapsed: Duration,
-    /// When each new member was added, started and promoted.
-    pub joined: Vec<MemberTimeline>,
-    /// Writes during the scale-out.
-    pub writes: WriteCounts,
-    /// The first distinct write errors.
-    pub write_errors: Vec<String>,
-    /// Leader-ID changes seen.
-    pub leader_changes: u32,
-    /// Raft term increase seen.
-    pub term_increases: u64,
-    /// The changes, with their time relative to the start.
-    pub leader_events: Vec<String>,
-    /// etcd's refusals that were waited out (hand procedure), by call and reason.
-    pub refusals: BTreeMap<String, u32>,
-    /// Anything else worth telling.
-    pub notes: Vec<String>,
-}
-
-impl RoundResult {
-    /// A result from what the observers saw; `t0` is the start of the scale-out.
-    pub fn new(
-        method: Method,
-        round: u32,
-        t0: Instant,
-        converged: Converged,
-        leader: LeaderReport,
-    ) -> RoundResult {
-        let leader_events = leader
-            .events
-            .iter()
-            .map(|(at, what)| format!("{}: {what}", signed_seconds(*at, t0)))
-            .collect();
-        RoundResult {
-            method,
-            round,
-            elapsed: converged.elapsed,
-            joined: converged.joined,
-            writes: WriteCounts::default(),
-            write_errors: Vec::new(),
-            leader_changes: leader.leader_changes,
-            term_increases: leader.term_increases,
-            leader_events,
-            refusals: BTreeMap::new(),
-            notes: Vec::new(),
-        }
-    }
-
-    /// Adds the writer's counts and errors.
-    pub fn with_writes(mut self, writes: WriteCounts, errors: Vec<String>) -> RoundResult {
-        self.writes = writes;
-        self.write_errors = errors;
-        self
-    }
-
-    /// Adds the refusals waited out.
-    pub fn with_refusals(mut self, refusals: BTreeMap<String, u32>) -> RoundResult {
-        self.refusals = refusals;
-        self
-    }
-
-    /// Adds notes.
-    pub fn with_notes(mut self, notes: Vec<String>) -> RoundResult {
-        self.notes = notes;
-        self
-    }
-
-    /// One line for the progress output.
-    pub fn progress_line(&self) -> String {
-        format!(
-            "round {} {}: {} ({} writes ok, {} failed, {} leader changes, {} term increases)",
-            self.round,
-            self.method.short(),
-            secs(self.elapsed),
-            self.writes.ok,
-            self.writes.failed,
-            self.leader_changes,
-            self.term_increases
+    /// A table whose first column is text and every other one a number: most of the reports'.
+    pub fn numeric<S: Into<String>>(first: S, rest: impl IntoIterator<Item = S>) -> Table {
+        Table::new(
+            std::iter::once((first, Align::Left))
+                .chain(rest.into_iter().map(|c| (c, Align::Right))),
         )
     }
-}
 
-fn signed_seconds(at: Instant, t0: Instant) -> String {
-    match at.checked_duration_since(t0) {
-        Some(after) => format!("+{:.2} s", after.as_secs_f64()),
-        None => format!("-{:.2} s", (t0 - at).as_secs_f64()),
+    /// Adds a row.
+    pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        self.rows.push(cells.into_iter().map(Into::into).collect());
+    }
+
+    fn write(&self, out: &mut String) {
+        let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+            out.push('|');
+            for cell in cells {
+                match cell {
+                    "" => out.push_str(" |"),
+                    cell => {
+                        let _ = write!(out, " {} |", cell.replace('|', "\\|"));
+                    }
+                }
+            }
+            out.push('\n');
+        };
+        line(out, &mut self.header.iter().map(|(name, _)| name.as_str()));
+        out.push('|');
+        for (_, align) in &self.header {
+            out.push_str(match align {
+                Align::Left => "---|",
+                Align::Right => "---:|",
+            });
+        }
+        out.push('\n');
+        for row in &self.rows {
+            line(out, &mut row.iter().map(String::as_str));
+        }
     }
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
+/// A markdown document built block by block.
+#[derive(Debug, Default)]
+pub struct Markdown {
+    text: String,
 }
 
-/// The median of `values` (mean of the middle two for an even count); `None` when empty.
-pub fn median(values: &[Duration]) -> Option<Duration> {
-    let mut sorted = values.to_vec();
-    sorted.sort();
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2),
+impl Markdown {
+    /// An empty document.
+    pub fn new() -> Markdown {
+        Markdown::default()
+    }
+
+    /// Starts a block: a blank line after the previous one.
+    fn block(&mut self) -> &mut String {
+        if !self.text.is_empty() {
+            while !self.text.ends_with("\n\n") {
+                self.text.push('\n');
+            }
+        }
+        &mut self.text
+    }
+
+    /// A heading of `level` (1 = `#`).
+    pub fn heading(&mut self, level: usize, title: &str) {
+        let out = self.block();
+        let _ = writeln!(out, "{} {title}", "#".repeat(level.max(1)));
+    }
+
+    /// A paragraph (its lines are joined by markdown, so one may carry several sentences or
+    /// lines).
+    pub fn paragraph(&mut self, text: impl AsRef<str>) {
+        let out = self.block();
+        let _ = writeln!(out, "{}", text.as_ref().trim_end());
+    }
+
+    /// A table.
+    pub fn table(&mut self, table: &Table) {
+        table.write(self.block());
+    }
+
+    /// A bulleted list; nothing for no items. A `|` is escaped as in tables.
+    pub fn bullets<S: AsRef<str>>(&mut self, items: impl IntoIterator<Item = S>) {
+        let items: Vec<S> = items.into_iter().collect();
+        if items.is_empty() {
+            return;
+        }
+        let out = self.block();
+        for item in items {
+            let _ = writeln!(out, "- {}", item.as_ref().replace('|', "\\|"));
+        }
+    }
+
+    /// The "Machine" section, then how to reproduce the run (`reproduce`, a shell command).
+    pub fn machine(&mut self, facts: &MachineFacts, reproduce: &str) {
+        self.heading(2, "Machine");
+        let mut rows = vec![format!("CPUs (nproc): {}", facts.cpus)];
+        let optional = [
+            ("etcd", facts.etcd_version.clone()),
+            ("kube-apiserver", facts.apiserver_version.clone()),
+            (
+                "quorate",
+                facts
+                    .quorate
+                    .as_ref()
+                    .map(|q| format!("{} (`{}`)", q.version, q.path)),
+            ),
+        ];
+        rows.extend(
+            optional
+                .into_iter()
+                .filter_map(|(what, value)| Some(format!("{what}: {}", value?))),
+        );
+        rows.extend([
+            format!(
+                "load average (1/5/15 min): {} at start, {} at end",
+                facts.load_before, facts.load_after
+            ),
+            format!("date: {}", facts.started),
+            format!("command: `{}`", facts.command),
+        ]);
+        // Not `bullets`: a command line keeps its pipes.
+        let out = self.block();
+        for row in rows {
+            let _ = writeln!(out, "- {row}");
+        }
+        self.paragraph(format!("Reproduce: `{reproduce}`"));
+    }
+
+    /// The document's text.
+    pub fn into_string(self) -> String {
+        self.text
     }
 }
 
-/// One method's rounds, summarised.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
-    /// Median time.
-    pub median: Duration,
-    /// Fastest round.
-    pub min: Duration,
-    /// Slowest round.
-    pub max: Duration,
-    /// Writes acknowledged, all rounds.
-    pub writes_ok: u64,
-    /// Writes failed, all rounds.
-    pub writes_failed: u64,
-    /// Leader changes, all rounds.
-    pub leader_changes: u32,
-    /// Raft term increases, all rounds.
-    pub term_increases: u64,
-    /// Rounds summarised.
-    pub rounds: usize,
+/// A quorate binary a benchmark ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuorateBinary {
+    /// `quorate --version`.
+    pub version: String,
+    /// Where it is.
+    pub path: String,
 }
 
-/// Summarises the rounds of `method`; `None` when there are none.
-pub fn summarize(results: &[RoundResult], method: Method) -> Option<Summary> {
-    let rounds: Vec<&RoundResult> = results.iter().filter(|r| r.method == method).collect();
-    let times: Vec<Duration> = rounds.iter().map(|r| r.elapsed).collect();
-    Some(Summary {
-        median: median(&times)?,
-        min: *times.iter().min()?,
-        max: *times.iter().max()?,
-        writes_ok: rounds.iter().map(|r| r.writes.ok).sum(),
-        writes_failed: rounds.iter().map(|r| r.writes.failed).sum(),
-        leader_changes: rounds.iter().map(|r| r.leader_changes).sum(),
-        term_increases: rounds.iter().map(|r| r.term_increases).sum(),
-        rounds: rounds.len(),
-    })
-}
-
-/// The verdict against the targets: ratio ≤ [`TARGET_RATIO`], no failed write, no election.
-pub fn verdict(quorate: &Summary, ratio: f64) -> String {
-    let check = |ok: bool| if ok { "met" } else { "**missed**" };
-    let ratio_ok = ratio <= TARGET_RATIO;
-    let writes_ok = quorate.writes_failed == 0;
-    let elections_ok = quorate.leader_changes == 0 && quorate.term_increases == 0;
-    let overall = if ratio_ok && writes_ok && elections_ok {
-        "PASS"
-    } else {
-        "FAIL"
-    };
-    format!(
-        "**Verdict: {overall}** — time ratio {ratio:.2}x (target ≤ {TARGET_RATIO}x: {}), \
-         {} failed writes (target 0: {}), {} leader changes / {} term increases \
-         (target 0 elections: {}).",
-        check(ratio_ok),
-        quorate.writes_failed,
-        check(writes_ok),
-        quorate.leader_changes,
-        quorate.term_increases,
-        check(elections_ok),
-    )
-}
-
-/// Where the benchmark ran.
-#[derive(Clone, Debug, Default)]
-pub struct Machine {
+/// Where a benchmark ran: what every report's "Machine" section shows, with the rows that
+/// only some benchmarks have (the versions of what they ran) optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineFacts {
     /// CPUs available to the process (what `nproc` prints).
     pub cpus: usize,
-    /// `etcd --version`, first line.
-    pub etcd_version: String,
-    /// `quorate --version`.
-    pub quorate_version: String,
+    /// `etcd --version`, version only.
+    pub etcd_version: Option<String>,
+    /// `kube-apiserver --version`.
+    pub apiserver_version: Option<String>,
     /// The quorate binary benchmarked.
-    pub quorate_path: String,
-    /// `/proc/loadavg` (1, 5, 15 min) when the run started and ended.
+    pub quorate: Option<QuorateBinary>,
+    /// `/proc/loadavg` (1, 5, 15 min) when the run started.
     pub load_before: String,
-    /// See `load_before`.
+    /// The same when it ended.
     pub load_after: String,
     /// When the run started (UTC).
     pub started: String,
@@ -232,263 +201,124 @@ pub struct Machine {
     pub command: String,
 }
 
-fn phase(
-    joined: &[MemberTimeline],
-    index: usize,
-    pick: fn(&MemberTimeline) -> Option<Duration>,
-) -> Option<Duration> {
-    joined.get(index).and_then(pick)
-}
-
-fn median_cell(values: Vec<Option<Duration>>) -> String {
-    if values.iter().any(Option::is_none) {
-        return "–".to_string();
-    }
-    let values: Vec<Duration> = values.into_iter().flatten().collect();
-    median(&values).map(secs).unwrap_or_else(|| "–".to_string())
-}
-
-/// The full markdown report.
-pub fn render(results: &[RoundResult], machine: &Machine) -> String {
-    let mut out = String::new();
-    let quorate = summarize(results, Method::Quorate);
-    let hand = summarize(results, Method::Hand);
-    let rounds = quorate.as_ref().map(|s| s.rounds).unwrap_or(0);
-
-    let _ = writeln!(
-        out,
-        "# Scale-out 1 → 3: quorate vs. the same steps by hand\n"
-    );
-    let _ = writeln!(
-        out,
-        "{rounds} round(s) per method, alternating which goes first; fresh directories and ports \
-         every round; etcd {} with its default raft timing (100 ms heartbeat, 1000 ms election) \
-         for both. Time runs from the start of the scale-out (`quorate apply`, or the first \
-         `etcdctl member add`) until etcd's member list (read every 50 ms) shows 3 started \
-         voting members. Meanwhile one client writes to the initial member without pause \
-         (5 s timeout per put) and every member's leader ID and raft term are read every 100 ms.\n",
-        machine.etcd_version
-    );
-    let _ = writeln!(
-        out,
-        "| method | median | min | max | writes ok | failed writes | leader changes | raft term increases |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (method, summary) in [(Method::Quorate, &quorate), (Method::Hand, &hand)] {
-        if let Some(s) = summary {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                method.label(),
-                secs(s.median),
-                secs(s.min),
-                secs(s.max),
-                s.writes_ok,
-                s.writes_failed,
-                s.leader_changes,
-                s.term_increases
-            );
+impl MachineFacts {
+    /// The facts of every run, as the run starts: CPUs, load, date and command line.
+    pub fn at_start() -> MachineFacts {
+        MachineFacts {
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+            load_before: load_average(),
+            started: jiff::Timestamp::now()
+                .strftime("%Y-%m-%d %H:%M UTC")
+                .to_string(),
+            command: command_line(),
+            ..MachineFacts::default()
         }
     }
-    let _ = writeln!(
-        out,
-        "\nWrites and leader changes are totals over all rounds.\n"
-    );
-    if let (Some(q), Some(h)) = (&quorate, &hand) {
-        let ratio = q.median.as_secs_f64() / h.median.as_secs_f64();
-        let _ = writeln!(out, "**Ratio quorate / by hand (medians): {ratio:.2}x**\n");
-        let _ = writeln!(out, "{}\n", verdict(q, ratio));
+
+    /// Records the load as the run ends.
+    pub fn finish(&mut self) {
+        self.load_after = load_average();
     }
 
-    let _ = writeln!(out, "## Where the time goes\n");
-    let _ = writeln!(
-        out,
-        "Median seconds after the start at which the member list first showed each step \
-         (\"started\" = the member's etcd runs and has published its name through the leader).\n"
-    );
-    let _ = writeln!(
-        out,
-        "| method | 2nd member added | started | voter | 3rd member added | started | voter | done |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
-    for method in [Method::Quorate, Method::Hand] {
-        let rows: Vec<&RoundResult> = results.iter().filter(|r| r.method == method).collect();
-        if rows.is_empty() {
-            continue;
-        }
-        let column = |index: usize, pick: fn(&MemberTimeline) -> Option<Duration>| {
-            median_cell(rows.iter().map(|r| phase(&r.joined, index, pick)).collect())
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            method.short(),
-            column(0, |m| Some(m.added)),
-            column(0, |m| m.started),
-            column(0, |m| m.voter),
-            column(1, |m| Some(m.added)),
-            column(1, |m| m.started),
-            column(1, |m| m.voter),
-            median_cell(rows.iter().map(|r| Some(r.elapsed)).collect()),
-        );
+    /// `etcd`'s version, as the run starts.
+    pub fn etcd_version(&self) -> &str {
+        self.etcd_version.as_deref().unwrap_or("(unknown)")
     }
+}
 
-    let _ = writeln!(out, "\n## Rounds\n");
-    let _ = writeln!(
-        out,
-        "| round | method | time | writes ok | failed writes | leader changes | term increases | notes |"
-    );
-    let _ = writeln!(out, "|---:|---|---:|---:|---:|---:|---:|---|");
-    for r in results {
-        let mut notes: Vec<String> = r.notes.clone();
-        notes.extend(r.refusals.iter().map(|(what, n)| format!("{what} ×{n}")));
-        notes.extend(r.write_errors.iter().map(|e| format!("write error: {e}")));
-        notes.extend(r.leader_events.iter().cloned());
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.round,
-            r.method.short(),
-            secs(r.elapsed),
-            r.writes.ok,
-            r.writes.failed,
-            r.leader_changes,
-            r.term_increases,
-            notes.join("; ").replace('|', "\\|")
-        );
-    }
+/// This run's command line, with the executable's directory left out.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            Path::new(&a)
+                .file_name()
+                .filter(|_| a.contains('/') && a.ends_with("quorate-bench"))
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or(a)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
-    let _ = writeln!(out, "\n## Machine\n");
-    let _ = writeln!(out, "- CPUs (nproc): {}", machine.cpus);
-    let _ = writeln!(out, "- etcd: {}", machine.etcd_version);
-    let _ = writeln!(
-        out,
-        "- quorate: {} (`{}`)",
-        machine.quorate_version, machine.quorate_path
-    );
-    let _ = writeln!(
-        out,
-        "- load average (1/5/15 min): {} at start, {} at end",
-        machine.load_before, machine.load_after
-    );
-    let _ = writeln!(out, "- date: {}", machine.started);
-    let _ = writeln!(out, "- command: `{}`", machine.command);
-    let _ = writeln!(
-        out,
-        "\nReproduce: `cargo build --release -p quorate -p quorate-bench && \
-         target/release/quorate-bench scale-out --output docs/benchmarks/scale-out.md`"
-    );
-    out
+/// `/proc/loadavg`'s 1, 5 and 15 minute averages.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// `met` or `**missed**`, for a target in a verdict.
+pub fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
+/// `PASS` or `FAIL`, for a verdict.
+pub fn pass(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "FAIL" }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn result(method: Method, round: u32, elapsed: u64, failed: u64) -> RoundResult {
-        RoundResult {
-            method,
-            round,
-            elapsed: ms(elapsed),
-            joined: vec![
-                MemberTimeline {
-                    id: 1,
-                    name: "a".into(),
-                    added: ms(10),
-                    started: Some(ms(200)),
-                    voter: Some(ms(300)),
-                },
-                MemberTimeline {
-                    id: 2,
-                    name: "b".into(),
-                    added: ms(5000),
-                    started: Some(ms(5200)),
-                    voter: Some(ms(elapsed)),
-                },
-            ],
-            writes: WriteCounts { ok: 100, failed },
-            write_errors: Vec::new(),
-            leader_changes: 0,
-            term_increases: 0,
-            leader_events: Vec::new(),
-            refusals: BTreeMap::from([("member add: unhealthy cluster".to_string(), 3)]),
-            notes: Vec::new(),
-        }
-    }
-
     #[test]
-    fn median_of_odd_even_and_empty() {
-        assert_eq!(median(&[ms(3), ms(1), ms(2)]), Some(ms(2)));
+    fn a_table_declares_its_alignment_and_escapes_pipes() {
+        let mut table = Table::numeric("method", ["median", "notes"]);
+        table.row(["a", "1.00 s", "x | y"]);
+        let mut doc = Markdown::new();
+        doc.table(&table);
         assert_eq!(
-            median(&[ms(4), ms(1), ms(2), ms(3)]),
-            Some(Duration::from_micros(2500))
+            doc.into_string(),
+            "| method | median | notes |\n|---|---:|---:|\n| a | 1.00 s | x \\| y |\n"
         );
-        assert_eq!(median(&[]), None);
     }
 
     #[test]
-    fn summary_totals_and_extremes() {
-        let results = [
-            result(Method::Quorate, 1, 7000, 0),
-            result(Method::Hand, 1, 5000, 1),
-            result(Method::Quorate, 2, 6000, 2),
-        ];
-        let q = summarize(&results, Method::Quorate).unwrap();
-        assert_eq!((q.median, q.min, q.max), (ms(6500), ms(6000), ms(7000)));
-        assert_eq!((q.writes_ok, q.writes_failed, q.rounds), (200, 2, 2));
-        assert!(summarize(&results[..0], Method::Hand).is_none());
+    fn blocks_are_separated_by_one_blank_line() {
+        let mut doc = Markdown::new();
+        doc.heading(1, "Title");
+        doc.paragraph("One.\n");
+        doc.paragraph("Two.");
+        doc.bullets(["a", "b"]);
+        doc.bullets(Vec::<String>::new());
+        assert_eq!(doc.into_string(), "# Title\n\nOne.\n\nTwo.\n\n- a\n- b\n");
     }
 
     #[test]
-    fn verdict_names_each_target() {
-        let q = summarize(&[result(Method::Quorate, 1, 6000, 0)], Method::Quorate).unwrap();
-        let pass = verdict(&q, 1.2);
-        assert!(pass.starts_with("**Verdict: PASS**"), "{pass}");
-        let fail = verdict(&q, 1.31);
-        assert!(
-            fail.starts_with("**Verdict: FAIL**") && fail.contains("1.31x"),
-            "{fail}"
+    fn the_machine_section_shows_only_the_versions_a_run_has() {
+        let facts = MachineFacts {
+            cpus: 2,
+            apiserver_version: Some("Kubernetes v1.20.2".into()),
+            quorate: Some(QuorateBinary {
+                version: "quorate 0.1".into(),
+                path: "/bin/quorate".into(),
+            }),
+            load_before: "1 2 3".into(),
+            load_after: "4 5 6".into(),
+            started: "today".into(),
+            command: "quorate-bench operator".into(),
+            ..MachineFacts::default()
+        };
+        let mut doc = Markdown::new();
+        doc.machine(&facts, "cargo run");
+        assert_eq!(
+            doc.into_string(),
+            "## Machine\n\n\
+             - CPUs (nproc): 2\n\
+             - kube-apiserver: Kubernetes v1.20.2\n\
+             - quorate: quorate 0.1 (`/bin/quorate`)\n\
+             - load average (1/5/15 min): 1 2 3 at start, 4 5 6 at end\n\
+             - date: today\n\
+             - command: `quorate-bench operator`\n\
+             \n\
+             Reproduce: `cargo run`\n"
         );
-        let mut bad = q.clone();
-        bad.term_increases = 1;
-        assert!(verdict(&bad, 1.0).contains("**missed**"));
-    }
-
-    #[test]
-    fn report_has_both_rows_ratio_and_phases() {
-        let results = [
-            result(Method::Quorate, 1, 6000, 0),
-            result(Method::Hand, 1, 5000, 0),
-        ];
-        let text = render(
-            &results,
-            &Machine {
-                cpus: 2,
-                etcd_version: "3.4.23".into(),
-                ..Machine::default()
-            },
-        );
-        assert!(
-            text.contains(
-                "| quorate (`apply`, replicas 1 → 3) | 6.00 s | 6.00 s | 6.00 s | 100 | 0 | 0 | 0 |"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("**Ratio quorate / by hand (medians): 1.20x**"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "| by hand | 0.01 s | 0.20 s | 0.30 s | 5.00 s | 5.20 s | 5.00 s | 5.00 s |"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("member add: unhealthy cluster ×3"), "{text}");
-        assert!(text.contains("- CPUs (nproc): 2"), "{text}");
     }
 }

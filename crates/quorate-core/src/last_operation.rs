@@ -67,6 +67,8 @@ pub enum ErrorCode {
     RequeueAfter,
     /// The spec cannot be acted on as written.
     InvalidSpec,
+    /// Reading the `Etcd` afresh failed.
+    GetEtcd,
     /// Adding the finalizer failed.
     AddFinalizer,
     /// Removing the finalizer failed.
@@ -109,6 +111,7 @@ impl ErrorCode {
         match self {
             ErrorCode::RequeueAfter => "ERR_REQUEUE_AFTER",
             ErrorCode::InvalidSpec => "ERR_INVALID_SPEC",
+            ErrorCode::GetEtcd => "ERR_GET_ETCD",
             ErrorCode::AddFinalizer => "ERR_ADD_FINALIZER",
             ErrorCode::RemoveFinalizer => "ERR_REMOVE_FINALIZER",
             ErrorCode::SyncServiceAccount => "ERR_SYNC_SERVICE_ACCOUNT",
@@ -132,6 +135,7 @@ impl ErrorCode {
     pub const ALL: &[ErrorCode] = &[
         ErrorCode::RequeueAfter,
         ErrorCode::InvalidSpec,
+        ErrorCode::GetEtcd,
         ErrorCode::AddFinalizer,
         ErrorCode::RemoveFinalizer,
         ErrorCode::SyncServiceAccount,

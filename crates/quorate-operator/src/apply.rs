@@ -3,12 +3,14 @@
 //! operator writes, so a changed desired state replaces the old one field by field and fields
 //! other writers own (the agents' lease renewals) are left alone.
 
+use std::fmt::Debug;
+
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Resource};
+use quorate_core::components::{DesiredObject, PdbApiVersion};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::fmt::Debug;
 
 use crate::error::Error;
 
@@ -19,8 +21,40 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
+/// Applies one desired component, the PodDisruptionBudget in the API version `pdb` the
+/// cluster serves. The one way the operator writes a component, also used by the benchmark's
+/// replay of its first pass.
+pub async fn apply_component(
+    client: &Client,
+    object: DesiredObject<'_>,
+    pdb: PdbApiVersion,
+) -> Result<(), Error> {
+    match object {
+        DesiredObject::PodDisruptionBudget(_) => {
+            let manifest = object.to_manifest(pdb)?;
+            apply_manifest(client, &pdb_gvk(pdb), "poddisruptionbudgets", &manifest).await
+        }
+        DesiredObject::ServiceAccount(o) => apply(client, o).await,
+        DesiredObject::Role(o) => apply(client, o).await,
+        DesiredObject::RoleBinding(o) => apply(client, o).await,
+        DesiredObject::MemberLease(o) | DesiredObject::SnapshotLease(o) => apply(client, o).await,
+        DesiredObject::ClientService(o) | DesiredObject::PeerService(o) => apply(client, o).await,
+        DesiredObject::ConfigMap(o) => apply(client, o).await,
+        DesiredObject::StatefulSet(o) => apply(client, o).await,
+    }
+}
+
+/// The group/version/kind of the PodDisruptionBudget API in use.
+pub fn pdb_gvk(version: PdbApiVersion) -> GroupVersionKind {
+    GroupVersionKind::gvk(
+        "policy",
+        version.as_str().trim_start_matches("policy/"),
+        "PodDisruptionBudget",
+    )
+}
+
 /// Applies a typed namespaced object (its metadata carries name and namespace).
-pub async fn apply<K>(client: &Client, object: &K) -> Result<K, Error>
+async fn apply<K>(client: &Client, object: &K) -> Result<(), Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
     K: Resource<Scope = kube::core::NamespaceResourceScope>,
@@ -33,11 +67,12 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
     api.patch(&name, &apply_params(), &Patch::Apply(object))
         .await
+        .map(drop)
         .map_err(Error::kube("apply", K::kind(&()), &namespace, &name))
 }
 
 /// Applies a manifest of kind `gvk` (with `apiVersion`, `kind` and `metadata`).
-pub async fn apply_manifest(
+async fn apply_manifest(
     client: &Client,
     gvk: &GroupVersionKind,
     plural: &str,

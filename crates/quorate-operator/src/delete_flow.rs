@@ -1,16 +1,16 @@
 //! The delete flow: delete every component of the `Etcd`, confirm none is left, then drop the
 //! finalizer. PVCs stay (as in druid), so data outlives an accidental delete.
 
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use quorate_api::Etcd;
-use quorate_api::annotations::ETCD_FINALIZER;
 use quorate_api::names::selector_string;
+use quorate_core::last_operation::ErrorCode;
 
-use crate::apply::delete_if_present;
+use crate::apply::{delete_if_present, pdb_gvk};
 use crate::context::Context;
-use crate::error::Error;
-use crate::spec_flow::{names, pdb_gvk};
+use crate::error::{Error, StepError};
+use crate::finalizer;
+use crate::validated::ValidatedEtcd;
 
 /// What a delete pass found.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,21 +55,36 @@ fn component_kinds(ctx: &Context) -> Vec<ApiResource> {
 }
 
 /// One delete pass.
-pub async fn delete(etcd: &Etcd, ctx: &Context) -> Result<DeleteProgress, Error> {
-    let (namespace, name) = names(etcd)?;
-    let uid = etcd.metadata.uid.clone().unwrap_or_default();
-    let selector = selector_string(&name);
+pub async fn delete(etcd: &ValidatedEtcd, ctx: &Context) -> Result<DeleteProgress, StepError> {
+    let remaining = delete_components(etcd, ctx)
+        .await
+        .map_err(StepError::tag(ErrorCode::DeleteResources))?;
+    if !remaining.is_empty() {
+        return Ok(DeleteProgress::Waiting(remaining));
+    }
+    finalizer::remove(etcd, ctx)
+        .await
+        .map_err(StepError::tag(ErrorCode::RemoveFinalizer))?;
+    Ok(DeleteProgress::Done)
+}
+
+/// Asks for the deletion of every component the `Etcd` owns; the ones still there, as
+/// `Kind/name`.
+async fn delete_components(etcd: &ValidatedEtcd, ctx: &Context) -> Result<Vec<String>, Error> {
+    let namespace = etcd.namespace();
+    let uid = etcd.etcd().metadata.uid.clone().unwrap_or_default();
+    let selector = selector_string(etcd.name());
     let mut remaining = Vec::new();
     for resource in component_kinds(ctx) {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+            Api::namespaced_with(ctx.client.clone(), namespace, &resource);
         let listed = api
             .list_metadata(&ListParams::default().labels(&selector))
             .await
             .map_err(Error::kube(
                 "list",
                 resource.kind.clone(),
-                &namespace,
+                namespace,
                 &selector,
             ))?;
         for object in listed.items {
@@ -88,43 +103,5 @@ pub async fn delete(etcd: &Etcd, ctx: &Context) -> Result<DeleteProgress, Error>
             }
         }
     }
-    if !remaining.is_empty() {
-        return Ok(DeleteProgress::Waiting(remaining));
-    }
-    remove_finalizer(etcd, ctx, &namespace, &name).await?;
-    Ok(DeleteProgress::Done)
-}
-
-async fn remove_finalizer(
-    etcd: &Etcd,
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Result<(), Error> {
-    let finalizers = etcd.metadata.finalizers.clone().unwrap_or_default();
-    if !finalizers.iter().any(|f| f == ETCD_FINALIZER) {
-        return Ok(());
-    }
-    let kept: Vec<_> = finalizers
-        .into_iter()
-        .filter(|f| f != ETCD_FINALIZER)
-        .collect();
-    let patch = serde_json::json!({"metadata": {
-        "finalizers": kept,
-        "resourceVersion": etcd.metadata.resource_version,
-    }});
-    let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(Error::kube(
-            "remove the finalizer from",
-            "Etcd",
-            namespace,
-            name,
-        )(e)),
-    }
+    Ok(remaining)
 }

@@ -1,10 +1,11 @@
-//! What can go wrong in a reconcile, each naming the object and the action, and each mapped to
-//! a stable `lastErrors` code.
+//! What can go wrong in a reconcile: [`Error`] names the object and the action; a
+//! [`StepError`] adds the stable `lastErrors` code of the step that failed, declared by that
+//! step (each component declares its own), never guessed from the error afterwards.
 
 use quorate_core::components::ComponentError;
 use quorate_core::last_operation::ErrorCode;
 
-/// A failed reconcile step.
+/// A failed action of a reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
@@ -25,7 +26,7 @@ pub enum Error {
     /// The desired objects could not be built from the `Etcd`.
     #[error("rendering the components: {0}")]
     Render(#[from] ComponentError),
-    /// The `Etcd` has no name, namespace or uid (never true for an object from the API).
+    /// The `Etcd` has no name or namespace (never true for an object from the API).
     #[error("the Etcd object lacks {0}")]
     Incomplete(&'static str),
 }
@@ -48,31 +49,42 @@ impl Error {
             source: Box::new(source),
         }
     }
+}
 
-    /// The `lastErrors` code of this error.
-    pub fn code(&self) -> ErrorCode {
-        match self {
-            Error::Kube { kind, .. } => code_for_kind(kind),
-            Error::Render(_) | Error::Incomplete(_) => ErrorCode::SyncStatefulSet,
+/// A step of a pass that failed, with the `lastErrors` code that step declares. The code
+/// travels with the error, so status, metrics and logs all see the one the step chose.
+#[derive(Debug, thiserror::Error)]
+#[error("{code}: {error}")]
+pub struct StepError {
+    /// The step's code.
+    pub code: ErrorCode,
+    /// What failed.
+    #[source]
+    pub error: Error,
+}
+
+impl StepError {
+    /// Tags a failure of the step whose code is `code`: `.map_err(StepError::tag(code))`.
+    pub fn tag<E: Into<Error>>(code: ErrorCode) -> impl FnOnce(E) -> StepError {
+        move |error| StepError {
+            code,
+            error: error.into(),
         }
-    }
-
-    /// Whether the API said the object is not there.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, Error::Kube { source, .. } if matches!(**source, kube::Error::Api(ref s) if s.code == 404))
     }
 }
 
-/// The sync error code for a component kind.
-pub fn code_for_kind(kind: &str) -> ErrorCode {
-    match kind {
-        "ServiceAccount" => ErrorCode::SyncServiceAccount,
-        "Role" => ErrorCode::SyncRole,
-        "RoleBinding" => ErrorCode::SyncRoleBinding,
-        "Lease" => ErrorCode::SyncMemberLease,
-        "PodDisruptionBudget" => ErrorCode::SyncPodDisruptionBudget,
-        "Service" => ErrorCode::SyncClientService,
-        "ConfigMap" => ErrorCode::SyncConfigMap,
-        _ => ErrorCode::SyncStatefulSet,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_error_keeps_the_code_of_its_step_and_the_message_of_its_cause() {
+        let failed = StepError::tag(ErrorCode::AddFinalizer)(Error::Incomplete("a name"));
+        assert_eq!(failed.code, ErrorCode::AddFinalizer);
+        assert_eq!(failed.error.to_string(), "the Etcd object lacks a name");
+        assert_eq!(
+            failed.to_string(),
+            "ERR_ADD_FINALIZER: the Etcd object lacks a name"
+        );
     }
 }

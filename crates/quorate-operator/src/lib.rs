@@ -2,22 +2,39 @@
 //! of an `Etcd` with the pure builders of `quorate-core`, applies them in druid's order, keeps
 //! the status fresh from the member leases and the StatefulSet, and serves the validating
 //! webhooks (the `Etcd` itself, and protection of the components it manages).
+//!
+//! A pass (`reconcile`): validate the `Etcd` once (`validated`); if it is being deleted, the
+//! delete flow; otherwise the spec flow when the reconcile controls allow it (`spec_flow`:
+//! finalizer → dereference → build → apply → StatefulSet), then always the status. Every
+//! module is private; the API is what the `quorate` CLI, the integration tests and the
+//! benchmark ([`replay`]) use, re-exported below.
 
-pub mod apply;
-pub mod context;
-pub mod controller;
-pub mod delete_flow;
-pub mod error;
-pub mod http;
-pub mod images;
-pub mod metrics;
-pub mod reconcile;
-pub mod run;
-pub mod spec_flow;
-pub mod status;
-pub mod trim;
-pub mod webhook;
+mod apply;
+mod context;
+mod controller;
+mod delete_flow;
+mod error;
+mod finalizer;
+mod http;
+mod images;
+mod metrics;
+mod reconcile;
+pub mod replay;
+mod run;
+mod spec_flow;
+mod status;
+mod trim;
+mod validated;
+mod webhook;
 
 pub use context::OperatorSettings;
+pub use controller::{Scope, StartError, run as run_controller};
 pub use error::Error;
+pub use images::Images;
+pub use metrics::Metrics;
 pub use run::{OperatorArgs, RunError, run_operator};
+pub use webhook::{
+    COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
+    PROTECTED_KINDS, ProtectionConfig, WebhookCerts, WebhookConfig, WebhookError,
+    generate_webhook_certs, serve_webhooks_on, service_account_username,
+};

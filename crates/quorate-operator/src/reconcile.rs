@@ -18,27 +18,32 @@ use quorate_api::names::{
 };
 use quorate_coord::kube::lease_map::{member_lease, snapshot_lease};
 use quorate_core::backup_ready::BackupLeases;
+use quorate_core::last_operation::ErrorCode;
 use quorate_core::reconcile_control::{SpecDecision, spec_decision};
 
 use crate::context::Context;
 use crate::delete_flow::{self, DeleteProgress};
-use crate::error::Error;
-use crate::spec_flow::{self, names};
+use crate::error::{Error, StepError};
+use crate::spec_flow;
 use crate::status::{PassOutcome, StatusInputs, compute_status, needs_write, status_patch};
+use crate::validated::ValidatedEtcd;
 
 /// How soon a deletion that is still removing components looks again.
 const DELETE_RECHECK: Duration = Duration::from_secs(5);
 
 /// The controller's reconcile function.
-pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, StepError> {
     let started = Instant::now();
-    let (namespace, name) = names(&cached)?;
-    let cluster = format!("{namespace}/{name}");
-    let Some(etcd) = current(cached, &ctx, &namespace, &name).await? else {
+    let cached = ValidatedEtcd::new(cached).map_err(StepError::tag(ErrorCode::InvalidSpec))?;
+    let cluster = cached.cluster();
+    let Some(etcd) = current(cached, &ctx)
+        .await
+        .map_err(StepError::tag(ErrorCode::GetEtcd))?
+    else {
         // Deleted meanwhile: nothing to do.
         return Ok(Action::await_change());
     };
-    if etcd.metadata.deletion_timestamp.is_some() {
+    if etcd.etcd().metadata.deletion_timestamp.is_some() {
         let progress = delete_flow::delete(&etcd, &ctx).await?;
         return Ok(match progress {
             DeleteProgress::Waiting(left) => {
@@ -50,24 +55,31 @@ pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, E
                 tracing::info!(%cluster, "every component is deleted; finalizer removed");
                 ctx.metrics.pass("deleted", started.elapsed());
                 ctx.metrics.cluster_conditions(&cluster, None);
-                if let Some(uid) = etcd.metadata.uid.as_deref() {
+                if let Some(uid) = etcd.etcd().metadata.uid.as_deref() {
                     ctx.newer.forget(uid);
                 }
                 Action::await_change()
             }
         });
     }
-    let outcome = match spec_decision(&etcd, ctx.settings.auto_reconcile) {
+    let outcome = match spec_decision(etcd.etcd(), ctx.settings.auto_reconcile) {
         SpecDecision::Run => spec_flow::sync(&etcd, &ctx).await,
         SpecDecision::Suspended => PassOutcome::Suspended,
         SpecDecision::AwaitingAnnotation | SpecDecision::UpToDate => PassOutcome::NotRun,
     };
-    announce(&etcd, &ctx, &outcome).await;
-    let status = update_status(&etcd, &ctx, &outcome, &namespace, &name).await?;
+    let (namespace, name) = (etcd.namespace(), etcd.name());
+    let etcd = etcd.etcd();
+    announce(etcd, &ctx, &outcome).await;
+    let status = update_status(etcd, &ctx, &outcome, namespace, name)
+        .await
+        .map_err(StepError::tag(ErrorCode::UpdateStatus))?;
     if outcome == PassOutcome::Succeeded
         && has_reconcile_operation(etcd.metadata.annotations.as_ref())
     {
-        remove_operation_annotation(&ctx, &namespace, &name).await?;
+        // Part of recording the pass as complete, as the status write is.
+        remove_operation_annotation(&ctx, namespace, name)
+            .await
+            .map_err(StepError::tag(ErrorCode::UpdateStatus))?;
     }
     let conditions = status
         .conditions
@@ -95,16 +107,11 @@ pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, E
 /// The `Etcd` this pass works from: the cached one, unless this process knows of a newer
 /// version than the cache shows (it wrote one, see [`crate::context::NewerVersions`]); then
 /// the object as the API server has it now. `None` when it is gone.
-async fn current(
-    cached: Arc<Etcd>,
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<Arc<Etcd>>, Error> {
-    let Some(uid) = cached.metadata.uid.clone() else {
+async fn current(cached: ValidatedEtcd, ctx: &Context) -> Result<Option<ValidatedEtcd>, Error> {
+    let Some(uid) = cached.etcd().metadata.uid.clone() else {
         return Ok(Some(cached));
     };
-    let cached_version = cached.metadata.resource_version.as_deref();
+    let cached_version = cached.etcd().metadata.resource_version.as_deref();
     match ctx.newer.get(&uid) {
         None => return Ok(Some(cached)),
         Some(newer) if Some(newer.as_str()) == cached_version => {
@@ -113,6 +120,7 @@ async fn current(
         }
         Some(_) => {}
     }
+    let (namespace, name) = (cached.namespace(), cached.name());
     let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
     let fresh = api
         .get_opt(name)
@@ -127,7 +135,7 @@ async fn current(
                 ctx.newer.record(Some(&uid), version);
             }
             crate::trim::etcd(&mut fresh);
-            Ok(Some(Arc::new(fresh)))
+            Ok(Some(cached.with_version(Arc::new(fresh))))
         }
         _ => {
             ctx.newer.forget(&uid);
@@ -137,15 +145,12 @@ async fn current(
 }
 
 /// What the controller does when a pass returns an error (the status could not be written,
-/// the deletion could not list or delete): log, count, try again after a short pause.
-pub fn error_policy(etcd: Arc<Etcd>, error: &Error, ctx: Arc<Context>) -> Action {
-    let cluster = format!(
-        "{}/{}",
-        etcd.metadata.namespace.as_deref().unwrap_or_default(),
-        etcd.metadata.name.as_deref().unwrap_or_default()
-    );
-    tracing::warn!(%cluster, "reconcile failed: {error}");
-    ctx.metrics.error(error.code().as_str());
+/// the deletion could not list or delete): log, count by the failed step's code, try again
+/// after a short pause.
+pub fn error_policy(etcd: Arc<Etcd>, error: &StepError, ctx: Arc<Context>) -> Action {
+    let cluster = ValidatedEtcd::new(etcd).map_or_else(|e| e.to_string(), |e| e.cluster());
+    tracing::warn!(%cluster, "reconcile failed: {}", error.error);
+    ctx.metrics.error(error.code.as_str());
     ctx.metrics.pass("error", Duration::ZERO);
     Action::requeue(ctx.settings.wait_period)
 }

@@ -260,8 +260,8 @@ async fn prepare_certificates(args: &OperatorArgs, client: &Client) -> Result<()
         return Ok(());
     };
     let dir = &args.webhook_cert_dir;
-    let cert = dir.join(webhook::tls::CERT_FILE);
-    let ca_file = dir.join(webhook::certs::CA_FILE);
+    let cert = dir.join(webhook::CERT_FILE);
+    let ca_file = dir.join(webhook::CA_FILE);
     if !cert.exists() {
         let names = service_dns_names(service, &args.namespace);
         let certs = generate_webhook_certs(&names, jiff::Timestamp::now())

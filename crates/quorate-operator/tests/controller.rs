@@ -17,9 +17,7 @@ use kube::{Client, Resource};
 use quorate_api::Etcd;
 use quorate_api::annotations::{DRUID_OPERATION, SUSPEND_ETCD_SPEC_RECONCILE};
 use quorate_api::status::LastOperationState;
-use quorate_operator::OperatorSettings;
-use quorate_operator::controller::{Scope, run};
-use quorate_operator::metrics::Metrics;
+use quorate_operator::{Metrics, OperatorSettings, Scope, run_controller};
 use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -49,7 +47,7 @@ impl Operator {
         };
         let client = client.clone();
         let task = tokio::spawn(async move {
-            run(client, settings, Metrics::default(), scope, stopped)
+            run_controller(client, settings, Metrics::default(), scope, stopped)
                 .await
                 .expect("the controller starts");
         });

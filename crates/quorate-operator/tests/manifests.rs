@@ -26,14 +26,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use quorate_api::Etcd;
-use quorate_operator::OperatorSettings;
-use quorate_operator::controller::{Scope, run};
-use quorate_operator::metrics::Metrics;
-use quorate_operator::run::OperatorArgs;
-use quorate_operator::webhook::protection::PROTECTED_KINDS;
-use quorate_operator::webhook::{
+use quorate_operator::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
+    OperatorArgs, PROTECTED_KINDS,
 };
+use quorate_operator::{Metrics, OperatorSettings, Scope, run_controller};
 use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -339,7 +336,7 @@ fn the_deployment_runs_the_operator_as_the_services_and_webhooks_expect() {
     assert_eq!(container["image"], "quorate:0.1.0");
     assert_eq!(
         container["image"],
-        quorate_operator::images::Images::default().member.as_str(),
+        quorate_operator::Images::default().member.as_str(),
         "the operator's own image is the one it gives the etcd pods"
     );
     assert_eq!(pod["serviceAccountName"], OPERATOR);
@@ -1016,7 +1013,7 @@ async fn the_clusterrole_is_enough_for_the_controller() {
         identity: "quorate-operator-0".to_string(),
     };
     let controller = tokio::spawn(async move {
-        run(operator, settings, Metrics::default(), scope, stopped)
+        run_controller(operator, settings, Metrics::default(), scope, stopped)
             .await
             .expect("the controller starts as the operator's ServiceAccount");
     });

@@ -22,7 +22,7 @@ use kube::{Api, Client};
 use quorate_api::Etcd;
 use quorate_api::annotations::DISABLE_ETCD_COMPONENT_PROTECTION;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, default_labels};
-use quorate_operator::webhook::{
+use quorate_operator::{
     COMPONENT_PROTECTION_PATH, ETCD_VALIDATION_PATH, WebhookConfig, WebhookError,
     generate_webhook_certs, serve_webhooks_on, service_account_username,
 };

@@ -16,6 +16,7 @@ mod deltas;
 mod load;
 mod report;
 mod restore;
+mod results;
 mod snapshot;
 
 use std::path::{Path, PathBuf};
@@ -31,10 +32,11 @@ use tokio::runtime::Handle;
 
 use crate::error::{BenchError, Result};
 use crate::hand::ETCD_DEFAULT_TIMING;
+use crate::report::MachineFacts;
 use deltas::{CatchUpWatch, DeltaBackup, RawWatch, SideRuntime};
 use load::Stop;
-use report::{
-    BackupResults, DeltaMode, Machine, ReplayResult, RestoreKind, RestoreRound, Settings, Side,
+use results::{
+    BackupResults, DeltaMode, ReplayResult, RestoreKind, RestoreRound, Settings, Side,
     SnapshotRound, UploadKind, UploadRound, WriteRound,
 };
 
@@ -137,7 +139,7 @@ pub async fn run(args: BackupArgs) -> Result<()> {
     let writes = write_rounds(&url, &member, side.handle(), etcd_pid, work, &settings).await?;
     drop(etcd);
 
-    machine.load_after = crate::load_average();
+    machine.finish();
     let results = BackupResults {
         settings,
         machine,
@@ -202,7 +204,7 @@ async fn full_snapshots(
                     Side::Etcdctl => "etcdctl",
                 },
                 elapsed.as_secs_f64(),
-                report::mb_per_s(bytes, elapsed)
+                results::mb_per_s(bytes, elapsed)
             );
             results.push(SnapshotRound {
                 round,
@@ -242,7 +244,7 @@ async fn uploads(
             eprintln!(
                 "round {round}/{rounds}: {kind:?}: {:.2} s, {:.1} MB/s, stored {:.1} MB",
                 elapsed.as_secs_f64(),
-                report::mb_per_s(input_bytes, elapsed),
+                results::mb_per_s(input_bytes, elapsed),
                 stored.size as f64 / 1e6
             );
             results.push(UploadRound {
@@ -509,18 +511,11 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-async fn probe_machine() -> Machine {
-    Machine {
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        etcd_version: crate::etcd_version().await,
-        load_before: crate::load_average(),
-        load_after: String::new(),
-        started: jiff::Timestamp::now()
-            .strftime("%Y-%m-%d %H:%M UTC")
-            .to_string(),
-        command: crate::command_line(),
+/// What the backup report says of the machine: etcd's version beside the facts of every run.
+async fn probe_machine() -> MachineFacts {
+    MachineFacts {
+        etcd_version: Some(crate::etcd_version().await),
+        ..MachineFacts::at_start()
     }
 }
 

@@ -1,342 +1,15 @@
-//! The backup benchmark's results and its markdown report: each comparison with the baseline
-//! measured in the same run, the ratio, the verdict against the issue's targets, every round,
-//! and the machine.
+//! The backup benchmark's markdown report: each comparison with the baseline measured in the
+//! same run, the ratio, the verdict against the issue's targets, every round, and the machine.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use quorate_backup::restore::RestoreReport;
-
-use super::deltas::{CatchUpStats, DeltaStats};
-use super::load::Filled;
-
-/// Target: quorate's full snapshot at least this fraction of `etcdctl snapshot save`'s MB/s.
-pub const TARGET_SNAPSHOT_RATIO: f64 = 0.9;
-/// Target: writes/s with delta backups at most this many percent lower than without.
-pub const TARGET_WRITE_DROP_PCT: f64 = 5.0;
-
-/// Who did it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Side {
-    /// quorate's code.
-    Quorate,
-    /// etcd's own tool.
-    Etcdctl,
-}
-
-/// One full snapshot.
-#[derive(Clone, Debug)]
-pub struct SnapshotRound {
-    /// Round, from 1.
-    pub round: u32,
-    /// Who took it.
-    pub side: Side,
-    /// Call until the file is in place.
-    pub elapsed: Duration,
-    /// File size.
-    pub bytes: u64,
-}
-
-/// How a snapshot went into the store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UploadKind {
-    /// The saved file, gzip.
-    Gzip,
-    /// The saved file, uncompressed.
-    Plain,
-    /// Straight from etcd through gzip into the store (the agent's path).
-    Streamed,
-}
-
-impl UploadKind {
-    fn label(self) -> &'static str {
-        match self {
-            UploadKind::Gzip => "saved file, gzip (`.gz`)",
-            UploadKind::Plain => "saved file, uncompressed",
-            UploadKind::Streamed => "snapshot streamed from etcd through gzip (agent path)",
-        }
-    }
-
-    fn short(self) -> &'static str {
-        match self {
-            UploadKind::Gzip => "upload gzip",
-            UploadKind::Plain => "upload uncompressed",
-            UploadKind::Streamed => "snapshot → gzip → store",
-        }
-    }
-}
-
-/// One upload.
-#[derive(Clone, Debug)]
-pub struct UploadRound {
-    /// Round, from 1.
-    pub round: u32,
-    /// What was uploaded how.
-    pub kind: UploadKind,
-    /// Until the object was complete.
-    pub elapsed: Duration,
-    /// Snapshot bytes read.
-    pub input_bytes: u64,
-    /// Bytes stored.
-    pub stored_bytes: u64,
-}
-
-/// What a restore measurement ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestoreKind {
-    /// quorate's `restore`, no deltas.
-    Quorate,
-    /// `etcdctl snapshot restore`.
-    Etcdctl,
-    /// `etcdctl snapshot status` alone.
-    Status,
-}
-
-impl RestoreKind {
-    fn label(self) -> &'static str {
-        match self {
-            RestoreKind::Quorate => "quorate `restore` (full snapshot, no deltas)",
-            RestoreKind::Etcdctl => "`etcdctl snapshot restore`",
-            RestoreKind::Status => {
-                "`etcdctl snapshot status` alone (one step of quorate's restore)"
-            }
-        }
-    }
-
-    fn short(self) -> &'static str {
-        match self {
-            RestoreKind::Quorate => "quorate restore",
-            RestoreKind::Etcdctl => "etcdctl snapshot restore",
-            RestoreKind::Status => "etcdctl snapshot status",
-        }
-    }
-}
-
-/// One restore measurement.
-#[derive(Clone, Debug)]
-pub struct RestoreRound {
-    /// Round, from 1.
-    pub round: u32,
-    /// What ran.
-    pub kind: RestoreKind,
-    /// How long.
-    pub elapsed: Duration,
-}
-
-/// The delta replay.
-#[derive(Clone, Debug)]
-pub struct ReplayResult {
-    /// Clients that wrote the captured events.
-    pub clients: usize,
-    /// Writes they made.
-    pub writes: u64,
-    /// Their writes/s.
-    pub write_rate: f64,
-    /// What the delta backup stored.
-    pub capture: DeltaStats,
-    /// The source's head revision after the writes.
-    pub source_revision: i64,
-    /// quorate's report of the restore with deltas.
-    pub report: RestoreReport,
-    /// One client, one put at a time: writes/s of each baseline run.
-    pub baseline_rates: Vec<f64>,
-    /// Downloading, decompressing and decoding every delta once more, without applying them.
-    pub fetch_decode: Duration,
-}
-
-/// What ran beside the write load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum DeltaMode {
-    /// Nothing.
-    Off,
-    /// A watch over every key that stays open, events dropped (for where the cost goes).
-    #[value(name = "watch")]
-    WatchOnly,
-    /// Every period a watch from the last revision received up to the current one, events
-    /// dropped (for where the cost goes).
-    #[value(name = "catch-up")]
-    CatchUpOnly,
-    /// Delta backups with uncompressed uploads (for where the cost goes).
-    #[value(name = "on-plain")]
-    OnPlain,
-    /// Delta backups: `DeltaWatcher` (periodic catch-ups) plus gzip uploads.
-    On,
-}
-
-impl DeltaMode {
-    /// Every mode, in report order.
-    pub const ALL: [DeltaMode; 5] = [
-        DeltaMode::Off,
-        DeltaMode::WatchOnly,
-        DeltaMode::CatchUpOnly,
-        DeltaMode::OnPlain,
-        DeltaMode::On,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            DeltaMode::Off => "off",
-            DeltaMode::WatchOnly => "bare watch only (diagnostic)",
-            DeltaMode::CatchUpOnly => "catch-up watch only (diagnostic)",
-            DeltaMode::On => "on",
-            DeltaMode::OnPlain => "on, uncompressed uploads (diagnostic)",
-        }
-    }
-
-    fn cost_label(self) -> &'static str {
-        match self {
-            DeltaMode::Off => "nothing",
-            DeltaMode::WatchOnly => "bare watch",
-            DeltaMode::CatchUpOnly => "catch-up watch",
-            DeltaMode::On => "delta backups with gzip",
-            DeltaMode::OnPlain => "delta backups with uncompressed uploads",
-        }
-    }
-
-    fn short(self) -> &'static str {
-        match self {
-            DeltaMode::Off => "deltas off",
-            DeltaMode::WatchOnly => "bare watch",
-            DeltaMode::CatchUpOnly => "catch-up watch",
-            DeltaMode::On => "deltas on",
-            DeltaMode::OnPlain => "deltas on, uncompressed",
-        }
-    }
-}
-
-/// One write-throughput round.
-#[derive(Clone, Debug)]
-pub struct WriteRound {
-    /// Round, from 1.
-    pub round: u32,
-    /// What ran beside the load.
-    pub mode: DeltaMode,
-    /// Acknowledged puts.
-    pub ok: u64,
-    /// Failed puts.
-    pub failed: u64,
-    /// Load duration.
-    pub elapsed: Duration,
-    /// Median put latency.
-    pub p50: Duration,
-    /// 99th percentile put latency.
-    pub p99: Duration,
-    /// Revisions the member advanced by during the round.
-    pub revisions: i64,
-    /// What the delta backup stored, when on.
-    pub capture: Option<DeltaStats>,
-    /// Revisions not yet captured when the load stopped, when on.
-    pub lag_at_end: Option<i64>,
-    /// Events the bare watch received.
-    pub watched: Option<u64>,
-    /// What the catch-up watch received.
-    pub caught_up: Option<CatchUpStats>,
-    /// CPU time etcd used during the load.
-    pub etcd_cpu: Option<Duration>,
-    /// CPU time the benchmark process (clients, watch, capture, uploads) used during the load.
-    pub bench_cpu: Option<Duration>,
-    /// The first distinct write errors.
-    pub errors: Vec<String>,
-}
-
-impl WriteRound {
-    /// Acknowledged puts per second.
-    pub fn rate(&self) -> f64 {
-        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
-
-/// What the run was asked to do.
-#[derive(Clone, Debug, Default)]
-pub struct Settings {
-    /// Wanted database size, MB.
-    pub db_mb: u64,
-    /// Rounds per comparison.
-    pub rounds: u32,
-    /// Concurrent clients of the write loads.
-    pub clients: usize,
-    /// Seconds per write round.
-    pub write_seconds: u64,
-    /// Events written for the replay.
-    pub replay_events: u64,
-    /// Delta period.
-    pub delta_period: Duration,
-    /// How often delta capture catches up with etcd.
-    pub catch_up_every: Duration,
-    /// What ran beside the write loads.
-    pub write_modes: Vec<DeltaMode>,
-}
-
-/// Where the benchmark ran.
-#[derive(Clone, Debug, Default)]
-pub struct Machine {
-    /// CPUs available (what `nproc` prints).
-    pub cpus: usize,
-    /// `etcd --version`, version only.
-    pub etcd_version: String,
-    /// `/proc/loadavg` (1/5/15 min) at the start.
-    pub load_before: String,
-    /// ... and at the end.
-    pub load_after: String,
-    /// When the run started (UTC).
-    pub started: String,
-    /// The command line.
-    pub command: String,
-}
-
-/// Everything measured.
-#[derive(Clone, Debug)]
-pub struct BackupResults {
-    /// What was asked.
-    pub settings: Settings,
-    /// Where.
-    pub machine: Machine,
-    /// The database.
-    pub fill: Filled,
-    /// Full snapshots.
-    pub snapshots: Vec<SnapshotRound>,
-    /// Uploads.
-    pub uploads: Vec<UploadRound>,
-    /// Restores without deltas.
-    pub restores: Vec<RestoreRound>,
-    /// The delta replay (not run with `--writes-only`).
-    pub replay: Option<ReplayResult>,
-    /// Write throughput rounds.
-    pub writes: Vec<WriteRound>,
-}
-
-/// Median, minimum and maximum of some values.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Spread {
-    /// Median (mean of the middle two for an even count).
-    pub median: f64,
-    /// Smallest.
-    pub min: f64,
-    /// Largest.
-    pub max: f64,
-}
-
-/// The spread of `values`; `None` when empty.
-pub fn spread(values: &[f64]) -> Option<Spread> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = match n {
-        0 => return None,
-        _ if n % 2 == 1 => sorted[n / 2],
-        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    };
-    Some(Spread {
-        median,
-        min: sorted[0],
-        max: sorted[n - 1],
-    })
-}
-
-/// MB/s (10^6 bytes).
-pub fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
-    bytes as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9)
-}
+use super::results::{
+    BackupResults, DeltaMode, ReplayResult, RestoreKind, Settings, Side, SnapshotRound, Spread,
+    TARGET_SNAPSHOT_RATIO, TARGET_WRITE_DROP_PCT, UploadKind, UploadRound, WriteRound, drop_pct,
+    mb_per_s, paired_drops, spread,
+};
+use crate::report::{Align, Markdown, Table, met, pass};
 
 fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
@@ -350,24 +23,15 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-fn check(ok: bool) -> &'static str {
-    if ok { "met" } else { "**missed**" }
-}
-
 /// The full-snapshot verdict for a throughput ratio quorate / etcdctl.
 pub fn snapshot_verdict(ratio: f64) -> String {
     let ok = ratio >= TARGET_SNAPSHOT_RATIO;
     format!(
         "**Verdict: {}** — full snapshot throughput {ratio:.2}x etcdctl's (target ≥ \
          {TARGET_SNAPSHOT_RATIO}x: {}).",
-        if ok { "PASS" } else { "FAIL" },
-        check(ok)
+        pass(ok),
+        met(ok)
     )
-}
-
-/// How much lower (in percent, positive = lower) `on` is than `off`.
-pub fn drop_pct(off: f64, on: f64) -> f64 {
-    (off - on) / off.max(1e-9) * 100.0
 }
 
 /// The write-throughput verdict for writes/s with delta backups `drop` percent lower.
@@ -381,8 +45,8 @@ pub fn writes_verdict(drop: f64) -> String {
     format!(
         "**Verdict: {}** — writes/s with delta backups {how} than without (target ≤ \
          {TARGET_WRITE_DROP_PCT}% lower: {}).",
-        if ok { "PASS" } else { "FAIL" },
-        check(ok)
+        pass(ok),
+        met(ok)
     )
 }
 
@@ -407,87 +71,280 @@ fn write_rows(r: &BackupResults, mode: DeltaMode) -> Vec<&WriteRound> {
     r.writes.iter().filter(|w| w.mode == mode).collect()
 }
 
-/// Per round with both, how much lower (percent) writes/s with delta backups were than without.
-pub fn paired_drops(writes: &[WriteRound]) -> Vec<f64> {
-    let mut rounds: Vec<u32> = writes.iter().map(|w| w.round).collect();
-    rounds.dedup();
-    rounds
-        .into_iter()
-        .filter_map(|round| {
-            let rate = |mode| {
-                writes
-                    .iter()
-                    .find(|w| w.round == round && w.mode == mode)
-                    .map(WriteRound::rate)
-            };
-            Some(drop_pct(rate(DeltaMode::Off)?, rate(DeltaMode::On)?))
-        })
-        .collect()
+/// Which process's CPU time of a write round.
+type CpuOf = fn(&WriteRound) -> Option<Duration>;
+
+/// etcd's CPU time in a write round.
+const ETCD_CPU: CpuOf = |w| w.etcd_cpu;
+/// The benchmark process's CPU time in a write round.
+const BENCH_CPU: CpuOf = |w| w.bench_cpu;
+
+/// Milliseconds of CPU per 1000 acknowledged writes in one round.
+fn cpu_per_1k(w: &WriteRound, cpu: CpuOf) -> Option<f64> {
+    cpu(w).map(|cpu| cpu.as_secs_f64() * 1e6 / w.ok.max(1) as f64)
 }
 
-/// Median CPU milliseconds per 1000 writes of etcd and of the benchmark process.
-fn median_cpu_per_1k(rows: &[&WriteRound]) -> Option<(f64, f64)> {
-    let per_1k = |pick: fn(&WriteRound) -> Option<Duration>| {
-        let values: Vec<f64> = rows
-            .iter()
-            .filter_map(|w| pick(w).map(|cpu| cpu.as_secs_f64() * 1e6 / w.ok.max(1) as f64))
-            .collect();
-        spread(&values).map(|v| v.median)
-    };
-    Some((per_1k(|w| w.etcd_cpu)?, per_1k(|w| w.bench_cpu)?))
+/// [`cpu_per_1k`], median over the rounds.
+fn median_cpu_per_1k(rows: &[&WriteRound], cpu: CpuOf) -> Option<f64> {
+    let values: Vec<f64> = rows.iter().filter_map(|w| cpu_per_1k(w, cpu)).collect();
+    spread(&values).map(|v| v.median)
 }
 
-/// Milliseconds of CPU per 1000 acknowledged writes, median over the rounds.
-fn cpu_per_1k(rows: &[&WriteRound], pick: fn(&WriteRound) -> Option<Duration>) -> String {
-    let values: Vec<f64> = rows
-        .iter()
-        .filter_map(|w| pick(w).map(|cpu| cpu.as_secs_f64() * 1e3 / (w.ok.max(1) as f64 / 1e3)))
-        .collect();
-    spread(&values).map_or_else(|| "–".to_string(), |v| format!("{:.0} ms", v.median))
+/// A CPU-per-1k-writes cell: `12 ms`, or `–` without a measurement.
+fn cpu_cell(per_1k: Option<f64>) -> String {
+    per_1k.map_or_else(|| "–".to_string(), |v| format!("{v:.0} ms"))
 }
 
 /// The markdown report.
 pub fn render(r: &BackupResults) -> String {
-    let mut out = String::new();
+    let mut doc = Markdown::new();
     let set = &r.settings;
     let fill = &r.fill;
-    let _ = writeln!(
-        out,
-        "# Backups: quorate vs. etcdctl on one {} MB database\n",
-        set.db_mb
+    doc.heading(
+        1,
+        &format!(
+            "Backups: quorate vs. etcdctl on one {} MB database",
+            set.db_mb
+        ),
     );
-    let _ = writeln!(
-        out,
+    doc.paragraph(format!(
         "One etcd {} member (etcd's default raft timing, `--quota-backend-bytes` 8 GiB), filled \
          with {} keys ({} of 1–4 KiB pseudo-random alphanumeric values, 32 puts per txn, 8 txns \
          at a time) in {} to a database of **{}** (status `dbSize`) at revision {}. Every step \
          below runs against that same member; each comparison runs both sides in every round, \
          alternating which goes first ({} rounds). Before every measured step the benchmark \
          calls `sync(2)`, so writeback left by an earlier step does not land in it. \
-         MB = 10⁶ bytes.\n",
-        r.machine.etcd_version,
+         MB = 10⁶ bytes.",
+        r.machine.etcd_version(),
         fill.keys,
         mb(fill.value_bytes),
         s(fill.elapsed.as_secs_f64()),
         mb(fill.status.db_size as u64),
         fill.status.revision,
         set.rounds
-    );
-
+    ));
     if !r.snapshots.is_empty() {
-        render_snapshots(&mut out, r);
+        render_snapshots(&mut doc, r);
     }
     if !r.restores.is_empty() {
-        render_restores(&mut out, r);
+        render_restores(&mut doc, r);
     }
     if let Some(rp) = &r.replay {
-        render_replay(&mut out, set, rp);
+        render_replay(&mut doc, set, rp);
+    }
+    render_writes(&mut doc, r);
+    render_rounds(&mut doc, r);
+    let reproduce = if r.machine.command.is_empty() {
+        "quorate-bench backup --output docs/benchmarks/backup.md"
+    } else {
+        &r.machine.command
+    };
+    doc.machine(
+        &r.machine,
+        &format!("cargo build --release -p quorate-bench && target/release/{reproduce}"),
+    );
+    doc.into_string()
+}
+
+fn render_snapshots(doc: &mut Markdown, r: &BackupResults) {
+    doc.heading(2, "Full snapshot");
+    doc.paragraph(
+        "Time from the start (quorate: `MemberClient::connect` + `snapshotter::save_to_file`; \
+         etcdctl: process start) until the file is complete, synced and renamed into place. \
+         Both write the same bytes (etcd's database stream with its SHA-256 trailer); quorate \
+         also checks the trailer while writing. No compression, no upload.",
+    );
+    let mut table = Table::numeric(
+        "method",
+        ["median", "min", "max", "median MB/s", "file size"],
+    );
+    let quorate = snapshot_spreads(r, Side::Quorate);
+    let etcdctl = snapshot_spreads(r, Side::Etcdctl);
+    for (label, row) in [
+        ("quorate `save_to_file`", &quorate),
+        ("`etcdctl snapshot save`", &etcdctl),
+    ] {
+        if let Some((t, rate, size)) = row {
+            table.row([
+                label.to_string(),
+                s(t.median),
+                s(t.min),
+                s(t.max),
+                format!("{:.1}", rate.median),
+                mb(*size),
+            ]);
+        }
+    }
+    doc.table(&table);
+    if let (Some((_, q, _)), Some((_, e, _))) = (&quorate, &etcdctl) {
+        let ratio = q.median / e.median;
+        doc.paragraph(format!(
+            "**Throughput ratio quorate / etcdctl (median MB/s): {ratio:.2}x**"
+        ));
+        doc.paragraph(snapshot_verdict(ratio));
     }
 
-    // Writes with deltas on/off.
-    let _ = writeln!(out, "\n## Write throughput with delta backups on vs. off\n");
-    let _ = writeln!(
-        out,
+    doc.heading(3, "Upload into a snapshot store, measured apart");
+    doc.paragraph(
+        "The quorate snapshot file uploaded with `SnapStore::upload` into a `Local` store (a \
+         directory on the same disk; 5 MiB multipart parts, object_store's local backend does \
+         not fsync), until the object is complete; deleted again after each upload. The last \
+         row is what the agent does on schedule: `snapshotter::full_snapshot` streamed from \
+         etcd through gzip into the store, no local file. MB/s are snapshot (uncompressed) \
+         bytes per second.",
+    );
+    let mut table = Table::numeric(
+        "upload",
+        [
+            "median",
+            "min",
+            "max",
+            "median MB/s",
+            "stored size",
+            "stored / snapshot",
+        ],
+    );
+    for kind in [UploadKind::Gzip, UploadKind::Plain, UploadKind::Streamed] {
+        let rows: Vec<&UploadRound> = r.uploads.iter().filter(|u| u.kind == kind).collect();
+        let times: Vec<f64> = rows.iter().map(|u| u.elapsed.as_secs_f64()).collect();
+        let rates: Vec<f64> = rows
+            .iter()
+            .map(|u| mb_per_s(u.input_bytes, u.elapsed))
+            .collect();
+        if let (Some(t), Some(rate), Some(last)) = (spread(&times), spread(&rates), rows.last()) {
+            table.row([
+                kind.label().to_string(),
+                s(t.median),
+                s(t.min),
+                s(t.max),
+                format!("{:.1}", rate.median),
+                mb(last.stored_bytes),
+                format!(
+                    "{:.2}",
+                    last.stored_bytes as f64 / last.input_bytes.max(1) as f64
+                ),
+            ]);
+        }
+    }
+    doc.table(&table);
+}
+
+fn render_restores(doc: &mut Markdown, r: &BackupResults) {
+    doc.heading(2, "Restore");
+    doc.paragraph(
+        "The quorate snapshot file restored into a new data directory as the same single member, \
+         by quorate's `restore::restore` (no deltas: `snapshot status` for the revision, then \
+         `snapshot restore` into `<dir>.part`, then an atomic rename) and by `etcdctl snapshot \
+         restore`. No target is set for this ratio.",
+    );
+    let mut table = Table::numeric("method", ["median", "min", "max"]);
+    for kind in [
+        RestoreKind::Quorate,
+        RestoreKind::Etcdctl,
+        RestoreKind::Status,
+    ] {
+        if let Some(t) = restore_spread(r, kind) {
+            table.row([kind.label().to_string(), s(t.median), s(t.min), s(t.max)]);
+        }
+    }
+    doc.table(&table);
+    if let (Some(q), Some(e)) = (
+        restore_spread(r, RestoreKind::Quorate),
+        restore_spread(r, RestoreKind::Etcdctl),
+    ) {
+        let mut text = format!(
+            "**Ratio quorate / etcdctl (medians): {:.2}x**",
+            q.median / e.median
+        );
+        if let Some(status) = restore_spread(r, RestoreKind::Status) {
+            let _ = write!(
+                text,
+                "\n— quorate runs `snapshot status` (which reads the whole database to report its \
+                 revision; {} when run alone) and then the same `snapshot restore`; measured \
+                 difference {}.",
+                s(status.median),
+                s(q.median - e.median)
+            );
+        }
+        doc.paragraph(text);
+    }
+}
+
+fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
+    let rep = &rp.report;
+    doc.heading(3, "Replay of delta snapshots");
+    doc.paragraph(format!(
+        "After the full snapshot, {} clients wrote {} puts of 1 KiB ({:.0} writes/s) while a \
+         `DeltaWatcher` (period {:?}, catching up every {:?}) captured them and each batch was \
+         uploaded with gzip into a \
+         `Local` store: {} delta snapshots, {} encoded, {} stored. quorate's `restore` then \
+         restored the full snapshot plus those deltas, downloading and decompressing each delta \
+         while replaying, one txn per source revision through a temporary etcd (etcd 3.4 has no \
+         `--unsafe-no-fsync`, so every txn is fsynced).",
+        rp.clients,
+        rp.writes,
+        rp.write_rate,
+        set.delta_period,
+        set.catch_up_every,
+        rp.capture.batches,
+        mb(rp.capture.encoded_bytes),
+        mb(rp.capture.stored_bytes),
+    ));
+    let mut table = Table::new([
+        ("events applied", Align::Right),
+        ("txns (revisions)", Align::Right),
+        ("delta snapshots read", Align::Right),
+        ("replay time", Align::Right),
+        ("**replay rate**", Align::Right),
+        ("whole restore", Align::Right),
+        ("of which full snapshot + etcd start/stop", Align::Right),
+        ("restored revision", Align::Left),
+    ]);
+    let exact = if rep.restored_revision == rp.source_revision {
+        "= source head"
+    } else {
+        "**≠ source head**"
+    };
+    table.row([
+        rep.events_applied.to_string(),
+        rep.revisions_applied.to_string(),
+        rep.deltas_read.to_string(),
+        s(rep.replay_duration.as_secs_f64()),
+        format!("**{:.0} events/s**", rep.events_per_second),
+        s(rep.duration.as_secs_f64()),
+        s(rep
+            .duration
+            .saturating_sub(rep.replay_duration)
+            .as_secs_f64()),
+        format!("{} ({exact} {})", rep.restored_revision, rp.source_revision),
+    ]);
+    doc.table(&table);
+    doc.paragraph(format!(
+        "Of the replay time, downloading, gunzipping and decoding the deltas (JSON with \
+         base64 values, SHA-256 checked) takes about {} (measured apart, same objects); the \
+         rest is the txns themselves, one at a time.",
+        s(rp.fetch_decode.as_secs_f64())
+    ));
+    if let Some(base) = spread(&rp.baseline_rates) {
+        doc.paragraph(format!(
+            "Baseline in the same run: one client putting one 1 KiB value at a time into the \
+             benchmark's member (one revision per put, as each replayed txn is; {} runs of 5 s, \
+             before and after the replay): median **{:.0} writes/s** (min {:.0}, max {:.0}). \
+             **Replay rate / one-client writes: {:.2}x.**",
+            rp.baseline_rates.len(),
+            base.median,
+            base.min,
+            base.max,
+            rep.events_per_second / base.median.max(1e-9)
+        ));
+    }
+}
+
+/// Writes with delta backups on and off (and the diagnostic modes), and where the cost goes.
+fn render_writes(doc: &mut Markdown, r: &BackupResults) {
+    let set = &r.settings;
+    doc.heading(2, "Write throughput with delta backups on vs. off");
+    doc.paragraph(format!(
         "{} clients, each on its own connection, put 1 KiB values (each cycling over 1000 keys) \
          as fast as etcd acknowledges, for {} s per round. **on**: a `DeltaWatcher` from the \
          round's first revision with a {:?} period, catching up every {:?}: each catch-up opens \
@@ -504,16 +361,23 @@ pub fn render(r: &BackupResults) -> String {
          same interval, events dropped (the revision to reach from a status call); and delta \
          backups with uncompressed uploads (**on** without gzip). Every mode runs in every \
          round, in rotating order. After every round the member is compacted to its head \
-         revision, so the database does not grow from round to round.\n",
+         revision, so the database does not grow from round to round.",
         set.clients, set.write_seconds, set.delta_period, set.catch_up_every
-    );
-    let _ = writeln!(
-        out,
-        "| delta backups | median writes/s | min | max | p50 latency | p99 latency | failed writes | delta snapshots | events captured / written | etcd CPU per 1k writes | benchmark process CPU per 1k writes |"
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    ));
+    let mut table = Table::numeric(
+        "delta backups",
+        [
+            "median writes/s",
+            "min",
+            "max",
+            "p50 latency",
+            "p99 latency",
+            "failed writes",
+            "delta snapshots",
+            "events captured / written",
+            "etcd CPU per 1k writes",
+            "benchmark process CPU per 1k writes",
+        ],
     );
     let mut medians = [None, None];
     for mode in DeltaMode::ALL {
@@ -531,72 +395,87 @@ pub fn render(r: &BackupResults) -> String {
             DeltaMode::WatchOnly | DeltaMode::CatchUpOnly | DeltaMode::OnPlain => {}
         }
         let failed: u64 = rows.iter().map(|w| w.failed).sum();
-        let written: i64 = rows.iter().map(|w| w.revisions).sum();
-        let (batches, captured) = match mode {
-            DeltaMode::On | DeltaMode::OnPlain => {
-                let captures = rows.iter().filter_map(|w| w.capture.as_ref());
-                let batches: u64 = captures.clone().map(|c| c.batches).sum();
-                let events: u64 = captures.map(|c| c.events).sum();
-                (batches.to_string(), format!("{events} / {written}"))
-            }
-            DeltaMode::WatchOnly => {
-                let events: u64 = rows.iter().filter_map(|w| w.watched).sum();
-                ("–".to_string(), format!("{events} / {written} (received)"))
-            }
-            DeltaMode::CatchUpOnly => {
-                let caught = rows.iter().filter_map(|w| w.caught_up);
-                let catch_ups: u64 = caught.clone().map(|c| c.catch_ups).sum();
-                let responses: u64 = caught.clone().map(|c| c.responses).sum();
-                let events: u64 = caught.map(|c| c.events).sum();
-                (
-                    "–".to_string(),
-                    format!(
-                        "{events} / {written} (received in {responses} responses, \
-                         {catch_ups} catch-ups)"
-                    ),
-                )
-            }
-            DeltaMode::Off => ("–".to_string(), "–".to_string()),
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {failed} | {batches} | {captured} | {} | {} |",
-            mode.label(),
-            rate.median,
-            rate.min,
-            rate.max,
+        let (batches, captured) = captured_cells(mode, &rows);
+        table.row([
+            mode.label().to_string(),
+            format!("{:.0}", rate.median),
+            format!("{:.0}", rate.min),
+            format!("{:.0}", rate.max),
             ms(Duration::from_secs_f64(p50.median)),
             ms(Duration::from_secs_f64(p99.median)),
-            cpu_per_1k(&rows, |w| w.etcd_cpu),
-            cpu_per_1k(&rows, |w| w.bench_cpu),
-        );
+            failed.to_string(),
+            batches,
+            captured,
+            cpu_cell(median_cpu_per_1k(&rows, ETCD_CPU)),
+            cpu_cell(median_cpu_per_1k(&rows, BENCH_CPU)),
+        ]);
     }
-    let _ = writeln!(
-        out,
-        "\nLatencies and CPU are medians over the rounds; failed writes, delta snapshots and \
+    doc.table(&table);
+    doc.paragraph(
+        "Latencies and CPU are medians over the rounds; failed writes, delta snapshots and \
          events are totals over all rounds. CPU is user + system time from `/proc/<pid>/stat` \
          during the load: etcd's process, and the benchmark's own process, which runs the \
-         clients and, when on, the watch, the capture and the uploads."
+         clients and, when on, the watch, the capture and the uploads.",
     );
     if let [Some(off), Some(on)] = medians {
         let drop = drop_pct(off, on);
-        let _ = writeln!(
-            out,
-            "\n**Difference on vs. off (median writes/s): {:+.1}%**\n",
+        doc.paragraph(format!(
+            "**Difference on vs. off (median writes/s): {:+.1}%**",
             -drop
-        );
+        ));
         let paired = paired_drops(&r.writes);
         if !paired.is_empty() {
             let text: Vec<String> = paired.iter().map(|d| format!("{:+.1}%", -d)).collect();
-            let _ = writeln!(
-                out,
-                "Round by round (on vs. off within the same round): {}.\n",
+            doc.paragraph(format!(
+                "Round by round (on vs. off within the same round): {}.",
                 text.join(", ")
-            );
+            ));
         }
-        let _ = writeln!(out, "{}", writes_verdict(drop));
+        doc.paragraph(writes_verdict(drop));
     }
-    let cpu = |mode| median_cpu_per_1k(&write_rows(r, mode));
+    render_write_costs(doc, r);
+}
+
+/// The "delta snapshots" and "events captured / written" cells of a mode.
+fn captured_cells(mode: DeltaMode, rows: &[&WriteRound]) -> (String, String) {
+    let written: i64 = rows.iter().map(|w| w.revisions).sum();
+    match mode {
+        DeltaMode::On | DeltaMode::OnPlain => {
+            let captures = rows.iter().filter_map(|w| w.capture.as_ref());
+            let batches: u64 = captures.clone().map(|c| c.batches).sum();
+            let events: u64 = captures.map(|c| c.events).sum();
+            (batches.to_string(), format!("{events} / {written}"))
+        }
+        DeltaMode::WatchOnly => {
+            let events: u64 = rows.iter().filter_map(|w| w.watched).sum();
+            ("–".to_string(), format!("{events} / {written} (received)"))
+        }
+        DeltaMode::CatchUpOnly => {
+            let caught = rows.iter().filter_map(|w| w.caught_up);
+            let catch_ups: u64 = caught.clone().map(|c| c.catch_ups).sum();
+            let responses: u64 = caught.clone().map(|c| c.responses).sum();
+            let events: u64 = caught.map(|c| c.events).sum();
+            (
+                "–".to_string(),
+                format!(
+                    "{events} / {written} (received in {responses} responses, \
+                     {catch_ups} catch-ups)"
+                ),
+            )
+        }
+        DeltaMode::Off => ("–".to_string(), "–".to_string()),
+    }
+}
+
+/// Where the cost of each mode goes: CPU beyond **off**, the capture's lag, the latency.
+fn render_write_costs(doc: &mut Markdown, r: &BackupResults) {
+    let cpu = |mode| {
+        let rows = write_rows(r, mode);
+        Some((
+            median_cpu_per_1k(&rows, ETCD_CPU)?,
+            median_cpu_per_1k(&rows, BENCH_CPU)?,
+        ))
+    };
     if let Some(base) = cpu(DeltaMode::Off) {
         let costs: Vec<String> = DeltaMode::ALL[1..]
             .iter()
@@ -611,14 +490,13 @@ pub fn render(r: &BackupResults) -> String {
             })
             .collect();
         if !costs.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nWhere the cost goes, in CPU per 1000 writes beyond **off** (steadier than \
+            doc.paragraph(format!(
+                "Where the cost goes, in CPU per 1000 writes beyond **off** (steadier than \
                  writes/s on a shared machine): {}. On two CPUs that etcd and its clients \
                  already keep busy, every extra CPU millisecond per write comes out of the \
                  write rate.",
                 costs.join("; ")
-            );
+            ));
         }
     }
     let on = write_rows(r, DeltaMode::On);
@@ -627,16 +505,14 @@ pub fn render(r: &BackupResults) -> String {
         .filter_map(|w| Some(w.lag_at_end? as f64 * 1e3 / w.rate().max(1e-9)))
         .collect();
     if let Some(lag) = spread(&lags) {
-        let _ = writeln!(
-            out,
-            "
-Between catch-ups the capture trails etcd: when the load stopped, **on** had \
+        doc.paragraph(format!(
+            "Between catch-ups the capture trails etcd: when the load stopped, **on** had \
              captured everything up to about {:.0} ms of writes earlier (median over the rounds; \
              max {:.0} ms), and its next catch-up took in the rest. A cut (period, on-demand \
              delta, stop) catches up first, so batches reach the revision etcd was at when the \
              cut was due.",
             lag.median, lag.max
-        );
+        ));
     }
     let p99 = |mode| {
         let values: Vec<f64> = write_rows(r, mode)
@@ -650,355 +526,123 @@ Between catch-ups the capture trails etcd: when the load stopped, **on** had \
         p99(DeltaMode::CatchUpOnly),
         p99(DeltaMode::On),
     ) {
-        let _ = writeln!(
-            out,
-            "\nThe catch-ups cost latency rather than CPU: p99 {off} off, {catch_up} with the \
+        doc.paragraph(format!(
+            "The catch-ups cost latency rather than CPU: p99 {off} off, {catch_up} with the \
              catch-ups alone, {on} on. While etcd reads a catch-up's backlog from its backend \
              (every 100 ms until it has sent it all), it holds the lock each write needs to \
              notify watchers, so some writes wait; writes bunched that way likely also cost etcd \
              less CPU each, which would explain why the catch-ups alone can come out below \
              **off**."
-        );
+        ));
     }
+}
 
-    // Rounds.
-    let _ = writeln!(out, "\n## Rounds\n");
-    let _ = writeln!(out, "| round | step | method | time | rate | notes |");
-    let _ = writeln!(out, "|---:|---|---|---:|---:|---|");
+/// Every round of every comparison.
+fn render_rounds(doc: &mut Markdown, r: &BackupResults) {
+    doc.heading(2, "Rounds");
+    let mut table = Table::new([
+        ("round", Align::Right),
+        ("step", Align::Left),
+        ("method", Align::Left),
+        ("time", Align::Right),
+        ("rate", Align::Right),
+        ("notes", Align::Left),
+    ]);
     for x in &r.snapshots {
-        let _ = writeln!(
-            out,
-            "| {} | full snapshot | {} | {} | {:.1} MB/s | {} |",
-            x.round,
+        table.row([
+            x.round.to_string(),
+            "full snapshot".to_string(),
             match x.side {
                 Side::Quorate => "quorate save_to_file",
                 Side::Etcdctl => "etcdctl snapshot save",
-            },
+            }
+            .to_string(),
             s(x.elapsed.as_secs_f64()),
-            mb_per_s(x.bytes, x.elapsed),
-            mb(x.bytes)
-        );
+            format!("{:.1} MB/s", mb_per_s(x.bytes, x.elapsed)),
+            mb(x.bytes),
+        ]);
     }
     for x in &r.uploads {
-        let _ = writeln!(
-            out,
-            "| {} | upload | {} | {} | {:.1} MB/s | {} → {} |",
-            x.round,
-            x.kind.short(),
+        table.row([
+            x.round.to_string(),
+            "upload".to_string(),
+            x.kind.short().to_string(),
             s(x.elapsed.as_secs_f64()),
-            mb_per_s(x.input_bytes, x.elapsed),
-            mb(x.input_bytes),
-            mb(x.stored_bytes)
-        );
+            format!("{:.1} MB/s", mb_per_s(x.input_bytes, x.elapsed)),
+            format!("{} → {}", mb(x.input_bytes), mb(x.stored_bytes)),
+        ]);
     }
     for x in &r.restores {
-        let _ = writeln!(
-            out,
-            "| {} | restore | {} | {} | | |",
-            x.round,
-            x.kind.short(),
-            s(x.elapsed.as_secs_f64())
-        );
+        table.row([
+            x.round.to_string(),
+            "restore".to_string(),
+            x.kind.short().to_string(),
+            s(x.elapsed.as_secs_f64()),
+            String::new(),
+            String::new(),
+        ]);
     }
     for x in &r.writes {
-        let mut notes = vec![format!(
-            "{} ok, {} failed, p50 {}, p99 {}",
-            x.ok,
-            x.failed,
-            ms(x.p50),
-            ms(x.p99)
-        )];
-        if let Some(c) = &x.capture {
-            notes.push(format!(
-                "{} delta snapshots, {} events of {} revisions, {} → {} gzip, upload time {}",
-                c.batches,
-                c.events,
-                x.revisions,
-                mb(c.encoded_bytes),
-                mb(c.stored_bytes),
-                s(c.upload_time.as_secs_f64())
-            ));
-        }
-        let per_1k = |cpu: Option<Duration>| {
-            cpu.map_or_else(
-                || "–".to_string(),
-                |cpu| format!("{:.0} ms", cpu.as_secs_f64() * 1e6 / x.ok.max(1) as f64),
-            )
-        };
-        notes.push(format!(
-            "CPU per 1k writes: etcd {}, benchmark process {}",
-            per_1k(x.etcd_cpu),
-            per_1k(x.bench_cpu)
-        ));
-        if let Some(c) = &x.caught_up {
-            notes.push(format!(
-                "{} events received in {} responses, {} catch-ups",
-                c.events, c.responses, c.catch_ups
-            ));
-        }
-        if let Some(lag) = x.lag_at_end {
-            notes.push(format!(
-                "capture {lag} revisions behind when the load stopped"
-            ));
-        }
-        notes.extend(x.errors.iter().map(|e| format!("write error: {e}")));
-        let _ = writeln!(
-            out,
-            "| {} | writes | {} | {} | {:.0} writes/s | {} |",
-            x.round,
-            x.mode.short(),
+        table.row([
+            x.round.to_string(),
+            "writes".to_string(),
+            x.mode.short().to_string(),
             s(x.elapsed.as_secs_f64()),
-            x.rate(),
-            notes.join("; ").replace('|', "\\|")
-        );
+            format!("{:.0} writes/s", x.rate()),
+            write_notes(x),
+        ]);
     }
-
-    let m = &r.machine;
-    let _ = writeln!(out, "\n## Machine\n");
-    let _ = writeln!(out, "- CPUs (nproc): {}", m.cpus);
-    let _ = writeln!(out, "- etcd: {}", m.etcd_version);
-    let _ = writeln!(
-        out,
-        "- load average (1/5/15 min): {} at start, {} at end",
-        m.load_before, m.load_after
-    );
-    let _ = writeln!(out, "- date: {}", m.started);
-    let _ = writeln!(out, "- command: `{}`", m.command);
-    let _ = writeln!(
-        out,
-        "\nReproduce: `cargo build --release -p quorate-bench && target/release/{}`",
-        if m.command.is_empty() {
-            "quorate-bench backup --output docs/benchmarks/backup.md"
-        } else {
-            &m.command
-        }
-    );
-    out
+    doc.table(&table);
 }
 
-fn render_snapshots(out: &mut String, r: &BackupResults) {
-    // Full snapshot.
-    let _ = writeln!(out, "## Full snapshot\n");
-    let _ = writeln!(
-        out,
-        "Time from the start (quorate: `MemberClient::connect` + `snapshotter::save_to_file`; \
-         etcdctl: process start) until the file is complete, synced and renamed into place. \
-         Both write the same bytes (etcd's database stream with its SHA-256 trailer); quorate \
-         also checks the trailer while writing. No compression, no upload.\n"
-    );
-    let _ = writeln!(
-        out,
-        "| method | median | min | max | median MB/s | file size |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
-    let quorate = snapshot_spreads(r, Side::Quorate);
-    let etcdctl = snapshot_spreads(r, Side::Etcdctl);
-    for (label, row) in [
-        ("quorate `save_to_file`", &quorate),
-        ("`etcdctl snapshot save`", &etcdctl),
-    ] {
-        if let Some((t, rate, size)) = row {
-            let _ = writeln!(
-                out,
-                "| {label} | {} | {} | {} | {:.1} | {} |",
-                s(t.median),
-                s(t.min),
-                s(t.max),
-                rate.median,
-                mb(*size)
-            );
-        }
+/// The notes cell of one write round.
+fn write_notes(x: &WriteRound) -> String {
+    let mut notes = vec![format!(
+        "{} ok, {} failed, p50 {}, p99 {}",
+        x.ok,
+        x.failed,
+        ms(x.p50),
+        ms(x.p99)
+    )];
+    if let Some(c) = &x.capture {
+        notes.push(format!(
+            "{} delta snapshots, {} events of {} revisions, {} → {} gzip, upload time {}",
+            c.batches,
+            c.events,
+            x.revisions,
+            mb(c.encoded_bytes),
+            mb(c.stored_bytes),
+            s(c.upload_time.as_secs_f64())
+        ));
     }
-    if let (Some((_, q, _)), Some((_, e, _))) = (&quorate, &etcdctl) {
-        let ratio = q.median / e.median;
-        let _ = writeln!(
-            out,
-            "\n**Throughput ratio quorate / etcdctl (median MB/s): {ratio:.2}x**\n"
-        );
-        let _ = writeln!(out, "{}\n", snapshot_verdict(ratio));
+    notes.push(format!(
+        "CPU per 1k writes: etcd {}, benchmark process {}",
+        cpu_cell(cpu_per_1k(x, ETCD_CPU)),
+        cpu_cell(cpu_per_1k(x, BENCH_CPU))
+    ));
+    if let Some(c) = &x.caught_up {
+        notes.push(format!(
+            "{} events received in {} responses, {} catch-ups",
+            c.events, c.responses, c.catch_ups
+        ));
     }
-
-    let _ = writeln!(out, "### Upload into a snapshot store, measured apart\n");
-    let _ = writeln!(
-        out,
-        "The quorate snapshot file uploaded with `SnapStore::upload` into a `Local` store (a \
-         directory on the same disk; 5 MiB multipart parts, object_store's local backend does \
-         not fsync), until the object is complete; deleted again after each upload. The last \
-         row is what the agent does on schedule: `snapshotter::full_snapshot` streamed from \
-         etcd through gzip into the store, no local file. MB/s are snapshot (uncompressed) \
-         bytes per second.\n"
-    );
-    let _ = writeln!(
-        out,
-        "| upload | median | min | max | median MB/s | stored size | stored / snapshot |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
-    for kind in [UploadKind::Gzip, UploadKind::Plain, UploadKind::Streamed] {
-        let rows: Vec<&UploadRound> = r.uploads.iter().filter(|u| u.kind == kind).collect();
-        let times: Vec<f64> = rows.iter().map(|u| u.elapsed.as_secs_f64()).collect();
-        let rates: Vec<f64> = rows
-            .iter()
-            .map(|u| mb_per_s(u.input_bytes, u.elapsed))
-            .collect();
-        if let (Some(t), Some(rate), Some(last)) = (spread(&times), spread(&rates), rows.last()) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {:.1} | {} | {:.2} |",
-                kind.label(),
-                s(t.median),
-                s(t.min),
-                s(t.max),
-                rate.median,
-                mb(last.stored_bytes),
-                last.stored_bytes as f64 / last.input_bytes.max(1) as f64
-            );
-        }
+    if let Some(lag) = x.lag_at_end {
+        notes.push(format!(
+            "capture {lag} revisions behind when the load stopped"
+        ));
     }
-}
-
-fn render_restores(out: &mut String, r: &BackupResults) {
-    // Restore.
-    let _ = writeln!(out, "\n## Restore\n");
-    let _ = writeln!(
-        out,
-        "The quorate snapshot file restored into a new data directory as the same single member, \
-         by quorate's `restore::restore` (no deltas: `snapshot status` for the revision, then \
-         `snapshot restore` into `<dir>.part`, then an atomic rename) and by `etcdctl snapshot \
-         restore`. No target is set for this ratio.\n"
-    );
-    let _ = writeln!(out, "| method | median | min | max |");
-    let _ = writeln!(out, "|---|---:|---:|---:|");
-    for kind in [
-        RestoreKind::Quorate,
-        RestoreKind::Etcdctl,
-        RestoreKind::Status,
-    ] {
-        if let Some(t) = restore_spread(r, kind) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                kind.label(),
-                s(t.median),
-                s(t.min),
-                s(t.max)
-            );
-        }
-    }
-    if let (Some(q), Some(e)) = (
-        restore_spread(r, RestoreKind::Quorate),
-        restore_spread(r, RestoreKind::Etcdctl),
-    ) {
-        let _ = writeln!(
-            out,
-            "\n**Ratio quorate / etcdctl (medians): {:.2}x**",
-            q.median / e.median
-        );
-        if let Some(status) = restore_spread(r, RestoreKind::Status) {
-            let _ = writeln!(
-                out,
-                "— quorate runs `snapshot status` (which reads the whole database to report its \
-                 revision; {} when run alone) and then the same `snapshot restore`; measured \
-                 difference {}.",
-                s(status.median),
-                s(q.median - e.median)
-            );
-        }
-    }
-}
-
-fn render_replay(out: &mut String, set: &Settings, rp: &ReplayResult) {
-    // Replay.
-    let rep = &rp.report;
-    let _ = writeln!(out, "\n### Replay of delta snapshots\n");
-    let _ = writeln!(
-        out,
-        "After the full snapshot, {} clients wrote {} puts of 1 KiB ({:.0} writes/s) while a \
-         `DeltaWatcher` (period {:?}, catching up every {:?}) captured them and each batch was \
-         uploaded with gzip into a \
-         `Local` store: {} delta snapshots, {} encoded, {} stored. quorate's `restore` then \
-         restored the full snapshot plus those deltas, downloading and decompressing each delta \
-         while replaying, one txn per source revision through a temporary etcd (etcd 3.4 has no \
-         `--unsafe-no-fsync`, so every txn is fsynced).\n",
-        rp.clients,
-        rp.writes,
-        rp.write_rate,
-        set.delta_period,
-        set.catch_up_every,
-        rp.capture.batches,
-        mb(rp.capture.encoded_bytes),
-        mb(rp.capture.stored_bytes),
-    );
-    let _ = writeln!(
-        out,
-        "| events applied | txns (revisions) | delta snapshots read | replay time | **replay rate** | whole restore | of which full snapshot + etcd start/stop | restored revision |"
-    );
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---|");
-    let exact = if rep.restored_revision == rp.source_revision {
-        "= source head"
-    } else {
-        "**≠ source head**"
-    };
-    let _ = writeln!(
-        out,
-        "| {} | {} | {} | {} | **{:.0} events/s** | {} | {} | {} ({exact} {}) |",
-        rep.events_applied,
-        rep.revisions_applied,
-        rep.deltas_read,
-        s(rep.replay_duration.as_secs_f64()),
-        rep.events_per_second,
-        s(rep.duration.as_secs_f64()),
-        s(rep
-            .duration
-            .saturating_sub(rep.replay_duration)
-            .as_secs_f64()),
-        rep.restored_revision,
-        rp.source_revision
-    );
-    let _ = writeln!(
-        out,
-        "\nOf the replay time, downloading, gunzipping and decoding the deltas (JSON with \
-         base64 values, SHA-256 checked) takes about {} (measured apart, same objects); the \
-         rest is the txns themselves, one at a time.",
-        s(rp.fetch_decode.as_secs_f64())
-    );
-    if let Some(base) = spread(&rp.baseline_rates) {
-        let _ = writeln!(
-            out,
-            "\nBaseline in the same run: one client putting one 1 KiB value at a time into the \
-             benchmark's member (one revision per put, as each replayed txn is; {} runs of 5 s, \
-             before and after the replay): median **{:.0} writes/s** (min {:.0}, max {:.0}). \
-             **Replay rate / one-client writes: {:.2}x.**",
-            rp.baseline_rates.len(),
-            base.median,
-            base.min,
-            base.max,
-            rep.events_per_second / base.median.max(1e-9)
-        );
-    }
+    notes.extend(x.errors.iter().map(|e| format!("write error: {e}")));
+    notes.join("; ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_of_odd_even_and_empty() {
-        assert_eq!(
-            spread(&[3.0, 1.0, 2.0]),
-            Some(Spread {
-                median: 2.0,
-                min: 1.0,
-                max: 3.0
-            })
-        );
-        assert_eq!(spread(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
-        assert_eq!(spread(&[]), None);
-    }
-
-    #[test]
-    fn throughput_in_megabytes_per_second() {
-        assert_eq!(mb_per_s(200_000_000, Duration::from_secs(2)), 100.0);
-    }
+    use crate::backup::deltas::{CatchUpStats, DeltaStats};
+    use crate::backup::load::Filled;
+    use crate::backup::results::RestoreRound;
+    use crate::report::MachineFacts;
+    use quorate_backup::restore::RestoreReport;
 
     #[test]
     fn snapshot_verdict_checks_the_ratio() {
@@ -1077,10 +721,10 @@ mod tests {
                 catch_up_every: secs(1),
                 write_modes: DeltaMode::ALL.to_vec(),
             },
-            machine: Machine {
+            machine: MachineFacts {
                 cpus: 2,
-                etcd_version: "3.4.23".into(),
-                ..Machine::default()
+                etcd_version: Some("3.4.23".into()),
+                ..MachineFacts::default()
             },
             fill: Filled {
                 keys: 64_000,

@@ -15,6 +15,7 @@
 mod metrics;
 mod process;
 mod report;
+mod results;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -29,9 +30,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::error::{BenchError, Result};
+use crate::report::MachineFacts;
 use metrics::{OperatorCounters, delta, parse_operator};
 use process::OperatorProcess;
-use report::{BaselineRun, Convergence, Machine, OperatorRun, Phase, Results, Settings};
+use results::{BaselineRun, Convergence, OperatorRun, Phase, Results, Settings};
 use workload::{Cached, ConvergenceWatch, Replay};
 
 /// Options of `quorate-bench operator`.
@@ -173,7 +175,7 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
         );
         runs.push(operator_run(&settings, &etcds, &quorate, workers, dir.path()).await?);
     }
-    machine.load_after = crate::load_average();
+    machine.finish();
 
     let results = Results {
         settings,
@@ -199,7 +201,7 @@ async fn prepare_server(settings: &Settings) -> Result<(KubeApiServer, Client, P
         .await
         .map_err(|e| BenchError::failed(format!("installing the Etcd CRD: {e}")))?;
     workload::create_namespaces(&client, settings.namespaces).await?;
-    let pdb = quorate_operator::controller::pdb_api_version(&client)
+    let pdb = quorate_operator::replay::pdb_api_version(&client)
         .await
         .map_err(|e| BenchError::failed(e.to_string()))?;
     Ok((server, client, pdb))
@@ -429,7 +431,7 @@ async fn cached_sizes(client: &Client) -> Result<Vec<Cached>> {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::Pod;
-    use quorate_operator::trim;
+    use quorate_operator::replay::trim;
     let kinds: [(&str, &str, bool, HeapOf); 4] = [
         ("etcds", workload::ETCDS_PATH, false, |text| {
             workload::heap_of_list::<Etcd>(text, trim::etcd)
@@ -464,23 +466,16 @@ async fn cached_sizes(client: &Client) -> Result<Vec<Cached>> {
 /// Sizes a JSON list once deserialized: (as served, as the operator caches it).
 type HeapOf = fn(&str) -> Result<(u64, u64)>;
 
-async fn probe_machine(quorate: &Path) -> Machine {
+/// What the operator report says of the machine: the API server's and quorate's versions
+/// beside the facts of every run.
+async fn probe_machine(quorate: &Path) -> MachineFacts {
     let apiserver = match quorate_testkit::kube_apiserver::kube_apiserver_binary() {
         Ok(bin) => crate::version_line(&bin).await,
         Err(e) => format!("unknown ({e})"),
     };
-    Machine {
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        quorate_version: crate::version_line(quorate).await,
-        quorate_path: quorate.display().to_string(),
-        apiserver_version: apiserver,
-        load_before: crate::load_average(),
-        load_after: String::new(),
-        started: jiff::Timestamp::now()
-            .strftime("%Y-%m-%d %H:%M UTC")
-            .to_string(),
-        command: crate::command_line(),
+    MachineFacts {
+        apiserver_version: Some(apiserver),
+        quorate: Some(crate::quorate_binary(quorate).await),
+        ..MachineFacts::at_start()
     }
 }

@@ -1,296 +1,19 @@
-//! Results of `quorate-bench operator` and its markdown report: the headline against the
-//! targets, the reconcile of the new clusters next to the baseline, the steady state by verb
-//! and resource, memory, and the machine.
+//! The markdown report of `quorate-bench operator`: the headline against the targets, the
+//! reconcile of the new clusters next to the baseline, the steady state by verb and resource,
+//! memory, and the machine.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::metrics::{
-    OperatorCounters, RequestCounts, by_verb_resource, failures, operator_share, resource_total,
+use crate::report::{Align, Markdown, Table, met, pass};
+
+use super::metrics::{OperatorCounters, RequestCounts, by_verb_resource, failures, resource_total};
+use super::results::{
+    BaselineRun, Convergence, OperatorRun, Results, TARGET_CONVERGENCE, TARGET_PEAK_RSS_KIB, mib,
+    secs,
 };
-use super::process::Memory;
-use super::workload::{Cached, Created, Listed};
-
-/// Target from the issue: every `Etcd` reconciled once within this time of the first create.
-pub const TARGET_CONVERGENCE: Duration = Duration::from_secs(60);
-/// Target from the issue: the operator's peak resident memory stays under this.
-pub const TARGET_PEAK_RSS_KIB: u64 = 64 * 1024;
-
-/// How the runs were set up.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// `Etcd` objects created.
-    pub clusters: usize,
-    /// Namespaces they are spread over.
-    pub namespaces: usize,
-    /// Creates in flight at once.
-    pub create_concurrency: usize,
-    /// Length of the steady-state window.
-    pub steady: Duration,
-    /// Pause between the last reconcile and the window.
-    pub settle: Duration,
-    /// Length of the API server's background measurement.
-    pub background: Duration,
-    /// Longest wait for all to be reconciled.
-    pub timeout: Duration,
-}
-
-/// Where the benchmark ran.
-#[derive(Clone, Debug, Default)]
-pub struct Machine {
-    /// CPUs available (what `nproc` prints).
-    pub cpus: usize,
-    /// `quorate --version`.
-    pub quorate_version: String,
-    /// The quorate binary benchmarked.
-    pub quorate_path: String,
-    /// `kube-apiserver --version`.
-    pub apiserver_version: String,
-    /// `/proc/loadavg` (1, 5, 15 min) when the run started.
-    pub load_before: String,
-    /// The same when it ended.
-    pub load_after: String,
-    /// When the run started (UTC).
-    pub started: String,
-    /// The command line.
-    pub command: String,
-}
-
-/// Creating the clusters and waiting until every one is reconciled.
-#[derive(Clone, Debug, Default)]
-pub struct Convergence {
-    /// Clusters created.
-    pub clusters: usize,
-    /// First create sent until the last create acknowledged.
-    pub created: Duration,
-    /// First create sent until the last cluster was seen reconciled; `None` if some never were
-    /// within the timeout.
-    pub converged: Option<Duration>,
-    /// Clusters seen reconciled.
-    pub reconciled: usize,
-    /// Per cluster: its create acknowledged until it was seen reconciled.
-    pub latencies: Vec<Duration>,
-    /// Errors of the watch (retried).
-    pub watch_errors: Vec<String>,
-}
-
-impl Convergence {
-    /// From the creates (`t0` = first create sent) and when each cluster was seen reconciled.
-    pub fn new(
-        t0: Instant,
-        created: &Created,
-        done: &HashMap<String, Instant>,
-        clusters: usize,
-        watch_errors: Vec<String>,
-    ) -> Convergence {
-        let latencies = done
-            .iter()
-            .filter_map(|(key, at)| Some(at.saturating_duration_since(*created.at.get(key)?)))
-            .collect();
-        let converged = (done.len() >= clusters)
-            .then(|| {
-                done.values()
-                    .max()
-                    .map(|last| last.saturating_duration_since(t0))
-            })
-            .flatten();
-        Convergence {
-            clusters,
-            created: created.elapsed,
-            converged,
-            reconciled: done.len(),
-            latencies,
-            watch_errors,
-        }
-    }
-
-    /// One line for the progress output.
-    pub fn progress_line(&self) -> String {
-        format!(
-            "{} of {} reconciled, all after {}; creates took {}",
-            self.reconciled,
-            self.clusters,
-            self.converged
-                .map(secs)
-                .unwrap_or_else(|| "(never)".to_string()),
-            secs(self.created)
-        )
-    }
-
-    /// The `p`-th percentile (nearest rank) of the per-cluster latencies.
-    pub fn percentile(&self, p: f64) -> Option<Duration> {
-        percentile(&self.latencies, p)
-    }
-}
-
-/// Nearest-rank percentile.
-pub fn percentile(values: &[Duration], p: f64) -> Option<Duration> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort();
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
-/// API requests over a period.
-#[derive(Clone, Debug, Default)]
-pub struct Phase {
-    /// Requests by series.
-    pub requests: RequestCounts,
-    /// Length of the period.
-    pub elapsed: Duration,
-}
-
-impl Phase {
-    fn minutes(&self) -> f64 {
-        self.elapsed.as_secs_f64() / 60.0
-    }
-
-    /// Resource requests per minute.
-    pub fn per_minute(&self) -> f64 {
-        resource_total(&self.requests) / self.minutes().max(f64::MIN_POSITIVE)
-    }
-}
-
-/// The baseline: no operator; the first passes replayed by a plain client.
-#[derive(Clone, Debug, Default)]
-pub struct BaselineRun {
-    /// Workers replaying passes.
-    pub workers: usize,
-    /// Creating and reconciling.
-    pub convergence: Convergence,
-    /// API requests from just before the first create until all were reconciled.
-    pub burst: RequestCounts,
-    /// The API server's CPU time meanwhile.
-    pub apiserver_cpu_burst: Option<Duration>,
-    /// Its etcd's CPU time meanwhile.
-    pub etcd_cpu_burst: Option<Duration>,
-    /// Components stored at the end, against the expected counts.
-    pub components: Vec<(Listed, usize)>,
-}
-
-/// One run of `quorate operator`.
-#[derive(Clone, Debug, Default)]
-pub struct OperatorRun {
-    /// `--etcd-workers`.
-    pub workers: u16,
-    /// Creating and reconciling.
-    pub convergence: Convergence,
-    /// The API server alone, before the operator started.
-    pub background: Phase,
-    /// API requests from just before the first create until all were reconciled.
-    pub burst: RequestCounts,
-    /// The operator's passes meanwhile.
-    pub burst_passes: OperatorCounters,
-    /// From then until the steady-state window.
-    pub settle: Phase,
-    /// The operator's passes meanwhile.
-    pub settle_passes: OperatorCounters,
-    /// The steady-state window.
-    pub steady: Phase,
-    /// The operator's passes in the window.
-    pub steady_passes: OperatorCounters,
-    /// `VmRSS` after the start, before any `Etcd` existed.
-    pub rss_idle_kib: u64,
-    /// `VmRSS` when all were reconciled.
-    pub rss_converged_kib: u64,
-    /// Highest `VmRSS` sampled until all were reconciled.
-    pub rss_peak_burst_kib: u64,
-    /// `VmRSS` at the end of the window.
-    pub rss_steady_end_kib: u64,
-    /// Final memory figures.
-    pub memory: Memory,
-    /// The operator's CPU time while reconciling the new clusters.
-    pub cpu_burst: Option<Duration>,
-    /// Its CPU time in the window.
-    pub cpu_steady: Option<Duration>,
-    /// The API server's CPU time while reconciling.
-    pub apiserver_cpu_burst: Option<Duration>,
-    /// Its CPU time in the window.
-    pub apiserver_cpu_steady: Option<Duration>,
-    /// The API server's etcd's CPU time while reconciling.
-    pub etcd_cpu_burst: Option<Duration>,
-    /// Its CPU time in the window.
-    pub etcd_cpu_steady: Option<Duration>,
-    /// What the operator caches, as listed from the API server, and its size in memory.
-    pub cached: Vec<Cached>,
-    /// Components stored at the end, against the expected counts.
-    pub components: Vec<(Listed, usize)>,
-    /// WARN/ERROR lines in the operator's log, and the first few.
-    pub log_warnings: (usize, Vec<String>),
-    /// How the operator exited when stopped.
-    pub exit: String,
-}
-
-impl OperatorRun {
-    /// The label in tables.
-    pub fn label(&self) -> String {
-        format!("`quorate operator`, {} workers", self.workers)
-    }
-
-    /// Requests the operator made in the window: the verbs it uses on the resources it uses,
-    /// less the API server's own on the same verb and resource at the rate measured alone.
-    pub fn steady_operator_requests(&self) -> f64 {
-        self.steady_share().values().sum::<f64>() + 0.0
-    }
-
-    /// The operator's requests in the window by `VERB resource`: see [`operator_share`].
-    pub fn steady_share(&self) -> BTreeMap<String, f64> {
-        operator_share(
-            &self.steady.requests,
-            self.steady.minutes(),
-            &self.background.requests,
-            self.background.minutes(),
-        )
-    }
-
-    /// [`OperatorRun::steady_operator_requests`] per minute and cluster.
-    pub fn steady_per_minute_per_cluster(&self, clusters: usize) -> f64 {
-        self.steady_operator_requests()
-            / self.steady.minutes().max(f64::MIN_POSITIVE)
-            / clusters.max(1) as f64
-    }
-
-    /// Passes per minute in the window.
-    pub fn steady_passes_per_minute(&self) -> f64 {
-        self.steady_passes.total_passes() / self.steady.minutes().max(f64::MIN_POSITIVE)
-    }
-
-    /// Peak resident memory: `VmHWM`, else the highest sample.
-    pub fn peak_kib(&self) -> u64 {
-        self.memory.hwm_kib.unwrap_or(self.memory.peak_sampled_kib)
-    }
-
-    /// One line for the progress output.
-    pub fn progress_line(&self, clusters: usize) -> String {
-        format!(
-            "steady state: {:.2} requests/min/cluster, {:.0} passes/min; peak RSS {}",
-            self.steady_per_minute_per_cluster(clusters),
-            self.steady_passes_per_minute(),
-            mib(self.peak_kib())
-        )
-    }
-}
-
-/// Everything the report shows.
-#[derive(Clone, Debug)]
-pub struct Results {
-    /// Setup.
-    pub settings: Settings,
-    /// Machine facts.
-    pub machine: Machine,
-    /// One baseline per operator run, with its worker count, in the same order.
-    pub baselines: Vec<BaselineRun>,
-    /// The operator runs; the first is the headline.
-    pub runs: Vec<OperatorRun>,
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
+use super::workload::Listed;
 
 fn opt_secs(d: Option<Duration>) -> String {
     d.map(secs).unwrap_or_else(|| "–".to_string())
@@ -298,10 +21,6 @@ fn opt_secs(d: Option<Duration>) -> String {
 
 fn mib_bytes(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / 1048576.0)
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
 /// CPU time as a share of one core over `over`.
@@ -324,6 +43,7 @@ fn number(v: f64) -> String {
     }
 }
 
+/// `PASS` or `**FAIL**`, for a verdict cell.
 fn check(ok: bool) -> &'static str {
     if ok { "PASS" } else { "**FAIL**" }
 }
@@ -335,16 +55,16 @@ pub fn verdict(run: &OperatorRun, clusters: usize) -> String {
         .converged
         .is_some_and(|c| c <= TARGET_CONVERGENCE);
     let rss_ok = run.peak_kib() < TARGET_PEAK_RSS_KIB;
-    let overall = if time_ok && rss_ok { "PASS" } else { "FAIL" };
     format!(
-        "**Verdict: {overall}** — all {clusters} reconciled after {} (target ≤ {} s: {}), \
+        "**Verdict: {}** — all {clusters} reconciled after {} (target ≤ {} s: {}), \
          peak RSS {} (target < {}: {}).",
+        pass(time_ok && rss_ok),
         opt_secs(run.convergence.converged),
         TARGET_CONVERGENCE.as_secs(),
-        if time_ok { "met" } else { "**missed**" },
+        met(time_ok),
         mib(run.peak_kib()),
         mib(TARGET_PEAK_RSS_KIB),
-        if rss_ok { "met" } else { "**missed**" },
+        met(rss_ok),
     )
 }
 
@@ -359,15 +79,14 @@ fn ratio(a: Option<Duration>, b: Option<Duration>) -> String {
 
 /// The full markdown report.
 pub fn render(r: &Results) -> String {
-    let mut out = String::new();
+    let mut doc = Markdown::new();
     let s = &r.settings;
     let n = s.clusters;
-    let _ = writeln!(
-        out,
-        "# Operator: {n} `Etcd` objects on a real kube-apiserver\n"
+    doc.heading(
+        1,
+        &format!("Operator: {n} `Etcd` objects on a real kube-apiserver"),
     );
-    let _ = writeln!(
-        out,
+    doc.paragraph(format!(
         "{n} `Etcd` objects made from `examples/etcd-cluster.yaml` (3 replicas, backups to a \
          `Local` store; each with its own name, in {} namespaces) are created, {} in flight at \
          a time, on a private {} started by the testkit (its own etcd; the Service range widened \
@@ -378,14 +97,16 @@ pub fn render(r: &Results) -> String {
          pointing at that server and every other setting at its default (status sync every \
          15 s, 3 workers unless said otherwise). A cluster counts as reconciled when one watch \
          on all `Etcd`s (the same in every run) first shows `status.observedGeneration == 1` \
-         and `lastOperation.state == Succeeded`; time runs from the first create.\n",
+         and `lastOperation.state == Succeeded`; time runs from the first create.",
         s.namespaces,
         s.create_concurrency,
-        r.machine.apiserver_version,
+        r.machine
+            .apiserver_version
+            .as_deref()
+            .unwrap_or("kube-apiserver"),
         super::SERVICE_CIDR
-    );
-    let _ = writeln!(
-        out,
+    ));
+    doc.paragraph(
         "**Baseline**, in the same run on a fresh API server with no operator: the same \
          objects created the same way, and for each, as soon as its create returns, the \
          requests of the operator's first pass over a new `Etcd` replayed by a plain loop (with \
@@ -394,78 +115,99 @@ pub fn render(r: &Results) -> String {
          `apply` functions and objects), POST the `ReconcileSucceeded` event, merge-patch the \
          status (the operator's `compute_status`). That is the API server's cost of the work \
          itself, with no watch, queue, cache or second pass. Each baseline runs just \
-         before its operator run.\n"
+         before its operator run.",
     );
 
     let (Some(head), Some(b)) = (r.runs.first(), r.baselines.first()) else {
-        let _ = writeln!(out, "No operator run.");
-        return out;
+        doc.paragraph("No operator run.");
+        return doc.into_string();
     };
-    let _ = writeln!(
-        out,
-        "| measure | {} | baseline | ratio | target | verdict |",
-        head.label()
+    render_headline(&mut doc, r, head, b);
+    doc.paragraph(verdict(head, n));
+    render_dominant(&mut doc, r, head, b);
+    render_convergence(&mut doc, r);
+    render_steady(&mut doc, r);
+    render_memory(&mut doc, r);
+    render_components(&mut doc, r);
+    render_notes(&mut doc, r);
+    let command = if r.machine.command.starts_with("quorate-bench operator") {
+        r.machine.command.clone()
+    } else {
+        "quorate-bench operator --output docs/benchmarks/operator.md".to_string()
+    };
+    doc.machine(
+        &r.machine,
+        &format!("cargo build --release -p quorate -p quorate-bench && target/release/{command}"),
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---|---|");
+    doc.into_string()
+}
+
+/// The headline table: each target against its baseline.
+fn render_headline(doc: &mut Markdown, r: &Results, head: &OperatorRun, b: &BaselineRun) {
+    let n = r.settings.clusters;
+    let mut table = Table::new([
+        ("measure".to_string(), Align::Left),
+        (head.label(), Align::Right),
+        ("baseline".to_string(), Align::Right),
+        ("ratio".to_string(), Align::Right),
+        ("target".to_string(), Align::Left),
+        ("verdict".to_string(), Align::Left),
+    ]);
     let time_ok = head
         .convergence
         .converged
         .is_some_and(|c| c <= TARGET_CONVERGENCE);
-    let _ = writeln!(
-        out,
-        "| all {n} reconciled once, from the first create | **{}** | {} (first passes replayed \
-         by a plain client) | {} | ≤ {} s | {} |",
-        opt_secs(head.convergence.converged),
-        opt_secs(b.convergence.converged),
+    table.row([
+        format!("all {n} reconciled once, from the first create"),
+        format!("**{}**", opt_secs(head.convergence.converged)),
+        format!(
+            "{} (first passes replayed by a plain client)",
+            opt_secs(b.convergence.converged)
+        ),
         ratio(head.convergence.converged, b.convergence.converged),
-        TARGET_CONVERGENCE.as_secs(),
-        check(time_ok)
-    );
+        format!("≤ {} s", TARGET_CONVERGENCE.as_secs()),
+        check(time_ok).to_string(),
+    ]);
     let peak = head.peak_kib();
-    let _ = writeln!(
-        out,
-        "| operator peak RSS (`VmHWM`) | **{}** | {} (the same process idle, before the first \
-         `Etcd`) | {:.2}x | < {} | {} |",
-        mib(peak),
-        mib(head.rss_idle_kib),
-        peak as f64 / head.rss_idle_kib.max(1) as f64,
-        mib(TARGET_PEAK_RSS_KIB),
-        check(peak < TARGET_PEAK_RSS_KIB)
-    );
-    let _ = writeln!(
-        out,
-        "| steady-state API requests per minute per cluster | **{:.2}** | – | – | – | reported |",
-        head.steady_per_minute_per_cluster(n),
-    );
-    let _ = writeln!(
-        out,
-        "| steady-state reconcile passes per minute | {:.0} ({:.2} per cluster) | {:.0} \
-         (expected: one per cluster per 15 s status sync) | {:.2}x | – | reported |",
-        head.steady_passes_per_minute(),
-        head.steady_passes_per_minute() / n.max(1) as f64,
-        n as f64 * 4.0,
-        head.steady_passes_per_minute() / (n as f64 * 4.0)
-    );
-    let _ = writeln!(out, "\n{}\n", verdict(head, n));
-    render_dominant(&mut out, r, head, b);
-
-    render_convergence(&mut out, r);
-    render_steady(&mut out, r);
-    render_memory(&mut out, r);
-    render_components(&mut out, r);
-    render_notes(&mut out, r);
-    render_machine(&mut out, r);
-    out
+    table.row([
+        "operator peak RSS (`VmHWM`)".to_string(),
+        format!("**{}**", mib(peak)),
+        format!(
+            "{} (the same process idle, before the first `Etcd`)",
+            mib(head.rss_idle_kib)
+        ),
+        format!("{:.2}x", peak as f64 / head.rss_idle_kib.max(1) as f64),
+        format!("< {}", mib(TARGET_PEAK_RSS_KIB)),
+        check(peak < TARGET_PEAK_RSS_KIB).to_string(),
+    ]);
+    table.row([
+        "steady-state API requests per minute per cluster".to_string(),
+        format!("**{:.2}**", head.steady_per_minute_per_cluster(n)),
+        "–".to_string(),
+        "–".to_string(),
+        "–".to_string(),
+        "reported".to_string(),
+    ]);
+    let expected = n as f64 * 4.0;
+    table.row([
+        "steady-state reconcile passes per minute".to_string(),
+        format!(
+            "{:.0} ({:.2} per cluster)",
+            head.steady_passes_per_minute(),
+            head.steady_passes_per_minute() / n.max(1) as f64
+        ),
+        format!("{expected:.0} (expected: one per cluster per 15 s status sync)"),
+        format!("{:.2}x", head.steady_passes_per_minute() / expected),
+        "–".to_string(),
+        "reported".to_string(),
+    ]);
+    doc.table(&table);
 }
 
 /// What the headline numbers are made of, in a few measured sentences.
-fn render_dominant(out: &mut String, r: &Results, head: &OperatorRun, b: &BaselineRun) {
+fn render_dominant(doc: &mut Markdown, r: &Results, head: &OperatorRun, b: &BaselineRun) {
     let n = r.settings.clusters.max(1) as f64;
-    let _ = writeln!(
-        out,
-        "### What dominates
-"
-    );
+    doc.heading(3, "What dominates");
     let over = head.convergence.converged.unwrap_or(r.settings.timeout);
     let seconds = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let applies = |requests: &RequestCounts| {
@@ -487,9 +229,8 @@ fn render_dominant(out: &mut String, r: &Results, head: &OperatorRun, b: &Baseli
             .unwrap_or(0.0)
     };
     let (ours, theirs) = (resource_total(&head.burst), resource_total(&b.burst));
-    let _ = writeln!(
-        out,
-        "- **Time**: API requests, one after another. The operator sent {:.1} requests per \
+    let mut items = vec![format!(
+        "**Time**: API requests, one after another. The operator sent {:.1} requests per \
          cluster where the baseline sends {:.1}: it applied every component {:.2} times per \
          cluster, because {} passes ran the spec flow to success for {} clusters, so {} \
          repeated one already done (and {} further passes wrote nothing or only the status). \
@@ -511,30 +252,28 @@ fn render_dominant(out: &mut String, r: &Results, head: &OperatorRun, b: &Baseli
         seconds(head.cpu_burst),
         secs(over),
         r.machine.cpus,
-    );
+    )];
     let share = head.steady_share();
     let total: f64 = share.values().sum();
     if let Some((row, top)) = share
         .iter()
         .max_by(|a, b| a.1.partial_cmp(b.1).unwrap_or(std::cmp::Ordering::Equal))
     {
-        let _ = writeln!(
-            out,
-            "- **Steady-state requests**: `{row}` makes {:.0}% of the operator's requests \
+        items.push(format!(
+            "**Steady-state requests**: `{row}` makes {:.0}% of the operator's requests \
              ({:.2} per minute per cluster). Passes: {:.2} per minute per cluster, where the \
              15 s status sync alone makes 4.",
             100.0 * top / total.max(f64::MIN_POSITIVE),
             top / head.steady.minutes().max(f64::MIN_POSITIVE) / n,
             head.steady_passes_per_minute() / n,
-        );
+        ));
     }
     let heap: u64 = head.cached.iter().map(|c| c.heap).sum();
     let kept: u64 = head.cached.iter().map(|c| c.heap_cached).sum();
     if heap > 0 {
         let biggest = head.cached.iter().max_by_key(|c| c.heap_cached);
-        let _ = writeln!(
-            out,
-            "- **Memory**: the watch caches. Deserialized, the objects the operator caches take \
+        items.push(format!(
+            "**Memory**: the watch caches. Deserialized, the objects the operator caches take \
              {} as served (the JSON is {}) and {} as it keeps them (trimmed: no \
              `managedFields`, ...), against a growth from idle to peak of {}; {} the biggest \
              kind ({} kept).",
@@ -546,89 +285,98 @@ fn render_dominant(out: &mut String, r: &Results, head: &OperatorRun, b: &Baseli
             biggest
                 .map(|c| mib_bytes(c.heap_cached))
                 .unwrap_or_default(),
-        );
+        ));
     }
-    let _ = writeln!(out);
+    doc.bullets(items);
 }
 
-fn render_convergence(out: &mut String, r: &Results) {
+/// One row of the convergence table.
+struct ConvergenceRow<'a> {
+    label: String,
+    convergence: &'a Convergence,
+    requests: &'a RequestCounts,
+    passes: String,
+    apiserver: Option<Duration>,
+    etcd: Option<Duration>,
+    operator: String,
+}
+
+fn render_convergence(doc: &mut Markdown, r: &Results) {
     let n = r.settings.clusters;
-    let _ = writeln!(out, "## Reconciling {n} new clusters\n");
-    let _ = writeln!(
-        out,
+    doc.heading(2, &format!("Reconciling {n} new clusters"));
+    doc.paragraph(format!(
         "Per-cluster latency runs from a cluster's create being acknowledged until the watch \
          shows it reconciled. API requests are the API server's `apiserver_request_total` \
          from just before the first create until the last cluster was reconciled (resource \
          requests only), the benchmark's {n} creates included in both runs. CPU is user + \
-         system time from `/proc/<pid>/stat` over the same period.\n"
+         system time from `/proc/<pid>/stat` over the same period."
+    ));
+    let mut table = Table::numeric(
+        "run",
+        [
+            "creates acknowledged",
+            "all reconciled",
+            "latency p50",
+            "p90",
+            "max",
+            "API requests",
+            "per cluster",
+            "passes",
+            "API server CPU",
+            "its etcd's CPU",
+            "operator CPU",
+        ],
     );
-    let _ = writeln!(
-        out,
-        "| run | creates acknowledged | all reconciled | latency p50 | p90 | max | API requests | per cluster | passes | API server CPU | its etcd's CPU | operator CPU |"
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    let row = |out: &mut String,
-               label: &str,
-               c: &Convergence,
-               requests: &RequestCounts,
-               passes: String,
-               apiserver: Option<Duration>,
-               etcd: Option<Duration>,
-               operator: String| {
-        let total = resource_total(requests);
+    let mut row = |row: ConvergenceRow| {
+        let c = row.convergence;
+        let total = resource_total(row.requests);
         let over = c.converged.unwrap_or(r.settings.timeout);
-        let _ = writeln!(
-            out,
-            "| {label} | {} | {} | {} | {} | {} | {} | {:.1} | {passes} | {} | {} | {operator} |",
+        table.row([
+            row.label,
             secs(c.created),
-            c.converged.map(secs).unwrap_or_else(|| format!(
-                "{} of {n} after {}",
-                c.reconciled,
-                secs(over)
-            )),
+            c.converged
+                .map(secs)
+                .unwrap_or_else(|| format!("{} of {n} after {}", c.reconciled, secs(over))),
             opt_secs(c.percentile(50.0)),
             opt_secs(c.percentile(90.0)),
             opt_secs(c.percentile(100.0)),
             number(total),
-            total / n.max(1) as f64,
-            cpu_share(apiserver, over),
-            cpu_share(etcd, over),
-        );
+            format!("{:.1}", total / n.max(1) as f64),
+            row.passes,
+            cpu_share(row.apiserver, over),
+            cpu_share(row.etcd, over),
+            row.operator,
+        ]);
     };
     for (b, run) in r.baselines.iter().zip(&r.runs) {
-        row(
-            out,
-            &format!("baseline, {} plain workers", b.workers),
-            &b.convergence,
-            &b.burst,
-            format!("{n} (one each)"),
-            b.apiserver_cpu_burst,
-            b.etcd_cpu_burst,
-            "–".to_string(),
-        );
+        row(ConvergenceRow {
+            label: format!("baseline, {} plain workers", b.workers),
+            convergence: &b.convergence,
+            requests: &b.burst,
+            passes: format!("{n} (one each)"),
+            apiserver: b.apiserver_cpu_burst,
+            etcd: b.etcd_cpu_burst,
+            operator: "–".to_string(),
+        });
         let over = run.convergence.converged.unwrap_or(r.settings.timeout);
-        row(
-            out,
-            &run.label(),
-            &run.convergence,
-            &run.burst,
-            number(run.burst_passes.total_passes()),
-            run.apiserver_cpu_burst,
-            run.etcd_cpu_burst,
-            cpu_share(run.cpu_burst, over),
-        );
+        row(ConvergenceRow {
+            label: run.label(),
+            convergence: &run.convergence,
+            requests: &run.burst,
+            passes: number(run.burst_passes.total_passes()),
+            apiserver: run.apiserver_cpu_burst,
+            etcd: run.etcd_cpu_burst,
+            operator: cpu_share(run.cpu_burst, over),
+        });
     }
+    doc.table(&table);
 
-    let _ = writeln!(
-        out,
-        "\nRequests by verb and resource in that period, per cluster (the API server's verbs: \
+    doc.paragraph(
+        "Requests by verb and resource in that period, per cluster (the API server's verbs: \
          `APPLY` is a server-side apply, `POST` a create; Kubernetes v1.20 counts a successful \
          GET of one custom object as `LIST` (kubernetes/kubernetes#95556), so the operator's \
          `LIST etcds` here, after its watch listed them at start, are its GETs of an `Etcd` \
-         whose cached copy did not show the operator's own last write yet):\n"
+         whose cached copy did not show the operator's own last write yet):",
     );
     let mut columns: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
     for (b, run) in r.baselines.iter().zip(&r.runs) {
@@ -641,12 +389,11 @@ fn render_convergence(out: &mut String, r: &Results) {
             by_verb_resource(&run.burst, true),
         ));
     }
-    breakdown_table(out, &columns, n as f64);
+    doc.table(&breakdown_table(&columns, n as f64));
 
     for run in &r.runs {
-        let _ = writeln!(
-            out,
-            "\nOperator passes while reconciling ({} workers), by result: {}; mean pass {}.",
+        let mut text = format!(
+            "Operator passes while reconciling ({} workers), by result: {}; mean pass {}.",
             run.workers,
             passes_text(&run.burst_passes),
             run.burst_passes
@@ -654,27 +401,19 @@ fn render_convergence(out: &mut String, r: &Results) {
                 .map(|s| format!("{:.0} ms", s * 1e3))
                 .unwrap_or_else(|| "–".to_string())
         );
-        let failed = failures(&run.burst);
-        if !failed.is_empty() {
-            let _ = writeln!(
-                out,
-                "Requests not answered with 2xx: {}.",
-                counts_text(&failed)
-            );
-        }
+        append_failures(&mut text, &run.burst, "");
+        doc.paragraph(text);
     }
     for b in &r.baselines {
         let failed = failures(&b.burst);
         if !failed.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nBaseline ({} workers) requests not answered with 2xx: {}.",
+            doc.paragraph(format!(
+                "Baseline ({} workers) requests not answered with 2xx: {}.",
                 b.workers,
                 counts_text(&failed)
-            );
+            ));
         }
     }
-    let _ = writeln!(out);
 }
 
 fn passes_text(c: &OperatorCounters) -> String {
@@ -688,6 +427,18 @@ fn passes_text(c: &OperatorCounters) -> String {
     text
 }
 
+/// Adds a line naming the requests not answered with 2xx `when`, if there were any.
+fn append_failures(text: &mut String, requests: &RequestCounts, when: &str) {
+    let failed = failures(requests);
+    if !failed.is_empty() {
+        let _ = write!(
+            text,
+            "\nRequests not answered with 2xx{when}: {}.",
+            counts_text(&failed)
+        );
+    }
+}
+
 fn counts_text(counts: &BTreeMap<String, f64>) -> String {
     counts
         .iter()
@@ -697,43 +448,43 @@ fn counts_text(counts: &BTreeMap<String, f64>) -> String {
 }
 
 /// Rows: every `VERB resource` in any column; cells: count / `per`.
-fn breakdown_table(out: &mut String, columns: &[(String, BTreeMap<String, f64>)], per: f64) {
+fn breakdown_table(columns: &[(String, BTreeMap<String, f64>)], per: f64) -> Table {
+    let mut table = Table::numeric(
+        "request".to_string(),
+        columns.iter().map(|(label, _)| label.clone()),
+    );
     let rows: BTreeSet<&String> = columns.iter().flat_map(|(_, c)| c.keys()).collect();
-    let _ = write!(out, "| request |");
-    for (label, _) in columns {
-        let _ = write!(out, " {label} |");
-    }
-    let _ = write!(out, "\n|---|");
-    for _ in columns {
-        let _ = write!(out, "---:|");
-    }
-    let _ = writeln!(out);
     for row in rows {
-        let _ = write!(out, "| `{row}` |");
-        for (_, c) in columns {
-            match c.get(row) {
-                Some(v) => {
-                    let _ = write!(out, " {:.2} |", v / per);
-                }
-                None => {
-                    let _ = write!(out, " – |");
-                }
-            }
-        }
-        let _ = writeln!(out);
+        table.row(
+            std::iter::once(format!("`{row}`")).chain(columns.iter().map(|(_, c)| {
+                c.get(row)
+                    .map_or_else(|| "–".to_string(), |v| format!("{:.2}", v / per))
+            })),
+        );
     }
-    let _ = write!(out, "| **total** |");
-    for (_, c) in columns {
-        let _ = write!(out, " **{:.2}** |", c.values().sum::<f64>() / per);
-    }
-    let _ = writeln!(out);
+    table.row(
+        std::iter::once("**total**".to_string()).chain(
+            columns
+                .iter()
+                .map(|(_, c)| format!("**{:.2}**", c.values().sum::<f64>() / per)),
+        ),
+    );
+    table
 }
 
-fn render_steady(out: &mut String, r: &Results) {
+/// A per-minute cell: the value, or `–` for none.
+fn rate_cell(value: f64, text: impl FnOnce(f64) -> String) -> String {
+    if value > 0.0 {
+        text(value)
+    } else {
+        "–".to_string()
+    }
+}
+
+fn render_steady(doc: &mut Markdown, r: &Results) {
     let n = r.settings.clusters;
-    let _ = writeln!(out, "## Steady state\n");
-    let _ = writeln!(
-        out,
+    doc.heading(2, "Steady state");
+    doc.paragraph(format!(
         "After the last cluster was reconciled the benchmark stopped its watch, waited {} s \
          for follow-up passes, then made no API request at all for {:.1} min while counting the \
          API server's `apiserver_request_total` (resource requests; its own `/metrics` \
@@ -745,35 +496,42 @@ fn render_steady(out: &mut String, r: &Results) {
          `Etcd`s, ConfigMaps and Secrets; apply or delete components; patch `Etcd`s and Events; create \
          Events), less the API server's own on the same verb and resource at the rate \
          measured alone. Passes are the operator's \
-         `quorate_operator_reconciles_total`.\n",
+         `quorate_operator_reconciles_total`.",
         r.settings.settle.as_secs(),
         r.settings.steady.as_secs_f64() / 60.0,
         r.settings.background.as_secs()
-    );
-    let _ = writeln!(
-        out,
-        "| run | window | all requests | API server alone, per min | operator's requests per min | **per min per cluster** | passes per min | per cluster | requests per pass | mean pass | operator CPU | API server CPU | its etcd's CPU |"
-    );
-    let _ = writeln!(
-        out,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    ));
+    let mut table = Table::numeric(
+        "run",
+        [
+            "window",
+            "all requests",
+            "API server alone, per min",
+            "operator's requests per min",
+            "**per min per cluster**",
+            "passes per min",
+            "per cluster",
+            "requests per pass",
+            "mean pass",
+            "operator CPU",
+            "API server CPU",
+            "its etcd's CPU",
+        ],
     );
     for run in &r.runs {
         let minutes = run.steady.elapsed.as_secs_f64() / 60.0;
         let operator_per_min = run.steady_operator_requests() / minutes.max(f64::MIN_POSITIVE);
         let passes = run.steady_passes.total_passes();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {:.1} | {:.1} | **{:.2}** | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} |",
+        table.row([
             run.label(),
             secs(run.steady.elapsed),
             number(resource_total(&run.steady.requests)),
-            run.background.per_minute(),
-            operator_per_min,
-            run.steady_per_minute_per_cluster(n),
-            run.steady_passes_per_minute(),
-            run.steady_passes_per_minute() / n.max(1) as f64,
-            run.steady_operator_requests() / passes.max(1.0),
+            format!("{:.1}", run.background.per_minute()),
+            format!("{operator_per_min:.1}"),
+            format!("**{:.2}**", run.steady_per_minute_per_cluster(n)),
+            format!("{:.0}", run.steady_passes_per_minute()),
+            format!("{:.2}", run.steady_passes_per_minute() / n.max(1) as f64),
+            format!("{:.2}", run.steady_operator_requests() / passes.max(1.0)),
             run.steady_passes
                 .mean_pass()
                 .map(|s| format!("{:.1} ms", s * 1e3))
@@ -781,208 +539,203 @@ fn render_steady(out: &mut String, r: &Results) {
             cpu_share(run.cpu_steady, run.steady.elapsed),
             cpu_share(run.apiserver_cpu_steady, run.steady.elapsed),
             cpu_share(run.etcd_cpu_steady, run.steady.elapsed),
-        );
+        ]);
     }
+    doc.table(&table);
     for run in &r.runs {
-        let minutes = run.steady.elapsed.as_secs_f64() / 60.0;
-        let _ = writeln!(
-            out,
-            "\nBy verb and resource ({}): count in the window, per minute, the API server \
-             alone per minute, and the operator's share per minute and per minute per \
-             cluster.\n",
-            run.label()
-        );
-        let _ = writeln!(
-            out,
-            "| request | in the window | per min | API server alone, per min | operator's, per min | **per min per cluster** |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
-        let share = run.steady_share();
-        let steady = by_verb_resource(&run.steady.requests, true);
-        let background = by_verb_resource(&run.background.requests, true);
-        let background_minutes = run.background.elapsed.as_secs_f64() / 60.0;
-        let rows: BTreeSet<&String> = steady.keys().chain(background.keys()).collect();
-        for row in rows {
-            let count = steady.get(row).copied().unwrap_or(0.0);
-            let alone = background.get(row).copied().unwrap_or(0.0)
-                / background_minutes.max(f64::MIN_POSITIVE);
-            let operators =
-                share.get(row.as_str()).copied().unwrap_or(0.0) / minutes.max(f64::MIN_POSITIVE);
-            let _ = writeln!(
-                out,
-                "| `{row}` | {} | {:.1} | {} | {} | {} |",
-                number(count),
-                count / minutes.max(f64::MIN_POSITIVE),
-                if alone > 0.0 {
-                    format!("{alone:.1}")
-                } else {
-                    "–".to_string()
-                },
-                if operators > 0.0 {
-                    format!("{operators:.1}")
-                } else {
-                    "–".to_string()
-                },
-                if operators > 0.0 {
-                    format!("**{:.3}**", operators / n.max(1) as f64)
-                } else {
-                    "–".to_string()
-                },
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\nPasses in the window by result: {}. Between the last reconcile and the window \
-             ({} s): {} requests, passes {}.",
-            passes_text(&run.steady_passes),
-            run.settle.elapsed.as_secs(),
-            number(resource_total(&run.settle.requests)),
-            passes_text(&run.settle_passes)
-        );
-        let failed = failures(&run.steady.requests);
-        if !failed.is_empty() {
-            let _ = writeln!(
-                out,
-                "Requests not answered with 2xx in the window: {}.",
-                counts_text(&failed)
-            );
-        }
+        render_steady_requests(doc, run, n);
     }
-    let _ = writeln!(out);
 }
 
-fn render_memory(out: &mut String, r: &Results) {
-    let _ = writeln!(out, "## Memory\n");
-    let _ = writeln!(
-        out,
+/// One run's steady-state requests by verb and resource.
+fn render_steady_requests(doc: &mut Markdown, run: &OperatorRun, n: usize) {
+    let minutes = run.steady.elapsed.as_secs_f64() / 60.0;
+    doc.paragraph(format!(
+        "By verb and resource ({}): count in the window, per minute, the API server \
+         alone per minute, and the operator's share per minute and per minute per \
+         cluster.",
+        run.label()
+    ));
+    let mut table = Table::numeric(
+        "request",
+        [
+            "in the window",
+            "per min",
+            "API server alone, per min",
+            "operator's, per min",
+            "**per min per cluster**",
+        ],
+    );
+    let share = run.steady_share();
+    let steady = by_verb_resource(&run.steady.requests, true);
+    let background = by_verb_resource(&run.background.requests, true);
+    let background_minutes = run.background.elapsed.as_secs_f64() / 60.0;
+    let rows: BTreeSet<&String> = steady.keys().chain(background.keys()).collect();
+    for row in rows {
+        let count = steady.get(row).copied().unwrap_or(0.0);
+        let alone =
+            background.get(row).copied().unwrap_or(0.0) / background_minutes.max(f64::MIN_POSITIVE);
+        let operators =
+            share.get(row.as_str()).copied().unwrap_or(0.0) / minutes.max(f64::MIN_POSITIVE);
+        table.row([
+            format!("`{row}`"),
+            number(count),
+            format!("{:.1}", count / minutes.max(f64::MIN_POSITIVE)),
+            rate_cell(alone, |v| format!("{v:.1}")),
+            rate_cell(operators, |v| format!("{v:.1}")),
+            rate_cell(operators, |v| format!("**{:.3}**", v / n.max(1) as f64)),
+        ]);
+    }
+    doc.table(&table);
+    let mut text = format!(
+        "Passes in the window by result: {}. Between the last reconcile and the window \
+         ({} s): {} requests, passes {}.",
+        passes_text(&run.steady_passes),
+        run.settle.elapsed.as_secs(),
+        number(resource_total(&run.settle.requests)),
+        passes_text(&run.settle_passes)
+    );
+    append_failures(&mut text, &run.steady.requests, " in the window");
+    doc.paragraph(text);
+}
+
+fn render_memory(doc: &mut Markdown, r: &Results) {
+    doc.heading(2, "Memory");
+    doc.paragraph(format!(
         "The operator process's resident memory from `/proc/<pid>/status`: `VmRSS` sampled \
          every {} ms from its start, and `VmHWM` (the kernel's own peak) read just before it \
-         was stopped.\n",
+         was stopped.",
         super::process::RSS_SAMPLE_PERIOD.as_millis()
+    ));
+    let mut table = Table::numeric(
+        "run",
+        [
+            "idle (no `Etcd`)",
+            "peak while reconciling",
+            "when all were reconciled",
+            "end of steady state",
+            "**`VmHWM`**",
+            "samples",
+        ],
     );
-    let _ = writeln!(
-        out,
-        "| run | idle (no `Etcd`) | peak while reconciling | when all were reconciled | end of steady state | **`VmHWM`** | samples |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
     for run in &r.runs {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | **{}** | {} |",
+        table.row([
             run.label(),
             mib(run.rss_idle_kib),
             mib(run.rss_peak_burst_kib),
             mib(run.rss_converged_kib),
             mib(run.rss_steady_end_kib),
-            mib(run.peak_kib()),
-            run.memory.samples
-        );
+            format!("**{}**", mib(run.peak_kib())),
+            run.memory.samples.to_string(),
+        ]);
     }
+    doc.table(&table);
     if let Some(head) = r.runs.first() {
-        let _ = writeln!(
-            out,
-            "\nWhat the operator keeps in memory: every `Etcd` (the controller's store) and its \
-             caches of StatefulSets, Leases and Pods carrying druid's managed-by label, each \
-             filled by a watch, every object trimmed before it is stored (`quorate_operator::trim`: \
-             no `metadata.managedFields` or kubectl's last-applied annotation anywhere, and of a \
-             Pod only its metadata and its containers' readiness). Listed at the end, as JSON, \
-             and deserialized into the same Rust types in the benchmark process, which counts \
-             the heap they keep (malloc chunks, each object in an `Arc` as in a reflector \
-             store), as served and trimmed by the operator's own functions:\n"
-        );
-        let _ = writeln!(
-            out,
-            "| cached | objects | JSON | as served | per object | as the operator keeps them | per object |"
-        );
-        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
-        let (mut json, mut heap, mut kept) = (0, 0, 0);
-        let per_object = |bytes: u64, count: usize| {
-            if count > 0 {
-                format!("{:.1} KiB", bytes as f64 / 1024.0 / count as f64)
-            } else {
-                "–".to_string()
-            }
-        };
-        for c in &head.cached {
-            let l = &c.listed;
-            json += l.bytes as u64;
-            heap += c.heap;
-            kept += c.heap_cached;
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
-                l.what,
-                l.count,
-                mib_bytes(l.bytes as u64),
-                mib_bytes(c.heap),
-                per_object(c.heap, l.count),
-                mib_bytes(c.heap_cached),
-                per_object(c.heap_cached, l.count),
-            );
-        }
-        let _ = writeln!(
-            out,
-            "| **total** | | **{}** | **{}** | | **{}** | |",
-            mib_bytes(json),
-            mib_bytes(heap),
-            mib_bytes(kept)
-        );
-        let growth = head.peak_kib().saturating_sub(head.rss_idle_kib) * 1024;
-        let _ = writeln!(
-            out,
-            "\nThe peak exceeds the idle process by {}; the cached objects, as the operator keeps \
-             them, take {} ({:.0}% of that growth; {} as served).",
-            mib_bytes(growth),
-            mib_bytes(kept),
-            100.0 * kept as f64 / growth.max(1) as f64,
-            mib_bytes(heap),
-        );
+        render_cached(doc, head);
     }
-    let _ = writeln!(out);
 }
 
-fn render_components(out: &mut String, r: &Results) {
-    let _ = writeln!(out, "## Components stored\n");
-    let _ = writeln!(
-        out,
-        "Objects with druid's managed-by label listed at the end of each run, against what \
-         {} clusters of the example should have.\n",
-        r.settings.clusters
+/// What the operator's caches hold, as served and as it keeps them.
+fn render_cached(doc: &mut Markdown, head: &OperatorRun) {
+    doc.paragraph(
+        "What the operator keeps in memory: every `Etcd` (the controller's store) and its \
+         caches of StatefulSets, Leases and Pods carrying druid's managed-by label, each \
+         filled by a watch, every object trimmed before it is stored (`quorate_operator::trim`: \
+         no `metadata.managedFields` or kubectl's last-applied annotation anywhere, and of a \
+         Pod only its metadata and its containers' readiness). Listed at the end, as JSON, \
+         and deserialized into the same Rust types in the benchmark process, which counts \
+         the heap they keep (malloc chunks, each object in an `Arc` as in a reflector \
+         store), as served and trimmed by the operator's own functions:",
     );
-    let _ = write!(out, "| resource | expected |");
+    let mut table = Table::numeric(
+        "cached",
+        [
+            "objects",
+            "JSON",
+            "as served",
+            "per object",
+            "as the operator keeps them",
+            "per object",
+        ],
+    );
+    let (mut json, mut heap, mut kept) = (0, 0, 0);
+    let per_object = |bytes: u64, count: usize| {
+        if count > 0 {
+            format!("{:.1} KiB", bytes as f64 / 1024.0 / count as f64)
+        } else {
+            "–".to_string()
+        }
+    };
+    for c in &head.cached {
+        let l = &c.listed;
+        json += l.bytes as u64;
+        heap += c.heap;
+        kept += c.heap_cached;
+        table.row([
+            l.what.clone(),
+            l.count.to_string(),
+            mib_bytes(l.bytes as u64),
+            mib_bytes(c.heap),
+            per_object(c.heap, l.count),
+            mib_bytes(c.heap_cached),
+            per_object(c.heap_cached, l.count),
+        ]);
+    }
+    table.row([
+        "**total**".to_string(),
+        String::new(),
+        format!("**{}**", mib_bytes(json)),
+        format!("**{}**", mib_bytes(heap)),
+        String::new(),
+        format!("**{}**", mib_bytes(kept)),
+        String::new(),
+    ]);
+    doc.table(&table);
+    let growth = head.peak_kib().saturating_sub(head.rss_idle_kib) * 1024;
+    doc.paragraph(format!(
+        "The peak exceeds the idle process by {}; the cached objects, as the operator keeps \
+         them, take {} ({:.0}% of that growth; {} as served).",
+        mib_bytes(growth),
+        mib_bytes(kept),
+        100.0 * kept as f64 / growth.max(1) as f64,
+        mib_bytes(heap),
+    ));
+}
+
+fn render_components(doc: &mut Markdown, r: &Results) {
+    doc.heading(2, "Components stored");
+    doc.paragraph(format!(
+        "Objects with druid's managed-by label listed at the end of each run, against what \
+         {} clusters of the example should have.",
+        r.settings.clusters
+    ));
+    let mut headers = vec!["expected".to_string()];
     let mut columns: Vec<&[(Listed, usize)]> = Vec::new();
     for (b, run) in r.baselines.iter().zip(&r.runs) {
-        let _ = write!(
-            out,
-            " baseline, {} workers | operator, {} workers |",
-            b.workers, run.workers
-        );
+        headers.push(format!("baseline, {} workers", b.workers));
+        headers.push(format!("operator, {} workers", run.workers));
         columns.push(&b.components);
         columns.push(&run.components);
     }
-    let _ = write!(out, "\n|---|---:|");
-    for _ in &columns {
-        let _ = write!(out, "---:|");
-    }
-    let _ = writeln!(out);
-    let Some(first) = columns.first() else {
-        return;
-    };
-    for (i, (listed, expected)) in first.iter().enumerate() {
-        let _ = write!(out, "| {} | {expected} |", listed.what);
-        for column in &columns {
-            let cell = column
-                .get(i)
-                .map(|(l, _)| l.count.to_string())
-                .unwrap_or_else(|| "–".to_string());
-            let _ = write!(out, " {cell} |");
+    let mut table = Table::numeric("resource".to_string(), headers);
+    if let Some(first) = columns.first() {
+        for (i, (listed, expected)) in first.iter().enumerate() {
+            table.row(
+                [listed.what.clone(), expected.to_string()]
+                    .into_iter()
+                    .chain(columns.iter().map(|column| {
+                        column
+                            .get(i)
+                            .map(|(l, _)| l.count.to_string())
+                            .unwrap_or_else(|| "–".to_string())
+                    })),
+            );
         }
-        let _ = writeln!(out);
     }
-    let _ = writeln!(out);
+    doc.table(&table);
 }
 
-fn render_notes(out: &mut String, r: &Results) {
+fn render_notes(doc: &mut Markdown, r: &Results) {
     let mut notes = Vec::new();
     for b in &r.baselines {
         if !b.convergence.watch_errors.is_empty() {
@@ -1016,46 +769,17 @@ fn render_notes(out: &mut String, r: &Results) {
     if notes.is_empty() {
         return;
     }
-    let _ = writeln!(out, "## Notes\n");
-    for note in notes {
-        let _ = writeln!(out, "- {}", note.replace('|', "\\|"));
-    }
-    let _ = writeln!(out);
-}
-
-fn render_machine(out: &mut String, r: &Results) {
-    let m = &r.machine;
-    let _ = writeln!(out, "## Machine\n");
-    let _ = writeln!(out, "- CPUs (nproc): {}", m.cpus);
-    let _ = writeln!(out, "- kube-apiserver: {}", m.apiserver_version);
-    let _ = writeln!(
-        out,
-        "- quorate: {} (`{}`)",
-        m.quorate_version, m.quorate_path
-    );
-    let _ = writeln!(
-        out,
-        "- load average (1/5/15 min): {} at start, {} at end",
-        m.load_before, m.load_after
-    );
-    let _ = writeln!(out, "- date: {}", m.started);
-    let _ = writeln!(out, "- command: `{}`", m.command);
-    let command = if m.command.starts_with("quorate-bench operator") {
-        m.command.clone()
-    } else {
-        "quorate-bench operator --output docs/benchmarks/operator.md".to_string()
-    };
-    let _ = writeln!(
-        out,
-        "\nReproduce: `cargo build --release -p quorate -p quorate-bench && \
-         target/release/{command}`"
-    );
+    doc.heading(2, "Notes");
+    doc.bullets(notes);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::operator::metrics::RequestKey;
+    use crate::operator::process::Memory;
+    use crate::operator::results::{Phase, Settings};
+    use crate::report::MachineFacts;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -1125,9 +849,9 @@ mod tests {
                 background: Duration::from_secs(30),
                 timeout: Duration::from_secs(600),
             },
-            machine: Machine {
+            machine: MachineFacts {
                 cpus: 2,
-                ..Machine::default()
+                ..MachineFacts::default()
             },
             baselines: vec![BaselineRun {
                 workers: 3,
@@ -1140,38 +864,6 @@ mod tests {
             }],
             runs: vec![run],
         }
-    }
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<Duration> = (1..=10).map(|i| ms(i * 10)).collect();
-        assert_eq!(percentile(&v, 50.0), Some(ms(50)));
-        assert_eq!(percentile(&v, 90.0), Some(ms(90)));
-        assert_eq!(percentile(&v, 100.0), Some(ms(100)));
-        assert_eq!(percentile(&v, 0.0), Some(ms(10)));
-        assert_eq!(percentile(&[], 50.0), None);
-    }
-
-    #[test]
-    fn convergence_from_create_and_done_times() {
-        let t0 = Instant::now();
-        let created = Created {
-            elapsed: ms(50),
-            at: HashMap::from([
-                ("a/x".to_string(), t0 + ms(10)),
-                ("a/y".to_string(), t0 + ms(50)),
-            ]),
-        };
-        let done = HashMap::from([
-            ("a/x".to_string(), t0 + ms(110)),
-            ("a/y".to_string(), t0 + ms(450)),
-        ]);
-        let c = Convergence::new(t0, &created, &done, 2, Vec::new());
-        assert_eq!(c.converged, Some(ms(450)));
-        assert_eq!(c.percentile(100.0), Some(ms(400)));
-        assert_eq!(c.percentile(50.0), Some(ms(100)));
-        let partial = Convergence::new(t0, &created, &done, 3, Vec::new());
-        assert_eq!((partial.converged, partial.reconciled), (None, 2));
     }
 
     #[test]

@@ -17,13 +17,9 @@ use quorate_api::Etcd;
 use quorate_api::annotations::ETCD_FINALIZER;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, config_map_name};
 use quorate_api::status::LastOperationState;
-use quorate_core::components::{
-    ComponentContext, DesiredObject, PdbApiVersion, desired_components,
-};
-use quorate_operator::apply::{apply, apply_manifest};
-use quorate_operator::images::Images;
-use quorate_operator::spec_flow::pdb_gvk;
-use quorate_operator::status::{PassOutcome, StatusInputs, compute_status};
+use quorate_core::components::{ComponentContext, PdbApiVersion, desired_components};
+use quorate_operator::Images;
+use quorate_operator::replay::{PassOutcome, StatusInputs, apply_component, compute_status};
 use tokio::sync::{mpsc, watch};
 
 use super::metrics::{RequestCounts, parse_apiserver_requests};
@@ -306,36 +302,10 @@ impl Replay {
         let ctx = ComponentContext::new(self.images.member.clone(), self.images.init.clone());
         let desired = desired_components(&etcd, &ctx)
             .map_err(|e| BenchError::failed(format!("components of {key}: {e}")))?;
-        let failed = |e: quorate_operator::Error| BenchError::failed(e.to_string());
         for object in desired.in_sync_order() {
-            match object {
-                DesiredObject::PodDisruptionBudget(_) => {
-                    let manifest = object
-                        .to_manifest(self.pdb)
-                        .map_err(|e| BenchError::failed(e.to_string()))?;
-                    apply_manifest(
-                        &self.client,
-                        &pdb_gvk(self.pdb),
-                        "poddisruptionbudgets",
-                        &manifest,
-                    )
-                    .await
-                    .map_err(failed)?;
-                }
-                DesiredObject::ServiceAccount(o) => {
-                    drop(apply(&self.client, o).await.map_err(failed)?)
-                }
-                DesiredObject::Role(o) => drop(apply(&self.client, o).await.map_err(failed)?),
-                DesiredObject::RoleBinding(o) => {
-                    drop(apply(&self.client, o).await.map_err(failed)?)
-                }
-                DesiredObject::Lease(o) => drop(apply(&self.client, o).await.map_err(failed)?),
-                DesiredObject::Service(o) => drop(apply(&self.client, o).await.map_err(failed)?),
-                DesiredObject::ConfigMap(o) => drop(apply(&self.client, o).await.map_err(failed)?),
-                DesiredObject::StatefulSet(o) => {
-                    drop(apply(&self.client, o).await.map_err(failed)?)
-                }
-            }
+            apply_component(&self.client, object, self.pdb)
+                .await
+                .map_err(|e| BenchError::failed(e.to_string()))?;
         }
         let event = KubeEvent {
             type_: EventType::Normal,
@@ -406,7 +376,7 @@ pub struct Cached {
     pub listed: Listed,
     /// Heap bytes of the deserialized objects.
     pub heap: u64,
-    /// The same as the operator caches them, trimmed by `quorate_operator::trim`.
+    /// The same as the operator caches them, trimmed by `quorate_operator::replay::trim`.
     pub heap_cached: u64,
 }
 
@@ -446,7 +416,7 @@ pub fn listed(what: &str, text: &str) -> Result<Listed> {
 
 /// Heap bytes the objects of a JSON list take once deserialized as `K`, each in an `Arc` as a
 /// reflector store keeps them: as served, and as the operator caches them (each trimmed by
-/// `trim`, the operator's own function from `quorate_operator::trim`, right after it is
+/// `trim`, the operator's own function from `quorate_operator::replay::trim`, right after it is
 /// deserialized).
 pub fn heap_of_list<K: serde::de::DeserializeOwned + Clone>(
     text: &str,

@@ -6,8 +6,13 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use quorate_api::Etcd;
 use quorate_api::names::{LABEL_COMPONENT, client_service_name, component, default_labels};
 
+use crate::last_operation::ErrorCode;
+
 use super::error::ComponentError;
 use super::meta::{EtcdIdentity, merged};
+
+/// The `lastErrors` code when the client Service cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncClientService;
 
 /// Port name of etcd's client port.
 pub const CLIENT_PORT_NAME: &str = "client";

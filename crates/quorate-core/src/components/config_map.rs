@@ -9,11 +9,16 @@ use quorate_api::Etcd;
 use quorate_api::names::{CONFIG_MAP_KEY, component, config_map_name};
 use sha2::{Digest, Sha256};
 
+use crate::last_operation::ErrorCode;
+
 use super::cluster_config::render_for_kubernetes;
 use super::context::ComponentContext;
 use super::error::ComponentError;
 use super::etcd_conf_yaml;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when the ConfigMap cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncConfigMap;
 
 /// Key of quorate's [`crate::cluster_config::ClusterConfig`] (JSON) in the ConfigMap.
 pub const CLUSTER_CONFIG_KEY: &str = "cluster.json";

@@ -10,6 +10,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use quorate_api::Etcd;
 
+use crate::last_operation::ErrorCode;
+
 use super::context::ComponentContext;
 use super::error::ComponentError;
 use super::pod_disruption_budget::{PdbApiVersion, to_manifest};
@@ -43,7 +45,8 @@ pub struct DesiredComponents {
     pub statefulset: StatefulSet,
 }
 
-/// One desired object, borrowed, for code that handles all kinds alike (apply loops, dumps).
+/// One desired object, borrowed, for code that handles all components alike (apply loops,
+/// dumps). One variant per component, not per kind, so each knows its own sync error code.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DesiredObject<'a> {
     /// The ServiceAccount.
@@ -52,12 +55,16 @@ pub enum DesiredObject<'a> {
     Role(&'a Role),
     /// The RoleBinding.
     RoleBinding(&'a RoleBinding),
-    /// A member or snapshot lease.
-    Lease(&'a Lease),
+    /// A member lease.
+    MemberLease(&'a Lease),
+    /// The full or delta snapshot lease.
+    SnapshotLease(&'a Lease),
     /// The PodDisruptionBudget.
     PodDisruptionBudget(&'a PodDisruptionBudget),
-    /// The client or peer Service.
-    Service(&'a Service),
+    /// The client Service.
+    ClientService(&'a Service),
+    /// The headless peer Service.
+    PeerService(&'a Service),
     /// The ConfigMap.
     ConfigMap(&'a ConfigMap),
     /// The StatefulSet.
@@ -71,9 +78,9 @@ impl DesiredObject<'_> {
             DesiredObject::ServiceAccount(_) => "ServiceAccount",
             DesiredObject::Role(_) => "Role",
             DesiredObject::RoleBinding(_) => "RoleBinding",
-            DesiredObject::Lease(_) => "Lease",
+            DesiredObject::MemberLease(_) | DesiredObject::SnapshotLease(_) => "Lease",
             DesiredObject::PodDisruptionBudget(_) => "PodDisruptionBudget",
-            DesiredObject::Service(_) => "Service",
+            DesiredObject::ClientService(_) | DesiredObject::PeerService(_) => "Service",
             DesiredObject::ConfigMap(_) => "ConfigMap",
             DesiredObject::StatefulSet(_) => "StatefulSet",
         }
@@ -85,13 +92,30 @@ impl DesiredObject<'_> {
             DesiredObject::ServiceAccount(o) => &o.metadata,
             DesiredObject::Role(o) => &o.metadata,
             DesiredObject::RoleBinding(o) => &o.metadata,
-            DesiredObject::Lease(o) => &o.metadata,
+            DesiredObject::MemberLease(o) | DesiredObject::SnapshotLease(o) => &o.metadata,
             DesiredObject::PodDisruptionBudget(o) => &o.metadata,
-            DesiredObject::Service(o) => &o.metadata,
+            DesiredObject::ClientService(o) | DesiredObject::PeerService(o) => &o.metadata,
             DesiredObject::ConfigMap(o) => &o.metadata,
             DesiredObject::StatefulSet(o) => &o.metadata,
         };
         meta.name.as_deref().unwrap_or_default()
+    }
+
+    /// The `lastErrors` code when this object cannot be created or updated, as its component
+    /// declares it.
+    pub fn sync_error_code(&self) -> ErrorCode {
+        match self {
+            DesiredObject::ServiceAccount(_) => service_account::SYNC_ERROR,
+            DesiredObject::Role(_) => role::SYNC_ERROR,
+            DesiredObject::RoleBinding(_) => role_binding::SYNC_ERROR,
+            DesiredObject::MemberLease(_) => member_leases::SYNC_ERROR,
+            DesiredObject::SnapshotLease(_) => snapshot_leases::SYNC_ERROR,
+            DesiredObject::PodDisruptionBudget(_) => pod_disruption_budget::SYNC_ERROR,
+            DesiredObject::ClientService(_) => client_service::SYNC_ERROR,
+            DesiredObject::PeerService(_) => peer_service::SYNC_ERROR,
+            DesiredObject::ConfigMap(_) => config_map::SYNC_ERROR,
+            DesiredObject::StatefulSet(_) => statefulset::SYNC_ERROR,
+        }
     }
 
     /// The object as a manifest (with `apiVersion` and `kind`); a PodDisruptionBudget is
@@ -105,8 +129,12 @@ impl DesiredObject<'_> {
             DesiredObject::ServiceAccount(o) => serde_json::to_value(o),
             DesiredObject::Role(o) => serde_json::to_value(o),
             DesiredObject::RoleBinding(o) => serde_json::to_value(o),
-            DesiredObject::Lease(o) => serde_json::to_value(o),
-            DesiredObject::Service(o) => serde_json::to_value(o),
+            DesiredObject::MemberLease(o) | DesiredObject::SnapshotLease(o) => {
+                serde_json::to_value(o)
+            }
+            DesiredObject::ClientService(o) | DesiredObject::PeerService(o) => {
+                serde_json::to_value(o)
+            }
             DesiredObject::ConfigMap(o) => serde_json::to_value(o),
             DesiredObject::StatefulSet(o) => serde_json::to_value(o),
         };
@@ -126,12 +154,16 @@ impl DesiredComponents {
             DesiredObject::Role(&self.role),
             DesiredObject::RoleBinding(&self.role_binding),
         ];
-        out.extend(self.member_leases.iter().map(DesiredObject::Lease));
-        out.extend(self.snapshot_leases.iter().map(DesiredObject::Lease));
+        out.extend(self.member_leases.iter().map(DesiredObject::MemberLease));
+        out.extend(
+            self.snapshot_leases
+                .iter()
+                .map(DesiredObject::SnapshotLease),
+        );
         out.extend([
             DesiredObject::PodDisruptionBudget(&self.pod_disruption_budget),
-            DesiredObject::Service(&self.client_service),
-            DesiredObject::Service(&self.peer_service),
+            DesiredObject::ClientService(&self.client_service),
+            DesiredObject::PeerService(&self.peer_service),
             DesiredObject::ConfigMap(&self.config_map),
             DesiredObject::StatefulSet(&self.statefulset),
         ]);
@@ -139,9 +171,9 @@ impl DesiredComponents {
     }
 }
 
-/// Every component of `etcd`, with a StatefulSet of `spec.replicas` pods. When the controller
-/// needs another size (a TLS change rolls out at the current size), it rebuilds the
-/// StatefulSet with [`statefulset::build`].
+/// Every component of `etcd`, each built once, with a StatefulSet of `spec.replicas` pods.
+/// When the controller needs another size (a TLS change rolls out at the current size), it
+/// resizes that one with [`statefulset::resized`].
 pub fn desired_components(
     etcd: &Etcd,
     ctx: &ComponentContext,
@@ -168,17 +200,21 @@ mod tests {
     use crate::components::meta::tests::etcd;
     use quorate_api::StoreSpec;
 
-    #[test]
-    fn sync_order_is_druids() {
-        let mut e = etcd("etcd-main", 2);
+    /// Every component of `etcd-main` with `replicas` members and backups to a `Local` store.
+    fn with_backups(replicas: i32) -> DesiredComponents {
+        let mut e = etcd("etcd-main", replicas);
         e.spec.backup.store = Some(StoreSpec {
             provider: Some("Local".into()),
             container: Some("bucket".into()),
             prefix: "p".into(),
             ..StoreSpec::default()
         });
-        let ctx = ComponentContext::new("q", "a");
-        let all = desired_components(&e, &ctx).unwrap();
+        desired_components(&e, &ComponentContext::new("q", "a")).unwrap()
+    }
+
+    #[test]
+    fn sync_order_is_druids() {
+        let all = with_backups(2);
         let order: Vec<_> = all
             .in_sync_order()
             .iter()
@@ -199,6 +235,32 @@ mod tests {
                 "Service/etcd-main-peer",
                 "ConfigMap/etcd-main-config",
                 "StatefulSet/etcd-main",
+            ]
+        );
+    }
+
+    #[test]
+    fn each_component_has_its_own_sync_error_code() {
+        let all = with_backups(1);
+        let codes: Vec<_> = all
+            .in_sync_order()
+            .iter()
+            .map(|o| format!("{} {}", o.name(), o.sync_error_code()))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                "etcd-main ERR_SYNC_SERVICE_ACCOUNT",
+                "druid.gardener.cloud:etcd:etcd-main ERR_SYNC_ROLE",
+                "druid.gardener.cloud:etcd:etcd-main ERR_SYNC_ROLE_BINDING",
+                "etcd-main-0 ERR_SYNC_MEMBER_LEASE",
+                "etcd-main-full-snap ERR_SYNC_SNAPSHOT_LEASE",
+                "etcd-main-delta-snap ERR_SYNC_SNAPSHOT_LEASE",
+                "etcd-main ERR_SYNC_POD_DISRUPTION_BUDGET",
+                "etcd-main-client ERR_SYNC_CLIENT_SERVICE",
+                "etcd-main-peer ERR_SYNC_PEER_SERVICE",
+                "etcd-main-config ERR_SYNC_CONFIGMAP",
+                "etcd-main ERR_SYNC_STATEFULSET",
             ]
         );
     }

@@ -6,8 +6,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use quorate_api::Etcd;
 use quorate_api::names::{component, member_lease_names};
 
+use crate::last_operation::ErrorCode;
+
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when a member lease cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncMemberLease;
 
 /// One lease per ordinal below `spec.replicas`, in ordinal order. Surplus leases (after a
 /// scale-in) are not in this list; deleting them is the controller's decision.

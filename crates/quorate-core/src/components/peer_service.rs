@@ -6,9 +6,14 @@ use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use quorate_api::Etcd;
 use quorate_api::names::{LABEL_COMPONENT, component, default_labels, peer_service_name};
 
+use crate::last_operation::ErrorCode;
+
 use super::client_service::tcp_port;
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when the peer Service cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncPeerService;
 
 /// Port name of etcd's peer port.
 pub const PEER_PORT_NAME: &str = "peer";

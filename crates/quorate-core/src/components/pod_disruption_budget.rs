@@ -9,8 +9,13 @@ use quorate_api::Etcd;
 use quorate_api::annotations::ALLOW_UNHEALTHY_POD_EVICTION;
 use quorate_api::names::{component, default_labels, pod_disruption_budget_name};
 
+use crate::last_operation::ErrorCode;
+
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when the PodDisruptionBudget cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncPodDisruptionBudget;
 
 /// `unhealthyPodEvictionPolicy` set by [`ALLOW_UNHEALTHY_POD_EVICTION`]: pods that are not
 /// ready may be evicted even when the budget is exhausted.

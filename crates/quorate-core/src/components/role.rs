@@ -6,8 +6,13 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use quorate_api::Etcd;
 use quorate_api::names::{component, config_map_name, role_name};
 
+use crate::last_operation::ErrorCode;
+
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when the Role cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncRole;
 
 /// Verbs on leases: the agent reads and renews (patches) the member and snapshot leases the
 /// operator creates; it never creates or replaces one.

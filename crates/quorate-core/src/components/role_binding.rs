@@ -5,8 +5,13 @@ use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use quorate_api::Etcd;
 use quorate_api::names::{component, role_binding_name, role_name, service_account_name};
 
+use crate::last_operation::ErrorCode;
+
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when the RoleBinding cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncRoleBinding;
 
 /// The RoleBinding of the member pods' ServiceAccount.
 pub fn build(etcd: &Etcd) -> Result<RoleBinding, ComponentError> {

@@ -5,9 +5,14 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use quorate_api::Etcd;
 use quorate_api::names::{component, service_account_name};
 
+use crate::last_operation::ErrorCode;
+
 use super::context::ComponentContext;
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when the ServiceAccount cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncServiceAccount;
 
 /// The ServiceAccount of the member pods; the token is mounted unless the operator was told
 /// not to (`--disable-etcd-serviceaccount-automount`).

@@ -6,8 +6,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use quorate_api::Etcd;
 use quorate_api::names::{component, delta_snapshot_lease_name, full_snapshot_lease_name};
 
+use crate::last_operation::ErrorCode;
+
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
+
+/// The `lastErrors` code when a snapshot lease cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncSnapshotLease;
 
 /// The full and delta snapshot leases (in that order) when `spec.backup.store` is set; none
 /// otherwise, and then the controller deletes existing ones, as druid does.

@@ -20,11 +20,16 @@ use quorate_api::names::{
     volume_claim_template_name,
 };
 
+use crate::last_operation::ErrorCode;
+
 use super::context::ComponentContext;
 use super::error::ComponentError;
 use super::member_container;
 use super::meta::{EtcdIdentity, merged};
 use super::volumes::{init_containers, pod_volumes};
+
+/// The `lastErrors` code when the StatefulSet cannot be created or updated.
+pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncStatefulSet;
 
 /// The StatefulSet with `replicas` pods. `replicas` is the controller's choice, not always
 /// `spec.replicas`: while a TLS change rolls out it keeps the current size. `config_checksum`
@@ -92,6 +97,17 @@ pub fn build(
         }),
         status: None,
     })
+}
+
+/// The StatefulSet `built` for `spec.replicas`, with `replicas` pods instead: the size is the
+/// only thing [`build`] takes from its `replicas`, so a controller that holds a smaller size
+/// (a TLS change rolls out at the current size) does not need to build the object again.
+pub fn resized(built: &StatefulSet, replicas: i32) -> StatefulSet {
+    let mut sts = built.clone();
+    if let Some(spec) = sts.spec.as_mut() {
+        spec.replicas = Some(replicas);
+    }
+    sts
 }
 
 /// uid/gid 65532 (or root with `runAsRoot`), with files of mounted volumes group-owned by it;
@@ -196,6 +212,16 @@ mod tests {
             Quantity("16Gi".into())
         );
         assert_eq!(pvc_spec.storage_class_name, None);
+    }
+
+    #[test]
+    fn resizing_equals_building_at_that_size() {
+        let e = etcd("etcd-main", 3);
+        let built = build(&e, &ctx(), 3, Some("abc")).unwrap();
+        assert_eq!(
+            resized(&built, 1),
+            build(&e, &ctx(), 1, Some("abc")).unwrap()
+        );
     }
 
     #[test]

@@ -8,20 +8,18 @@
 //! [`server`] serves both over TLS, [`tls`] loads and reloads the serving certificate and
 //! [`certs`] makes one when nobody else provides it.
 
-pub mod certs;
-pub mod etcd;
-pub mod etcd_lookup;
-pub mod protection;
+mod certs;
+mod etcd;
+mod etcd_lookup;
+mod protection;
 mod review;
-pub mod server;
-pub mod tls;
+mod server;
+mod tls;
 
-pub use certs::{WebhookCerts, generate_webhook_certs, service_dns_names};
-pub use etcd_lookup::{EtcdLookup, KubeEtcdLookup, LookupError};
-pub use protection::{EtcdFacts, ProtectionConfig};
-pub use server::{
-    WebhookConfig, WebhookError, review_component, router, serve_webhooks, serve_webhooks_on,
-};
+pub use certs::{CA_FILE, WebhookCerts, generate_webhook_certs, service_dns_names};
+pub use protection::{PROTECTED_KINDS, ProtectionConfig};
+pub use server::{WebhookConfig, WebhookError, serve_webhooks, serve_webhooks_on};
+pub use tls::CERT_FILE;
 
 /// Path of the webhook that validates `Etcd` objects on CREATE and UPDATE; the
 /// ValidatingWebhookConfiguration's `clientConfig.service.path` (or `url` path) must be this.

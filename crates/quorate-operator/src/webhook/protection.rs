@@ -215,7 +215,8 @@ pub fn decide_with_etcd(request: &ComponentRequest, etcd: &str, facts: &EtcdFact
     }
 }
 
-/// [`first_step`] and [`decide_with_etcd`] in one, for callers that already know the facts.
+/// [`first_step`] and [`decide_with_etcd`] in one, for tests that already know the facts.
+#[cfg(test)]
 pub fn decide(
     request: &ComponentRequest,
     config: &ProtectionConfig,
@@ -296,6 +297,14 @@ mod tests {
 
     fn config_map(op: Operation, user: &str) -> ComponentRequest {
         request(op, "", "ConfigMap", user)
+    }
+
+    /// `user` updating the managed ServiceAccount `etcd-main`.
+    fn sa_update(user: &str) -> ComponentRequest {
+        ComponentRequest {
+            name: "etcd-main".into(),
+            ..request(Operation::Update, "", "ServiceAccount", user)
+        }
     }
 
     const PROTECTED: EtcdFacts = EtcdFacts::Present {
@@ -501,16 +510,7 @@ mod tests {
             "system:serviceaccount:kube-system:token-cleaner",
             "system:serviceaccount:kube-system:generic-garbage-collector",
         ] {
-            let r = ComponentRequest {
-                operation: Operation::Update,
-                group: String::new(),
-                kind: "ServiceAccount".into(),
-                namespace: "shoot".into(),
-                name: "etcd-main".into(),
-                username: user.into(),
-                old_labels: managed("etcd-main"),
-                new_labels: managed("etcd-main"),
-            };
+            let r = sa_update(user);
             assert_eq!(
                 first_step(&r, &config()),
                 Step::Done(Decision::Allow(AllowReason::ControlPlane)),
@@ -518,16 +518,7 @@ mod tests {
             );
         }
         // Someone else's ServiceAccount named like a controller is not.
-        let r = ComponentRequest {
-            operation: Operation::Update,
-            group: String::new(),
-            kind: "ServiceAccount".into(),
-            namespace: "shoot".into(),
-            name: "etcd-main".into(),
-            username: "system:serviceaccount:shoot:kube-controller-manager".into(),
-            old_labels: managed("etcd-main"),
-            new_labels: managed("etcd-main"),
-        };
+        let r = sa_update("system:serviceaccount:shoot:kube-controller-manager");
         assert_eq!(first_step(&r, &config()), Step::LookUpEtcd("etcd-main"));
     }
 }

@@ -3,7 +3,7 @@
 //! seconds and swapped in when they change, so cert-manager or a rotated Secret takes effect
 //! without a restart. Only the aws-lc-rs provider is used, whatever else is compiled in.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -211,8 +211,9 @@ fn server_config_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerC
     Ok(Arc::new(config))
 }
 
-/// Whether `dir` holds both files (for callers deciding whether to generate certificates).
-pub fn cert_dir_populated(dir: &Path) -> bool {
+/// Whether `dir` holds both files (for tests checking what was written).
+#[cfg(test)]
+pub fn cert_dir_populated(dir: &std::path::Path) -> bool {
     dir.join(CERT_FILE).is_file() && dir.join(KEY_FILE).is_file()
 }
 

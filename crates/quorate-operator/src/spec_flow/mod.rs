@@ -1,0 +1,51 @@
+//! The spec flow: make every component of an `Etcd` what its spec says. One pass is a list of
+//! steps, each with the `lastErrors` code it fails with, stopping at the first failure:
+//!
+//! 1. the finalizer, before anything is made ([`crate::finalizer`]);
+//! 2. dereference: read what the `Etcd` refers to, its ConfigMap and Secret
+//!    ([`references`]);
+//! 3. build every desired component, once ([`desired_components`]);
+//! 4. apply them in druid's order, each failing with its own code ([`components`]);
+//! 5. the StatefulSet, one safe step per pass ([`statefulset`]).
+//!
+//! The `Etcd` was validated once, before the pass ([`ValidatedEtcd`]); the status flow runs
+//! after it whatever the outcome.
+
+mod components;
+mod references;
+mod statefulset;
+
+use quorate_core::components::{desired_components, statefulset as statefulset_component};
+use quorate_core::last_operation::ErrorCode;
+
+use crate::context::Context;
+use crate::error::StepError;
+use crate::finalizer;
+use crate::status::PassOutcome;
+use crate::validated::ValidatedEtcd;
+use references::References;
+
+/// Runs the spec flow once.
+pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> PassOutcome {
+    match steps(etcd, ctx).await {
+        Ok(outcome) => outcome,
+        Err(failed) => PassOutcome::Failed(vec![(failed.code, failed.error.to_string())]),
+    }
+}
+
+async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepError> {
+    finalizer::ensure(etcd, ctx)
+        .await
+        .map_err(StepError::tag(ErrorCode::AddFinalizer))?;
+    // A failed read of what the ConfigMap is built from fails the ConfigMap's sync.
+    let references = References::look_up(etcd, ctx)
+        .await
+        .map_err(StepError::tag(ErrorCode::SyncConfigMap))?;
+    let component_ctx = references.component_context(&ctx.settings);
+    let desired = desired_components(etcd.etcd(), &component_ctx)
+        .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
+    components::apply_in_order(etcd, ctx, &desired).await?;
+    statefulset::sync(etcd, ctx, &desired.statefulset)
+        .await
+        .map_err(StepError::tag(statefulset_component::SYNC_ERROR))
+}
