@@ -349,6 +349,10 @@ async fn run_etcd<C: Coordination>(
                             s.is_learner = st.is_learner;
                             s.is_leader = st.leader_id == st.member_id;
                             s.healthy = st.leader_id != 0;
+                            if s.healthy && s.message_is_quorum_wait {
+                                s.message.clear();
+                                s.message_is_quorum_wait = false;
+                            }
                             s.data_state = Some(DataState::Present {
                                 cluster_id: Some(st.cluster_id),
                                 member_id: Some(st.member_id),

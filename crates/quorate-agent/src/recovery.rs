@@ -106,7 +106,10 @@ pub async fn check<C: Coordination>(
             if s.message != reason {
                 tracing::warn!(member = %me, %reason, "quorum lost");
             }
-            state.update(|s| s.message = reason);
+            state.update(|s| {
+                s.message = reason;
+                s.message_is_quorum_wait = true;
+            });
             QuorumAction::None
         }
         RecoveryDecision::ForceNewCluster {

@@ -46,6 +46,9 @@ pub struct MemberState {
     pub data_state: Option<DataState>,
     /// The recovery from quorum loss this member carried out, if any.
     pub recovery: Option<RecoveryRecord>,
+    /// `message` says why quorum is not recovered; cleared once etcd has a leader again.
+    #[serde(skip)]
+    pub message_is_quorum_wait: bool,
 }
 
 impl MemberState {

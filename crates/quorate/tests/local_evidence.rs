@@ -317,19 +317,24 @@ fn etcd_behind_the_bucket_stops_backups_and_deletes_nothing() {
     let before = list();
 
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
-    let message = eventually("BackupReady False", Duration::from_secs(60), || {
-        let status: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(local.cluster_dir("behind").join("status.json")).ok()?,
-        )
-        .ok()?;
-        let c = status["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "BackupReady")?
-            .clone();
-        (c["status"] == "False").then(|| c["message"].as_str().unwrap_or_default().to_string())
-    });
-    assert!(message.contains("behind the backups"), "{message}");
+    let message = eventually(
+        "BackupReady False with the leader's reason",
+        Duration::from_secs(60),
+        || {
+            let status: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(local.cluster_dir("behind").join("status.json")).ok()?,
+            )
+            .ok()?;
+            let c = status["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "BackupReady")?
+                .clone();
+            let message = c["message"].as_str().unwrap_or_default().to_string();
+            (c["status"] == "False" && message.contains("behind the backups")).then_some(message)
+        },
+    );
+    assert!(message.contains("backups stopped"), "{message}");
     rt.block_on(put_keys(&local.endpoints("behind"), "c/", 5));
     std::thread::sleep(Duration::from_secs(7)); // more than a delta period and a GC period
     assert_eq!(
