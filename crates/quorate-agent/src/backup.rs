@@ -21,8 +21,46 @@ use quorate_etcd::{EtcdTimeouts, MemberClient};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// Why backups failed in one period of leadership (the leader records it on the snapshot
+/// leases, so `BackupReady` says it, and tries again).
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The store could not be opened, listed or written.
+    #[error("{0}")]
+    Store(String),
+    /// This member's etcd did not answer.
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// Taking a full snapshot failed.
+    #[error("full snapshot: {0}")]
+    FullSnapshot(String),
+    /// Uploading a snapshot failed.
+    #[error("uploading {object}: {reason}")]
+    Upload {
+        /// The object.
+        object: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Capturing deltas failed.
+    #[error("delta capture failed: {0}")]
+    Capture(String),
+    /// The bucket's chain is not etcd's history: nothing is written to or deleted from it.
+    #[error("backups stopped: {0}")]
+    ChainRefused(String),
+    /// This member is not the backup leader (answer to an on-demand request).
+    #[error("this member is not the backup leader")]
+    NotLeader,
+}
+
+impl BackupError {
+    fn store(e: impl std::fmt::Display) -> Self {
+        BackupError::Store(e.to_string())
+    }
+}
+
 /// Where the answer to an on-demand full snapshot goes.
-type FullReply = oneshot::Sender<Result<StoredSnapshot, String>>;
+type FullReply = oneshot::Sender<Result<StoredSnapshot, BackupError>>;
 
 /// An on-demand snapshot asked for over HTTP.
 #[derive(Debug)]
@@ -37,7 +75,7 @@ pub enum BackupRequest {
     /// `/snapshot/delta`.
     Delta {
         /// The stored delta (`None` when nothing changed), or why it failed.
-        reply: oneshot::Sender<Result<Option<StoredSnapshot>, String>>,
+        reply: oneshot::Sender<Result<Option<StoredSnapshot>, BackupError>>,
     },
 }
 
@@ -99,7 +137,7 @@ pub async fn run_backups<C: Coordination>(
                     Err(_) if *shutdown.borrow() => return,
                     Err(error) => {
                         tracing::warn!(member = %me, %error, "backups failed; retrying");
-                        leader.record_error(&error).await;
+                        leader.record_error(&error.to_string()).await;
                         let _ =
                             tokio::time::timeout(Duration::from_secs(5), shutdown.changed()).await;
                     }
@@ -108,7 +146,7 @@ pub async fn run_backups<C: Coordination>(
             None => {
                 // Not the leader: answer requests with a pointer to who is.
                 while let Ok(request) = requests.try_recv() {
-                    refuse(request, "this member is not the backup leader");
+                    refuse(request);
                 }
                 let _ = tokio::time::timeout(Duration::from_millis(500), shutdown.changed()).await;
             }
@@ -116,13 +154,13 @@ pub async fn run_backups<C: Coordination>(
     }
 }
 
-fn refuse(request: BackupRequest, why: &str) {
+fn refuse(request: BackupRequest) {
     match request {
         BackupRequest::Full { reply, .. } => {
-            let _ = reply.send(Err(why.to_string()));
+            let _ = reply.send(Err(BackupError::NotLeader));
         }
         BackupRequest::Delta { reply } => {
-            let _ = reply.send(Err(why.to_string()));
+            let _ = reply.send(Err(BackupError::NotLeader));
         }
     }
 }
@@ -141,7 +179,7 @@ impl<C: Coordination> Leader<'_, C> {
         s.is_leader && s.healthy
     }
 
-    async fn member_client(&self) -> Result<MemberClient, String> {
+    async fn member_client(&self) -> Result<MemberClient, BackupError> {
         let url = self
             .cluster
             .member(self.me)
@@ -153,7 +191,7 @@ impl<C: Coordination> Leader<'_, C> {
             EtcdTimeouts::default(),
         )
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| BackupError::Etcd(e.to_string()))
     }
 
     fn compression(&self) -> Option<quorate_api::CompressionPolicy> {
@@ -167,15 +205,15 @@ impl<C: Coordination> Leader<'_, C> {
         &mut self,
         requests: &mut mpsc::Receiver<BackupRequest>,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<LeadEnd, String> {
-        let store = crate::restore::open_store(self.backup).map_err(|e| e.to_string())?;
-        store.check().await.map_err(|e| e.to_string())?;
+    ) -> Result<LeadEnd, BackupError> {
+        let store = crate::restore::open_store(self.backup).map_err(BackupError::store)?;
+        store.check().await.map_err(BackupError::store)?;
         crate::restore::check_owner(&store, self.backup)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(BackupError::store)?;
         self.check_chain(&store).await?;
         let schedule = self.backup.spec.full_snapshot_cron();
-        let stored = store.list().await.map_err(|e| e.to_string())?;
+        let stored = store.list().await.map_err(BackupError::store)?;
         let now = jiff::Timestamp::now();
         let newest_full = stored.iter().rfind(|s| s.name.kind == SnapshotKind::Full);
         let newest_revision = stored
@@ -217,10 +255,11 @@ impl<C: Coordination> Leader<'_, C> {
             let mut config = DeltaConfig::new(next_revision);
             config.memory_limit = self.backup.spec.delta_snapshot_memory_limit_bytes() as usize;
             config.schedule = CutSchedule::Every(self.backup.spec.delta_snapshot_period());
-            let (handle, mut batches, task) =
-                DeltaWatcher::spawn(client, config).map_err(|e| e.to_string())?;
-            let mut pending_delta: Option<oneshot::Sender<Result<Option<StoredSnapshot>, String>>> =
-                None;
+            let (handle, mut batches, task) = DeltaWatcher::spawn(client, config)
+                .map_err(|e| BackupError::Capture(e.to_string()))?;
+            let mut pending_delta: Option<
+                oneshot::Sender<Result<Option<StoredSnapshot>, BackupError>>,
+            > = None;
             let mut cut_replies =
                 mpsc::channel::<Result<quorate_backup::snapshotter::CutOutcome, CaptureError>>(1);
             // What ends this watch: `Some(is_final, reply)` = take a full snapshot next.
@@ -280,8 +319,8 @@ impl<C: Coordination> Leader<'_, C> {
                 Ok(Err(CaptureError::Compacted { .. })) => {
                     full_after = full_after.or(Some((false, None)))
                 }
-                Ok(Err(e)) => return Err(format!("delta capture failed: {e}")),
-                Err(e) => return Err(format!("delta capture task failed: {e}")),
+                Ok(Err(e)) => return Err(BackupError::Capture(e.to_string())),
+                Err(e) => return Err(BackupError::Capture(format!("the capture task ended: {e}"))),
             }
             if lost {
                 return Ok(LeadEnd::LostLeadership);
@@ -299,18 +338,20 @@ impl<C: Coordination> Leader<'_, C> {
 
     /// Continues the bucket's chain only if etcd's history is the chain's (issue 12): decided
     /// by `backup_chain` from the chain record, the bucket's newest revision and etcd's status.
-    async fn check_chain(&self, store: &SnapStore) -> Result<(), String> {
+    async fn check_chain(&self, store: &SnapStore) -> Result<(), BackupError> {
         let status = self
             .member_client()
             .await?
             .status()
             .await
-            .map_err(|e| e.to_string())?;
-        let record = crate::restore::chain_record(store).await?;
+            .map_err(|e| BackupError::Etcd(e.to_string()))?;
+        let record = crate::restore::chain_record(store)
+            .await
+            .map_err(BackupError::store)?;
         let newest = store
             .list()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(BackupError::store)?
             .iter()
             .map(|s| s.name.last_revision)
             .max();
@@ -323,32 +364,44 @@ impl<C: Coordination> Leader<'_, C> {
         };
         match decide_chain(evidence) {
             ChainDecision::Continue => Ok(()),
-            ChainDecision::Record(record) => crate::restore::put_chain_record(store, &record).await,
+            ChainDecision::Record(record) => crate::restore::put_chain_record(store, &record)
+                .await
+                .map_err(BackupError::store),
             ChainDecision::StartNew(record) => {
                 let suffix = jiff::Timestamp::now().as_second().to_string();
-                let moved = store.archive(&suffix).await.map_err(|e| e.to_string())?;
+                let moved = store.archive(&suffix).await.map_err(BackupError::store)?;
                 tracing::warn!(member = %self.me, moved, suffix = %suffix, "new backup chain asked for: the old snapshots were moved aside");
-                crate::restore::put_chain_record(store, &record).await
+                crate::restore::put_chain_record(store, &record)
+                    .await
+                    .map_err(BackupError::store)
             }
-            ChainDecision::Refuse(why) => Err(format!("backups stopped: {why}")),
+            ChainDecision::Refuse(why) => Err(BackupError::ChainRefused(why)),
         }
     }
 
-    async fn take_full(&self, store: &SnapStore, is_final: bool) -> Result<StoredSnapshot, String> {
+    async fn take_full(
+        &self,
+        store: &SnapStore,
+        is_final: bool,
+    ) -> Result<StoredSnapshot, BackupError> {
         let client = self.member_client().await?;
         let snapshot = full_snapshot(&client)
             .await
-            .map_err(|e| format!("full snapshot: {e}"))?;
+            .map_err(|e| BackupError::FullSnapshot(e.to_string()))?;
         let mut name = SnapshotName::full(
             snapshot.revision,
             jiff::Timestamp::now().as_second(),
             self.compression(),
         );
         name.is_final = is_final;
-        let stored = store
-            .upload(&name, snapshot.stream)
-            .await
-            .map_err(|e| format!("uploading {}: {e}", name.file_name()))?;
+        let stored =
+            store
+                .upload(&name, snapshot.stream)
+                .await
+                .map_err(|e| BackupError::Upload {
+                    object: name.file_name(),
+                    reason: e.to_string(),
+                })?;
         tracing::info!(member = %self.me, snapshot = %stored.path, size = stored.size, "full snapshot stored");
         self.record(&self.backup.full_snapshot_lease, snapshot.revision)
             .await;
@@ -362,7 +415,7 @@ impl<C: Coordination> Leader<'_, C> {
         &self,
         store: &SnapStore,
         batch: &DeltaBatch,
-    ) -> Result<StoredSnapshot, String> {
+    ) -> Result<StoredSnapshot, BackupError> {
         let name = SnapshotName::incr(
             batch.start_revision,
             batch.last_revision,
@@ -375,15 +428,18 @@ impl<C: Coordination> Leader<'_, C> {
         let stored = store
             .upload(&name, body)
             .await
-            .map_err(|e| format!("uploading {}: {e}", name.file_name()))?;
+            .map_err(|e| BackupError::Upload {
+                object: name.file_name(),
+                reason: e.to_string(),
+            })?;
         tracing::debug!(member = %self.me, snapshot = %stored.path, events = batch.events.len(), "delta snapshot stored");
         self.record(&self.backup.delta_snapshot_lease, batch.last_revision)
             .await;
         Ok(stored)
     }
 
-    async fn collect_garbage(&self, store: &SnapStore) -> Result<(), String> {
-        let stored = store.list().await.map_err(|e| e.to_string())?;
+    async fn collect_garbage(&self, store: &SnapStore) -> Result<(), BackupError> {
+        let stored = store.list().await.map_err(BackupError::store)?;
         let infos: Vec<SnapshotInfo> = stored
             .iter()
             .map(|s| SnapshotInfo {
@@ -401,7 +457,7 @@ impl<C: Coordination> Leader<'_, C> {
             store
                 .delete(&stored[index])
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(BackupError::store)?;
             tracing::info!(member = %self.me, snapshot = %stored[index].path, "garbage-collected");
         }
         Ok(())

@@ -110,7 +110,7 @@ async fn snapshot_full<C: Coordination + Clone>(
     };
     match ask(&http, asked, answer, Duration::from_secs(900)).await {
         Ok(Ok(stored)) => axum::Json(snapshot_json(&stored)).into_response(),
-        Ok(Err(e)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Ok(Err(e)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(response) => response,
     }
 }
@@ -137,7 +137,7 @@ async fn snapshot_delta<C: Coordination + Clone>(
             axum::Json(json!({ "message": "no changes since the last delta snapshot" }))
                 .into_response()
         }
-        Ok(Err(e)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Ok(Err(e)) => failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(response) => response,
     }
 }

@@ -149,7 +149,16 @@ pub async fn run_agent<C: Coordination>(
             }
             RunEnd::BehindBackup(why) => {
                 tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
-                move_aside(&state, &opts, &mut shutdown, &why).await;
+                if move_aside(&state, &opts, &mut shutdown, &why).await {
+                    // The decision was made on evidence already: restore now, without deciding
+                    // again (the others may be gone, so the start decision would wait for them).
+                    match crate::restore::restore_member(&cluster, &opts).await {
+                        Ok(()) => next_mode = Some(StartMode::Restart),
+                        Err(e) => {
+                            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
+                        }
+                    }
+                }
             }
             RunEnd::Exited(why) => {
                 failures += 1;
@@ -162,16 +171,21 @@ pub async fn run_agent<C: Coordination>(
     }
 }
 
-/// Moves the data directory aside (never deleting it); on failure waits, saying why.
+/// Moves the data directory aside (never deleting it); on failure waits, saying why, and
+/// returns false.
 async fn move_aside(
     state: &SharedState,
     opts: &AgentOptions,
     shutdown: &mut watch::Receiver<bool>,
     why: &str,
-) {
-    if let Err(e) = data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second()) {
-        let reason = Wait::new(format!("{why}; moving the data aside failed: {e}"));
-        wait(state, opts, shutdown, reason, opts.poll_interval).await;
+) -> bool {
+    match data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second()) {
+        Ok(_) => true,
+        Err(e) => {
+            let reason = Wait::new(format!("{why}; moving the data aside failed: {e}"));
+            wait(state, opts, shutdown, reason, opts.poll_interval).await;
+            false
+        }
     }
 }
 
@@ -280,7 +294,7 @@ async fn run_etcd<C: Coordination>(
                             process.stop(Duration::from_secs(10)).await;
                             return Ok(RunEnd::ConfigChanged);
                         }
-                        Err(reason) => state.update(|s| s.message = reason),
+                        Err(reason) => state.update(|s| s.message = reason.into()),
                     }
                 }
             }
@@ -437,11 +451,11 @@ async fn restart_turn<C: Coordination>(
     latest: &ClusterConfig,
     me: &str,
     client: &MemberClient,
-) -> Result<(), String> {
+) -> Result<(), Wait> {
     let list = client
         .member_list_of_cluster()
         .await
-        .map_err(|e| format!("reading the member list: {e}"))?;
+        .map_err(|e| Wait::new(format!("reading the member list: {e}")))?;
     let leases = coord.member_leases().await.unwrap_or_default();
     let executor = Executor::new(latest, me);
     let answers: Vec<(
@@ -454,7 +468,7 @@ async fn restart_turn<C: Coordination>(
         .map(|(m, a)| (m.name, a))
         .collect();
     let peers = RolloutPeer::from_leases(latest, &leases, &answers);
-    may_restart(me, &peers, &config_hash(latest))
+    may_restart(me, &peers, &config_hash(latest)).map_err(Wait::new)
 }
 
 /// Makes the cluster know this member by the peer URL it is configured with, as etcd keeps a

@@ -11,7 +11,7 @@ use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::membership::MemberList;
 use quorate_core::membership::data_state::DataState;
 use quorate_core::membership::recovery::{
-    RecoveryDecision, RecoveryRecord, VoterReport, decide_recovery,
+    BucketHead, RecoveryDecision, RecoveryRecord, VoterReport, decide_recovery,
 };
 use quorate_etcd::MemberClient;
 
@@ -91,7 +91,14 @@ pub async fn check<C: Coordination>(
         .recovery_request
         .clone()
         .filter(|r| !RecoveryRecord::served(&leases, r));
-    let decision = decide_recovery(&reports, None, request.is_some());
+    let mut decision = decide_recovery(&reports, None, request.is_some());
+    // Only the member that would recover reads the bucket: the bucket wins when it holds a newer
+    // state of the same history.
+    if matches!(&decision, RecoveryDecision::ForceNewCluster { member, .. } if member == me)
+        && let Some(head) = bucket_head(cluster).await
+    {
+        decision = decide_recovery(&reports, Some(head), request.is_some());
+    }
     let record = |member_id: u64, revision: i64, dropped: Vec<u64>| RecoveryRecord {
         member: me.to_string(),
         member_id,
@@ -132,6 +139,24 @@ pub async fn check<C: Coordination>(
             QuorumAction::None
         }
     }
+}
+
+/// The bucket's newest revision and the history it holds, when backups are configured and the
+/// bucket can be read.
+async fn bucket_head(cluster: &ClusterConfig) -> Option<BucketHead> {
+    let store = crate::restore::open_store(cluster.backup.as_ref()?).ok()?;
+    let revision = store
+        .list()
+        .await
+        .ok()?
+        .iter()
+        .map(|s| s.name.last_revision)
+        .max()?;
+    let chain = crate::restore::chain_record(&store).await.ok()?;
+    Some(BucketHead {
+        revision,
+        cluster_id: chain.map(|c| c.cluster_id),
+    })
 }
 
 /// Keeps the record of the recovery this member is about to carry out, on disk and on its

@@ -4,7 +4,7 @@
 //! this module maps the agent's [`ClusterConfig`] onto it.
 
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
-use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_backup::store::{SnapStore, StoreError, StoreOptions};
 use quorate_backup::store_restore::{self, StoreRestoreError, restore_from_store};
 use quorate_core::backup_chain::ChainRecord;
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
@@ -33,18 +33,15 @@ pub async fn check_owner(
 }
 
 /// The bucket's chain record, if it has a readable one.
-pub async fn chain_record(store: &SnapStore) -> Result<Option<ChainRecord>, String> {
-    let text = store.marker("chain").await.map_err(|e| e.to_string())?;
+pub async fn chain_record(store: &SnapStore) -> Result<Option<ChainRecord>, StoreError> {
+    let text = store.marker("chain").await?;
     Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
 /// Records `record` as the bucket's chain.
-pub async fn put_chain_record(store: &SnapStore, record: &ChainRecord) -> Result<(), String> {
+pub async fn put_chain_record(store: &SnapStore, record: &ChainRecord) -> Result<(), StoreError> {
     let text = serde_json::to_string(record).expect("a chain record serializes");
-    store
-        .put_marker("chain", &text)
-        .await
-        .map_err(|e| e.to_string())
+    store.put_marker("chain", &text).await
 }
 
 /// The cluster whose history the bucket's chain holds, if the bucket records it.
@@ -150,18 +147,43 @@ pub async fn backups_in_store(cluster: &ClusterConfig) -> Backups {
     }
 }
 
+/// Why restoring this member from the bucket failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreMemberError {
+    /// The cluster has no backups.
+    #[error("backups are not configured")]
+    NotConfigured,
+    /// The member is not desired.
+    #[error("{0} is not a desired member")]
+    NotDesired(String),
+    /// etcdctl is missing.
+    #[error("etcdctl is needed to restore a snapshot; install etcd-client")]
+    NoEtcdctl,
+    /// Reading the bucket's markers failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Opening the store or the restore failed.
+    #[error(transparent)]
+    Restore(#[from] StoreRestoreError),
+    /// The note of where the data came from could not be written.
+    #[error("recording where the data was restored from: {0}")]
+    Marker(std::io::Error),
+}
+
 /// Restores this agent's member from the bucket as a single-member cluster (after a total
 /// loss); the other members join it as learners afterwards.
 pub async fn restore_member(
     cluster: &ClusterConfig,
     opts: &crate::AgentOptions,
-) -> Result<(), String> {
+) -> Result<(), RestoreMemberError> {
     let backup = cluster
         .backup
         .as_ref()
-        .ok_or("backups are not configured")?;
-    let store = open_store(backup).map_err(|e| e.to_string())?;
-    let me = cluster.member(&opts.member).ok_or("not a desired member")?;
+        .ok_or(RestoreMemberError::NotConfigured)?;
+    let store = open_store(backup)?;
+    let me = cluster
+        .member(&opts.member)
+        .ok_or_else(|| RestoreMemberError::NotDesired(opts.member.clone()))?;
     let member = MemberIdentity {
         name: me.name.clone(),
         peer_urls: vec![me.peer_url.clone()],
@@ -170,13 +192,12 @@ pub async fn restore_member(
     };
     let etcdctl = quorate_etcd::binaries::find_on_path("etcdctl")
         .or_else(|| opts.etcd_binary.parent().map(|d| d.join("etcdctl")))
-        .ok_or("etcdctl is needed to restore a snapshot; install etcd-client")?;
+        .ok_or(RestoreMemberError::NoEtcdctl)?;
     let tools = EtcdTools::new(&opts.etcd_binary, etcdctl);
     tracing::warn!(member = %me.name, store = %store.describe(), "no member has data: restoring from the bucket");
     let chain = chain_record(&store).await?;
-    let report = restore_from_store(&store, RestoreTarget::Latest, member, &opts.data_dir, tools)
-        .await
-        .map_err(|e| e.to_string())?;
+    let report =
+        restore_from_store(&store, RestoreTarget::Latest, member, &opts.data_dir, tools).await?;
     if let Some(chain) = chain {
         let from = ChainRecord {
             cluster_id: chain.cluster_id,
@@ -186,7 +207,7 @@ pub async fn restore_member(
             restored_marker(&opts.data_dir),
             serde_json::to_string(&from).expect("a chain record serializes"),
         )
-        .map_err(|e| format!("recording where the data was restored from: {e}"))?;
+        .map_err(RestoreMemberError::Marker)?;
     }
     tracing::info!(
         member = %me.name,

@@ -103,9 +103,17 @@ pub async fn prepare_start<C: Coordination>(
         .filter_map(|l| l.holder_identity.as_deref())
         .filter_map(|h| h.parse::<HolderIdentity>().ok())
         .any(|h| h.cluster_id.is_some())
-        || peers
-            .iter()
-            .any(|p| matches!(p.state, Some(DataState::Present { .. })));
+        || peers.iter().any(|p| {
+            // Only data etcd ran on: a member about to bootstrap publishes `present` without a
+            // cluster ID first, and that must not make its fellow bootstrap members wait.
+            matches!(
+                p.state,
+                Some(DataState::Present {
+                    cluster_id: Some(_),
+                    ..
+                })
+            )
+        });
     let executor = Executor::new(cluster, me);
     let listed = executor.peers_member_list().await;
     let backups = if listed.is_none() {
@@ -131,7 +139,7 @@ pub async fn prepare_start<C: Coordination>(
             about_to_have_data(coord, cluster, me, state).await?;
             crate::restore::restore_member(cluster, opts)
                 .await
-                .map_err(|e| NotYet::RestoreFailed(Wait::new(e)))?;
+                .map_err(|e| NotYet::RestoreFailed(Wait::new(e.to_string())))?;
             Ok(StartMode::Restart)
         }
         StartDecision::AddSelfAsLearner => {

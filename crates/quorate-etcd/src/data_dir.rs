@@ -169,6 +169,21 @@ pub fn check_guard(data_dir: &Path, cluster_token: &str) -> Result<(), GuardErro
     }
 }
 
+/// Whether a running etcd uses `data_dir`: etcd's database (bbolt) holds an exclusive lock on
+/// `member/snap/db` while it runs, so a lock this process cannot take means a live member.
+pub fn in_use(data_dir: &Path) -> bool {
+    let Ok(db) = std::fs::File::open(data_dir.join("member").join("snap").join("db")) else {
+        return false;
+    };
+    match db.try_lock() {
+        Ok(()) => {
+            let _ = db.unlock();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
 fn guard_path(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name("safe_guard")
 }

@@ -91,6 +91,46 @@ pub struct RestoreArgs {
     pub target: RestoreTarget,
     pub secret_dir: Option<PathBuf>,
     pub local_root: Option<PathBuf>,
+    pub force: bool,
+}
+
+/// Refuses to restore into a directory a running etcd uses, always, and into one that holds
+/// anything unless `force`; with `force` the old content is moved aside (never deleted).
+fn make_room(dir: &Path, force: bool) -> Result<(), Error> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries.count(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.display()).into()),
+    };
+    if entries == 0 {
+        return Ok(());
+    }
+    if quorate_etcd::data_dir::in_use(dir) {
+        return Err(format!(
+            "{} is the data directory of a running etcd (it holds the database lock); stop that \
+             member first, or restore into another directory. Nothing was changed",
+            dir.display()
+        )
+        .into());
+    }
+    if !force {
+        return Err(format!(
+            "{} is not empty ({entries} entries); a restore replaces what it holds. Pass --force \
+             to move its content aside (to {}.invalid-<time>) and restore, or choose an empty \
+             directory. Nothing was changed",
+            dir.display(),
+            dir.display()
+        )
+        .into());
+    }
+    let aside = quorate_etcd::data_dir::move_aside(dir, jiff::Timestamp::now().as_second())
+        .map_err(|e| format!("moving {} aside: {e}", dir.display()))?;
+    println!(
+        "moved the old content of {} to {}",
+        dir.display(),
+        aside.display()
+    );
+    Ok(())
 }
 
 /// Runs `quorate restore`.
@@ -104,6 +144,7 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
     let tools = EtcdTools::new(&ctx.etcd_bin, etcdctl);
     let (data_dir, identity) = match (&args.data_dir, args.up) {
         (Some(dir), false) => {
+            make_room(dir, args.force)?;
             let peer = format!("http://127.0.0.1:{}", etcd.spec.etcd.server_port());
             (
                 dir.clone(),

@@ -158,6 +158,10 @@ pub enum Command {
         /// a local cluster.
         #[arg(long, conflicts_with = "up")]
         data_dir: Option<PathBuf>,
+        /// Restore into a --data-dir that is not empty, moving its content aside first (never
+        /// allowed for the data directory of a running etcd).
+        #[arg(long, requires = "data_dir")]
+        force: bool,
         /// Create the manifest's cluster locally from the restored data and start it.
         #[arg(long)]
         up: bool,

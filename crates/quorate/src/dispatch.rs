@@ -235,6 +235,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Command::Restore {
             file,
             data_dir,
+            force,
             up,
             to_revision,
             to_time,
@@ -253,6 +254,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 target,
                 secret_dir,
                 local_root,
+                force,
             };
             crate::backup_cmds::restore(&context(None), args).await?;
             Ok(ExitCode::SUCCESS)

@@ -117,9 +117,11 @@ fn member_0_wiped_while_its_peers_are_stopped_does_not_fork_the_cluster() {
     let rt = runtime();
     let endpoints = local.endpoints("fork");
     rt.block_on(put_keys(&endpoints, "before/", 40));
-    eventually("a snapshot in the bucket", Duration::from_secs(30), || {
-        let listing = local.ok(&["backups", "list", "fork"]);
-        (listing.lines().count() > 2).then_some(())
+    eventually("a full snapshot in the bucket", Duration::from_secs(30), || {
+        local
+            .ok(&["backups", "list", "fork"])
+            .contains("Full-")
+            .then_some(())
     });
     let original = cluster_ids(&rt, &endpoints);
     assert_eq!(original.len(), 1);
@@ -127,21 +129,32 @@ fn member_0_wiped_while_its_peers_are_stopped_does_not_fork_the_cluster() {
     for member in ["fork-1", "fork-2"] {
         signal_member(&local, "fork", member, Signal::SIGSTOP);
     }
-    signal_member(&local, "fork", "fork-0", Signal::SIGKILL);
+    // Member 0 is frozen, wiped, then killed: its supervisor restarts its agent on an empty
+    // volume (killed first, the agent could restart etcd on the old data before the wipe).
+    signal_member(&local, "fork", "fork-0", Signal::SIGSTOP);
     let data = local.cluster_dir("fork").join("members/fork-0/data");
-    eventually("member 0's etcd to exit", Duration::from_secs(10), || {
-        local.etcd_pid("fork", "fork-0").is_none().then_some(())
-    });
     std::fs::remove_dir_all(&data).expect("wipe member 0");
+    signal_member(&local, "fork", "fork-0", Signal::SIGKILL);
 
-    let waiting = eventually(
-        "member 0 to say why it waits",
-        Duration::from_secs(60),
-        || {
-            annotation(&lease(&local, "fork", "fork-0"), "quorate.io/waiting")
-                .filter(|w| w.contains("fork-1 has data"))
-        },
-    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let current = lease(&local, "fork", "fork-0");
+        if let Some(w) =
+            annotation(&current, "quorate.io/waiting").filter(|w| w.contains("fork-1 has data"))
+        {
+            break w;
+        }
+        if std::time::Instant::now() > deadline {
+            let dir = local.cluster_dir("fork");
+            let log = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+            panic!(
+                "member 0 did not say why it waits; its lease: {current}\nagent log:\n{}\nsupervisor log:\n{}",
+                log("members/fork-0/agent.log"),
+                log("supervisor.log")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(waiting.contains("quorate recover"), "{waiting}");
     // Longer than the 15 s grace the old rule restored after.
     std::thread::sleep(Duration::from_secs(20));
@@ -352,4 +365,186 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+fn newest_backup(local: &Local, name: &str) -> i64 {
+    local
+        .ok(&["backups", "list", name])
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A cluster restored to an earlier revision into an adopted prefix is another history: it is
+/// not rolled forward to the bucket's newest state (not at start, not after a crash), and its
+/// backups stop instead of continuing the old chain.
+#[test]
+fn a_cluster_restored_to_an_earlier_revision_stays_there_after_a_crash() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("past", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    eventually("the first full snapshot", Duration::from_secs(30), || {
+        local
+            .ok(&["backups", "list", "past"])
+            .contains("Full-")
+            .then_some(())
+    });
+    let first = rt.block_on(put_keys(&local.endpoints("past"), "a/", 20));
+    let second = rt.block_on(put_keys(&local.endpoints("past"), "b/", 20));
+    eventually(
+        "backups through the writes",
+        Duration::from_secs(30),
+        || (newest_backup(&local, "past") >= second).then_some(()),
+    );
+    let bucket = local.state.path().join("bucket-copy");
+    copy_dir(&local.cluster_dir("past").join("backups"), &bucket);
+    local.ok(&["down", "past", "--purge"]);
+
+    let rev = first.to_string();
+    local.ok(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--up",
+        "--to-revision",
+        &rev,
+        "--local-root",
+        path_str(&bucket),
+    ]);
+    local.ok(&["down", "past"]);
+    let backups = local.cluster_dir("past").join("backups");
+    std::fs::remove_dir_all(&backups).unwrap();
+    copy_dir(&bucket, &backups);
+    let adopted = local.manifest(
+        "adopt.yaml",
+        &with_backups("past", 1).replace(
+            "  namespace: default\n",
+            "  namespace: default\n  annotations:\n    quorate.io/adopt-backups: \"true\"\n",
+        ),
+    );
+    local.ok(&["apply", "-f", path_str(&adopted)]);
+    local.ok(&["up", "-d", "-f", path_str(&adopted), "--timeout", "60s"]);
+    let endpoint = local.endpoints("past")[0].clone();
+    let at_restore = |what: &str| {
+        assert_eq!(rt.block_on(dump(&endpoint, "a/")).len(), 20, "{what}");
+        assert!(
+            rt.block_on(dump(&endpoint, "b/")).is_empty(),
+            "{what}: rolled forward to the bucket's newer history"
+        );
+    };
+    at_restore("after up");
+    eventually(
+        "BackupReady False naming the other history",
+        Duration::from_secs(60),
+        || {
+            let status: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(local.cluster_dir("past").join("status.json")).ok()?,
+            )
+            .ok()?;
+            let c = status["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "BackupReady")?
+                .clone();
+            (c["status"] == "False"
+                && c["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("history of cluster"))
+            .then_some(())
+        },
+    );
+
+    // A crash of etcd: the agent restarts it on the same data.
+    let pid = local.etcd_pid("past", "past-0").expect("etcd runs");
+    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    eventually("etcd to be restarted", Duration::from_secs(60), || {
+        local
+            .etcd_pid("past", "past-0")
+            .filter(|p| *p != pid)
+            .and_then(|_| {
+                rt.block_on(async {
+                    let mut c = etcd_client::Client::connect([endpoint.as_str()], None)
+                        .await
+                        .ok()?;
+                    c.status().await.ok()
+                })
+            })
+    });
+    at_restore("after the crash");
+}
+
+/// `quorate restore --data-dir` never replaces what a directory holds without being told, and
+/// never touches the data directory of a running etcd.
+#[test]
+fn restore_refuses_a_running_members_or_a_non_empty_directory() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("into", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    let written = rt.block_on(put_keys(&local.endpoints("into"), "k/", 5));
+    eventually("a backup", Duration::from_secs(30), || {
+        (newest_backup(&local, "into") >= written).then_some(())
+    });
+
+    let live = local.cluster_dir("into").join("members/into-0/data");
+    let out = local.quorate(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&live),
+        "--force",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("running etcd"), "{err}");
+    assert_eq!(
+        rt.block_on(dump(&local.endpoints("into")[0], "k/")).len(),
+        5
+    );
+
+    let dir = local.state.path().join("somewhere");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("keep.txt"), "mine").unwrap();
+    let out = local.quorate(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&dir),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not empty") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("keep.txt")).unwrap(),
+        "mine"
+    );
+
+    local.ok(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&dir),
+        "--force",
+    ]);
+    assert!(dir.join("member").exists(), "restored");
+    let kept = std::fs::read_dir(local.state.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("somewhere.invalid-")
+        })
+        .any(|e| e.path().join("keep.txt").exists());
+    assert!(kept, "the old content was moved aside, not deleted");
 }

@@ -11,5 +11,6 @@ mod s3_member_loss;
 mod s4_total_loss;
 mod s5_controls;
 mod s6_delete;
+mod s7_quorum_loss;
 
 pub use quorate_e2e::scenario::READY_TIMEOUT;
