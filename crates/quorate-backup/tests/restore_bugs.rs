@@ -444,3 +444,80 @@ async fn a_delta_that_cannot_be_fetched_fails_naming_it_and_leaves_the_target_un
     assert!(err.to_string().contains(&missing), "{err}");
     assert_untouched(&target, &before);
 }
+
+/// Issue 12, defect 6: a full snapshot is named with the revision read just before it was taken
+/// and may hold more. A point-in-time target between its name and its content used to fail with
+/// `FullPastTarget` on every attempt (planning picked the same object again); now the restore is
+/// planned again without it and reaches the target from the older full snapshot and the deltas.
+#[tokio::test]
+async fn a_target_inside_a_full_snapshot_that_holds_more_than_its_name_is_restored() {
+    use quorate_backup::store::{SnapStore, StoreOptions};
+    use quorate_backup::store_restore::restore_from_store;
+
+    let c = captured(1).await;
+    let files = tempfile::tempdir().unwrap();
+    let store = SnapStore::open(
+        &quorate_api::StoreSpec {
+            container: Some("bucket".into()),
+            endpoint_override: None,
+            prefix: "main".into(),
+            provider: Some("Local".into()),
+            secret_ref: None,
+        },
+        &StoreOptions {
+            local_root: files.path().to_path_buf(),
+            secret_dir: None,
+        },
+    )
+    .unwrap();
+    let upload_file = |name: SnapshotName, path: std::path::PathBuf| {
+        let store = store.clone();
+        async move {
+            let bytes = std::fs::read(path).unwrap();
+            let body = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(bytes))]);
+            store.upload(&name, body).await.unwrap();
+        }
+    };
+    // The older full snapshot, named correctly, and every change after it as one delta.
+    upload_file(
+        SnapshotName::full(c.full_revision, now_unix() - 60, None),
+        c.full_path.clone(),
+    )
+    .await;
+    let first = c.full_revision + 1;
+    let deltas = events_in(&c.events, first, c.head);
+    let encoded = quorate_backup::delta::encode(&deltas);
+    store
+        .upload(
+            &SnapshotName::incr(first, c.head, now_unix() - 30, None),
+            futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(encoded))]),
+        )
+        .await
+        .unwrap();
+    // A newer full snapshot holding everything up to the head, named 10 revisions earlier.
+    let newer = tempfile::tempdir().unwrap();
+    let (newer_path, _, newer_revision) = c.source.snapshot_file(newer.path()).await;
+    assert_eq!(newer_revision, c.head);
+    let named = newer_revision - 10;
+    assert!(named > c.full_revision);
+    upload_file(SnapshotName::full(named, now_unix(), None), newer_path).await;
+
+    let target_revision = named + 5;
+    let target = Target::new();
+    let report = restore_from_store(
+        &store,
+        RestoreTarget::ToRevision(target_revision),
+        target.identity(),
+        &target.data_dir(),
+        tools(),
+    )
+    .await
+    .expect("restored from the older full snapshot and the deltas");
+    assert_eq!(report.full_revision, c.full_revision);
+    assert_eq!(report.restored_revision, target_revision);
+    let (_restored, client) = target.start().await;
+    assert_same(
+        &state_of(&client, None).await,
+        &c.source.state(Some(target_revision)).await,
+    );
+}

@@ -204,15 +204,7 @@ impl MemberClient {
     /// The member list from this member's local state (may briefly lag a change applied
     /// elsewhere; rejected by learners on etcd 3.4). Answers without a leader, too.
     pub async fn member_list(&self) -> Result<Vec<Member>, EtcdError> {
-        let mut c = self.client.clone();
-        let resp = self
-            .call(
-                "member list",
-                self.unary(),
-                async move { c.member_list().await },
-            )
-            .await?;
-        Ok(members(resp.members()))
+        Ok(self.member_list_of_cluster().await?.members)
     }
 
     /// [`Self::member_list`] with the cluster ID of the answer: a member list is evidence only

@@ -73,6 +73,7 @@ pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, S
     let status = update_status(etcd, &ctx, &outcome, namespace, name)
         .await
         .map_err(StepError::tag(ErrorCode::UpdateStatus))?;
+    announce_waits(etcd, &ctx, &status).await;
     if outcome == PassOutcome::Succeeded
         && has_reconcile_operation(etcd.metadata.annotations.as_ref())
     {
@@ -199,6 +200,38 @@ async fn announce(etcd: &Etcd, ctx: &Context, outcome: &PassOutcome) {
     };
     if let Err(e) = ctx.recorder.publish(&event, &etcd.object_ref(&())).await {
         tracing::debug!("could not publish event {reason}: {e}");
+    }
+}
+
+/// A Warning event when members start waiting for evidence before a decision about data, or
+/// wait for something else than before (the `MembersWaiting` condition): what is missing and
+/// what overrides it, where `kubectl describe etcd` shows it.
+async fn announce_waits(etcd: &Etcd, ctx: &Context, new: &quorate_api::status::EtcdStatus) {
+    let waiting = |status: Option<&quorate_api::status::EtcdStatus>| {
+        status?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == quorate_core::conditions::MEMBERS_WAITING)
+            .filter(|c| c.status == quorate_api::status::ConditionStatus::True)
+            .map(|c| c.message.clone())
+    };
+    let Some(message) = waiting(Some(new)) else {
+        return;
+    };
+    if waiting(etcd.status.as_ref()).as_ref() == Some(&message) {
+        return;
+    }
+    // An event's note holds at most 1 kB; the condition keeps the whole text.
+    let note: String = message.chars().take(1000).collect();
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "MembersWaiting".to_string(),
+        note: Some(note),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &etcd.object_ref(&())).await {
+        tracing::debug!("could not publish event MembersWaiting: {e}");
     }
 }
 

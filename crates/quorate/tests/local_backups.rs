@@ -5,7 +5,9 @@ mod support;
 
 use etcd_client::Client;
 use std::time::Duration;
-use support::{Local, dump, eventually, manifest, path_str, put_keys, runtime};
+use support::{
+    Local, condition, copy_dir, dump, eventually, manifest, path_str, put_keys, runtime,
+};
 
 /// Backups to the Local provider, a delta every second, a full snapshot every minute.
 fn with_backups(name: &str, replicas: u32) -> String {
@@ -14,21 +16,6 @@ fn with_backups(name: &str, replicas: u32) -> String {
         "  backup:\n    store:\n      provider: Local\n      container: bucket\n      prefix: main\n    \
          deltaSnapshotPeriod: 1s\n    fullSnapshotSchedule: \"*/1 * * * *\"\n    garbageCollectionPeriod: 10s\n",
     )
-}
-
-fn condition(local: &Local, name: &str, type_: &str) -> Option<(String, String)> {
-    let status: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(local.cluster_dir(name).join("status.json")).ok()?,
-    )
-    .ok()?;
-    let c = status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?;
-    Some((
-        c["status"].as_str()?.to_string(),
-        c["message"].as_str().unwrap_or_default().to_string(),
-    ))
 }
 
 #[test]
@@ -395,16 +382,6 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
         head >= last_write,
         "the backups reach revision {last_write}:\n{listing}"
     );
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 #[test]

@@ -7,7 +7,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::{Local, dump, eventually, manifest, path_str, put_keys, runtime};
+use support::{
+    Local, condition, copy_dir, dump, eventually, manifest, path_str, put_keys, runtime,
+};
 
 /// Backups to the Local provider, a delta every second.
 fn with_backups(name: &str, replicas: u32) -> String {
@@ -117,12 +119,16 @@ fn member_0_wiped_while_its_peers_are_stopped_does_not_fork_the_cluster() {
     let rt = runtime();
     let endpoints = local.endpoints("fork");
     rt.block_on(put_keys(&endpoints, "before/", 40));
-    eventually("a full snapshot in the bucket", Duration::from_secs(30), || {
-        local
-            .ok(&["backups", "list", "fork"])
-            .contains("Full-")
-            .then_some(())
-    });
+    eventually(
+        "a full snapshot in the bucket",
+        Duration::from_secs(30),
+        || {
+            local
+                .ok(&["backups", "list", "fork"])
+                .contains("Full-")
+                .then_some(())
+        },
+    );
     let original = cluster_ids(&rt, &endpoints);
     assert_eq!(original.len(), 1);
 
@@ -334,17 +340,8 @@ fn etcd_behind_the_bucket_stops_backups_and_deletes_nothing() {
         "BackupReady False with the leader's reason",
         Duration::from_secs(60),
         || {
-            let status: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(local.cluster_dir("behind").join("status.json")).ok()?,
-            )
-            .ok()?;
-            let c = status["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "BackupReady")?
-                .clone();
-            let message = c["message"].as_str().unwrap_or_default().to_string();
-            (c["status"] == "False" && message.contains("behind the backups")).then_some(message)
+            let (status, message) = condition(&local, "behind", "BackupReady")?;
+            (status == "False" && message.contains("behind the backups")).then_some(message)
         },
     );
     assert!(message.contains("backups stopped"), "{message}");
@@ -355,16 +352,6 @@ fn etcd_behind_the_bucket_stops_backups_and_deletes_nothing() {
         before,
         "nothing written to or deleted from the bucket"
     );
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 fn newest_backup(local: &Local, name: &str) -> i64 {
@@ -440,21 +427,8 @@ fn a_cluster_restored_to_an_earlier_revision_stays_there_after_a_crash() {
         "BackupReady False naming the other history",
         Duration::from_secs(60),
         || {
-            let status: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(local.cluster_dir("past").join("status.json")).ok()?,
-            )
-            .ok()?;
-            let c = status["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "BackupReady")?
-                .clone();
-            (c["status"] == "False"
-                && c["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("history of cluster"))
-            .then_some(())
+            let (status, message) = condition(&local, "past", "BackupReady")?;
+            (status == "False" && message.contains("history of cluster")).then_some(())
         },
     );
 

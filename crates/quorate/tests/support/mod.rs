@@ -256,3 +256,30 @@ pub async fn put_keys(endpoints: &[String], prefix: &str, n: usize) -> i64 {
     }
     revision
 }
+
+/// Condition `type_` of cluster `name` as its status file has it: (status, message).
+pub fn condition(local: &Local, name: &str, type_: &str) -> Option<(String, String)> {
+    let status: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(local.cluster_dir(name).join("status.json")).ok()?,
+    )
+    .ok()?;
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// `cp -a from to`.
+pub fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
