@@ -9,6 +9,7 @@ pub mod executor;
 mod facts;
 pub mod http;
 pub mod member;
+mod private_start;
 pub mod publish;
 pub mod recovery;
 pub mod restore;

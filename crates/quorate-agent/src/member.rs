@@ -106,6 +106,33 @@ pub async fn run_agent<C: Coordination>(
         let mode = match next_mode.take() {
             Some(mode) => mode,
             None => match prepare_start(&coord, &cluster, &opts, &state).await {
+                Ok(StartMode::Restart) if is_lone_with_backups(&cluster) => {
+                    restore_failures = 0;
+                    // Compared with the bucket before any client can reach it.
+                    match crate::private_start::data_facts(&cluster, &opts).await {
+                        Ok((cluster_id, revision)) => {
+                            if let Some(why) = behind_backups(&cluster, cluster_id, revision).await
+                            {
+                                tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
+                                if move_aside(&state, &opts, &mut shutdown, &why).await {
+                                    match crate::restore::restore_member(&cluster, &opts).await {
+                                        Ok(()) => next_mode = Some(StartMode::Restart),
+                                        Err(e) => {
+                                            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again")
+                                        }
+                                    }
+                                }
+                                continue;
+                            }
+                            StartMode::Restart
+                        }
+                        Err(reason) => {
+                            publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
+                            wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
+                            continue;
+                        }
+                    }
+                }
                 Ok(mode) => {
                     restore_failures = 0;
                     mode
@@ -261,9 +288,6 @@ async fn run_etcd<C: Coordination>(
     let mut member_client: Option<MemberClient> = None;
     let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
     let mut last_publish: Option<Instant> = None;
-    // A lone member compares its data with the bucket's once it serves (after etcd has
-    // replayed its write-ahead log), as etcd-backup-restore does before starting etcd.
-    let mut revision_checked = cluster.members.len() != 1 || cluster.backup.is_none();
     // Whether the member list has this member's configured peer URL (checked once per run).
     let mut peer_urls_settled = false;
     let mut recorded_ids = None;
@@ -343,15 +367,6 @@ async fn run_etcd<C: Coordination>(
                 let Some(client) = &member_client else { continue };
                 match client.status().await {
                     Ok(st) => {
-                        // Checked before the member reports healthy, so nothing trusts data
-                        // that is about to be replaced.
-                        if !revision_checked && st.leader_id != 0 {
-                            revision_checked = true;
-                            if let Some(why) = behind_backups(cluster, st.cluster_id, st.revision).await {
-                                process.stop(Duration::from_secs(10)).await;
-                                return Ok(RunEnd::BehindBackup(why));
-                            }
-                        }
                         if recorded_ids != Some((st.cluster_id, st.member_id)) {
                             facts::store(&opts.data_dir, st.cluster_id, st.member_id, st.revision);
                             crate::restore::continue_chain_after_restore(cluster, &opts.data_dir, st.cluster_id).await;
@@ -392,6 +407,11 @@ async fn run_etcd<C: Coordination>(
             }
         }
     }
+}
+
+/// A one-member cluster with backups: its data is compared with the bucket before it serves.
+fn is_lone_with_backups(cluster: &ClusterConfig) -> bool {
+    cluster.members.len() == 1 && cluster.backup.is_some()
 }
 
 /// `Some(why)` when this lone member's data is an older state of the history the bucket holds

@@ -48,6 +48,12 @@ impl Member {
     pub fn is_started(&self) -> bool {
         !self.name.is_empty()
     }
+
+    /// Whether this member's etcd ever served: it published its client URLs. A bootstrap
+    /// member that has not started yet is listed with its name but without client URLs.
+    pub fn has_served(&self) -> bool {
+        !self.client_urls.is_empty()
+    }
 }
 
 /// etcd's member list as one member answered it, with the cluster that member belongs to: a

@@ -150,10 +150,10 @@ pub fn decide_recovery(
             v.member.name.clone()
         }
     };
-    // A voter that never started (a fresh cluster's bootstrap member not up yet) has not lost
-    // anything: it never had data.
+    // A voter that never served (a fresh cluster's bootstrap member not up yet, listed with its
+    // name but no client URLs) has not lost anything: it never had data.
     let is_lost = |v: &VoterReport| {
-        v.answer.is_none() && v.member.is_started() && v.data == Some(DataState::Empty)
+        v.answer.is_none() && v.member.has_served() && v.data == Some(DataState::Empty)
     };
     let lost: Vec<&VoterReport> = voters.iter().filter(|v| is_lost(v)).collect();
     let survivors: Vec<(&VoterReport, EtcdAnswer)> = voters
@@ -244,8 +244,10 @@ mod tests {
     use super::*;
 
     fn voter(id: u64, data: Option<DataState>, answer: Option<i64>) -> VoterReport {
+        let mut member = Member::new(id, &format!("m-{id}"), vec![], false);
+        member.client_urls = vec![format!("http://m-{id}:2379")];
         VoterReport {
-            member: Member::new(id, &format!("m-{id}"), vec![], false),
+            member,
             data,
             answer: answer.map(|revision| EtcdAnswer {
                 cluster_id: 0xc1,
@@ -372,8 +374,9 @@ mod tests {
         ));
     }
 
-    /// A fresh cluster's bootstrap members that have not started yet published "no data" while
-    /// they waited: that is not a loss, and the first member must not force a new cluster.
+    /// A fresh cluster's bootstrap members that have not started yet (listed with their names
+    /// but no client URLs) published "no data" while they waited: that is not a loss, and the
+    /// first member must not force a new cluster.
     #[test]
     fn never_started_voters_are_not_lost() {
         let mut voters = vec![
@@ -381,8 +384,8 @@ mod tests {
             voter(2, Some(DataState::Empty), None),
             voter(3, Some(DataState::Empty), None),
         ];
-        voters[1].member.name.clear();
-        voters[2].member.name.clear();
+        voters[1].member.client_urls.clear();
+        voters[2].member.client_urls.clear();
         assert!(matches!(
             decide_recovery(&voters, None, false),
             RecoveryDecision::Wait(_)

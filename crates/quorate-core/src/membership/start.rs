@@ -87,8 +87,9 @@ pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence)
         .iter()
         .find(|m| m.name == me || m.peer_urls.iter().any(|u| u == my_peer_url));
     match mine {
-        Some(m) if m.name.is_empty() => {
-            // Added (by a bootstrap or an earlier learner add) but never started: start and join.
+        Some(m) if !m.has_served() => {
+            // Added (by a bootstrap or an earlier learner add) but never started: start and join
+            // (a bootstrap member the others started without is listed with its name already).
             let initial_cluster = join_initial_cluster(cluster, members);
             if !evidence.cluster_existed && cluster.is_bootstrap_member(me) {
                 StartDecision::Start(StartMode::Bootstrap)
@@ -199,8 +200,13 @@ mod tests {
     use super::*;
     use crate::member_etcd_config::tests::three_members;
 
+    /// A member that has served (it published client URLs); an empty name: never started.
     fn listed(id: u64, name: &str, port: u16) -> Member {
-        Member::new(id, name, vec![format!("http://127.0.0.1:{port}")], false)
+        let mut m = Member::new(id, name, vec![format!("http://127.0.0.1:{port}")], false);
+        if !name.is_empty() {
+            m.client_urls = vec![format!("http://127.0.0.1:{}", port - 1)];
+        }
+        m
     }
 
     fn evidence(has_data: bool, list: Option<Vec<Member>>, existed: bool) -> StartEvidence {
@@ -442,6 +448,24 @@ mod tests {
                     ("etcd-main-1".into(), "http://127.0.0.1:2390".into()),
                 ]
             })
+        );
+    }
+
+    /// A bootstrap member the others started without: listed with its name but it never served.
+    /// It starts and joins them; it has nothing to replace.
+    #[test]
+    fn a_bootstrap_member_that_never_served_joins_without_being_replaced() {
+        let mut late = listed(7, "etcd-main-1", 2390);
+        late.client_urls.clear();
+        let list = vec![listed(1, "etcd-main-0", 2380), late];
+        let d = decide_start(
+            &three_members(),
+            "etcd-main-1",
+            &evidence(false, Some(list), true),
+        );
+        assert!(
+            matches!(d, StartDecision::Start(StartMode::Join { .. })),
+            "{d:?}"
         );
     }
 

@@ -37,12 +37,45 @@ impl Local {
         let out = self.quorate(args);
         assert!(
             out.status.success(),
-            "quorate {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            "quorate {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            self.log_tails()
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The last lines of every member's agent and etcd log and every lease, so a failed
+    /// command explains itself.
+    pub fn log_tails(&self) -> String {
+        let mut out = String::new();
+        let clusters = self.state.path().join("clusters");
+        let mut files = Vec::new();
+        for cluster in std::fs::read_dir(&clusters).into_iter().flatten().flatten() {
+            for member in std::fs::read_dir(cluster.path().join("members"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                files.push(member.path().join("agent.log"));
+                files.push(member.path().join("etcd.log"));
+            }
+            for lease in std::fs::read_dir(cluster.path().join("leases"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                files.push(lease.path());
+            }
+        }
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+            out.push_str(&format!("--- {}\n{tail}\n", file.display()));
+        }
+        out
     }
 
     /// Writes a manifest file and returns its path.
