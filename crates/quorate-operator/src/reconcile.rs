@@ -203,35 +203,41 @@ async fn announce(etcd: &Etcd, ctx: &Context, outcome: &PassOutcome) {
     }
 }
 
-/// A Warning event when members start waiting for evidence before a decision about data, or
-/// wait for something else than before (the `MembersWaiting` condition): what is missing and
-/// what overrides it, where `kubectl describe etcd` shows it.
+/// Warning events for what members decide about data, each when its condition turns True or
+/// changes: members waiting for evidence (`MembersWaiting`: what is missing, what overrides
+/// it) and a quorum-loss recovery (`LastQuorumRecovery`: which member, at which revision),
+/// where `kubectl describe etcd` shows them.
 async fn announce_waits(etcd: &Etcd, ctx: &Context, new: &quorate_api::status::EtcdStatus) {
-    let waiting = |status: Option<&quorate_api::status::EtcdStatus>| {
-        status?
-            .conditions
-            .iter()
-            .find(|c| c.type_ == quorate_core::conditions::MEMBERS_WAITING)
-            .filter(|c| c.status == quorate_api::status::ConditionStatus::True)
-            .map(|c| c.message.clone())
-    };
-    let Some(message) = waiting(Some(new)) else {
-        return;
-    };
-    if waiting(etcd.status.as_ref()).as_ref() == Some(&message) {
-        return;
-    }
-    // An event's note holds at most 1 kB; the condition keeps the whole text.
-    let note: String = message.chars().take(1000).collect();
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "MembersWaiting".to_string(),
-        note: Some(note),
-        action: "Reconcile".to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &etcd.object_ref(&())).await {
-        tracing::debug!("could not publish event MembersWaiting: {e}");
+    use quorate_core::conditions::{LAST_QUORUM_RECOVERY, MEMBERS_WAITING};
+    for (type_, reason) in [
+        (MEMBERS_WAITING, "MembersWaiting"),
+        (LAST_QUORUM_RECOVERY, "QuorumRecovered"),
+    ] {
+        let message_of = |status: Option<&quorate_api::status::EtcdStatus>| {
+            status?
+                .conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .filter(|c| c.status == quorate_api::status::ConditionStatus::True)
+                .map(|c| c.message.clone())
+        };
+        let Some(message) = message_of(Some(new)) else {
+            continue;
+        };
+        if message_of(etcd.status.as_ref()).as_ref() == Some(&message) {
+            continue;
+        }
+        // An event's note holds at most 1 kB; the condition keeps the whole text.
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &etcd.object_ref(&())).await {
+            tracing::debug!("could not publish event {reason}: {e}");
+        }
     }
 }
 

@@ -216,6 +216,12 @@ fn two_of_three_wiped_recover_automatically_with_every_acknowledged_write() {
     let record: serde_json::Value = serde_json::from_str(&record).expect("record");
     assert_eq!(record["member"], "qloss-0");
     assert_eq!(record["dropped"].as_array().map(Vec::len), Some(2));
+    let recorded = eventually(
+        "the status to show the recovery",
+        Duration::from_secs(30),
+        || condition(&local, "qloss", "LastQuorumRecovery").filter(|(s, _)| s == "True"),
+    );
+    assert!(recorded.1.contains("qloss-0 recovered"), "{}", recorded.1);
     wait_for_voters(&local, "qloss", 3);
     assert_eq!(cluster_ids(&rt, &endpoints), original);
     keys_everywhere(&rt, &endpoints, "acked/", 60);

@@ -9,6 +9,7 @@
 mod all_members_ready;
 mod all_members_updated;
 mod cluster_id_mismatch;
+mod last_quorum_recovery;
 mod members_waiting;
 mod ready;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod test_support;
 pub use all_members_ready::check_all_members_ready;
 pub use all_members_updated::{StatefulSetRollout, check_all_members_updated};
 pub use cluster_id_mismatch::check_cluster_id_mismatch;
+pub use last_quorum_recovery::check_last_quorum_recovery;
 pub use members_waiting::check_members_waiting;
 pub use ready::{REASON_ALARM_RAISED, check_ready, check_ready_under_alarms};
 
@@ -36,6 +38,8 @@ pub const CLUSTER_ID_MISMATCH: &str = "ClusterIDMismatch";
 pub const ALL_MEMBERS_UPDATED: &str = "AllMembersUpdated";
 /// Condition type (quorate's own): members wait for evidence before a decision about data.
 pub const MEMBERS_WAITING: &str = "MembersWaiting";
+/// Condition type (quorate's own): the quorum-loss recovery a member recorded.
+pub const LAST_QUORUM_RECOVERY: &str = "LastQuorumRecovery";
 /// Condition type: backups are current (computed elsewhere, from the snapshot leases).
 pub const BACKUP_READY: &str = "BackupReady";
 /// Condition type owned by the compaction controller; never recomputed by the status checks.
