@@ -169,14 +169,13 @@ impl<'a> Executor<'a> {
         }
     }
 
-    /// Removes member `id` (this member's stale entry after it lost its data).
-    pub async fn remove(&self, id: u64, why: &str) -> Result<Vec<Member>, Wait> {
+    /// Removes this member's stale entry `id` after it lost its data.
+    pub async fn remove_stale_self(&self, id: u64) -> Result<Vec<Member>, Wait> {
         self.apply(&Step::Remove {
             id,
             name: self.me.to_string(),
-            reason: quorate_core::membership::planner::RemoveReason::Unwanted,
+            reason: quorate_core::membership::planner::RemoveReason::LostItsData,
         })
         .await
-        .map_err(|w| Wait::new(format!("{why}: {w}")))
     }
 }

@@ -175,12 +175,7 @@ pub async fn prepare_start<C: Coordination>(
             })
         }
         StartDecision::ReplaceSelf { id } => {
-            executor
-                .remove(
-                    id,
-                    &format!("removing stale entry {id:x} of {me} (its data is gone)"),
-                )
-                .await?;
+            executor.remove_stale_self(id).await?;
             tracing::warn!(member = %me, id = %format!("{id:x}"), "removed stale member entry; will rejoin as a learner");
             Err(Wait::new(format!(
                 "removed stale member entry {id:x}; rejoining as a learner"

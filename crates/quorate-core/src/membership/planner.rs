@@ -180,6 +180,9 @@ pub enum RemoveReason {
     UnwantedUnhealthy,
     /// A voter that is not desired (scale-in or replacement).
     Unwanted,
+    /// The member's own agent found its data gone: its stale entry goes, and it rejoins as a
+    /// learner that gets the data from the leader.
+    LostItsData,
     /// Not desired, and it holds the peer URL a desired member needs (etcd rejects duplicates).
     PeerUrlNeededBy {
         /// The desired member waiting for the URL.
@@ -195,6 +198,9 @@ impl fmt::Display for RemoveReason {
                 f.write_str("not a desired member and unhealthy; removed before any addition")
             }
             RemoveReason::Unwanted => f.write_str("not a desired member"),
+            RemoveReason::LostItsData => f.write_str(
+                "its data is gone; it rejoins as a learner and gets the data from the leader",
+            ),
             RemoveReason::PeerUrlNeededBy { desired } => {
                 write!(
                     f,
