@@ -521,3 +521,53 @@ async fn a_target_inside_a_full_snapshot_that_holds_more_than_its_name_is_restor
         &c.source.state(Some(target_revision)).await,
     );
 }
+
+/// Issue 12, defect 10: the source's last write was a delete and it was compacted at its head,
+/// so the snapshot holds no key at the head revision (the tombstone is gone) and `snapshot
+/// status` reports an older revision than etcd itself does once restored. The restore takes
+/// etcd's own head as the snapshot's revision instead of failing with `StartRevision`, and the
+/// deltas after it still apply.
+#[tokio::test]
+async fn a_snapshot_compacted_at_a_delete_at_its_head_restores() {
+    let source = Source::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let mut c = source.client.clone();
+    c.put("kept", "v", None).await.unwrap();
+    c.put("gone", "v", None).await.unwrap();
+    let deleted = c
+        .delete("gone", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    c.compact(deleted, None).await.unwrap();
+    let (full_path, full_name, reported) = source.snapshot_file(files.path()).await;
+    assert!(
+        reported < deleted,
+        "snapshot status reports {reported}, the head is {deleted}: the scenario needs the gap"
+    );
+    let capture = source.capture_from(deleted + 1).await;
+    let after = c
+        .put("after", "v", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let events = capture.until(after).await;
+
+    let target = Target::new();
+    let report = restore::restore(target.inputs(
+        &full_path,
+        &full_name,
+        vec![delta_object(events, deleted + 1, after)],
+        RestoreTarget::Latest,
+    ))
+    .await
+    .expect("restored although the snapshot's keys end before its revision");
+    assert_eq!(report.full_revision, deleted);
+    assert_eq!(report.restored_revision, after);
+    let (_restored, client) = target.start().await;
+    assert_same(&state_of(&client, None).await, &source.state(None).await);
+}

@@ -437,12 +437,29 @@ async fn build(
         options.default_lease_ttl,
     )
     .await?;
-    if replayer.head() != full_revision {
+    if replayer.head() < full_revision {
         return Err(RestoreError::StartRevision {
             object: full.name,
             expected: full_revision,
             actual: replayer.head(),
         });
+    }
+    if replayer.head() > full_revision {
+        // `snapshot status` reads the newest key; a compaction at a delete at the head leaves
+        // no key at the head revision. etcd's own head is the snapshot's revision.
+        let head = replayer.head();
+        if let RestoreTarget::ToRevision(rev) = target
+            && head > rev
+        {
+            return Err(RestoreError::FullPastTarget {
+                object: full.name,
+                full_revision: head,
+                target: rev,
+            });
+        }
+        tracing::info!(object = %full.name, keys_end = full_revision, head, "the snapshot's revision is etcd's head, past its newest key");
+        report.full_revision = head;
+        report.restored_revision = head;
     }
     let mut last_object = full.name.clone();
     let mut next = Some(first);
