@@ -528,3 +528,51 @@ fn restore_refuses_a_running_members_or_a_non_empty_directory() {
         .any(|e| e.path().join("keep.txt").exists());
     assert!(kept, "the old content was moved aside, not deleted");
 }
+
+/// Issue 12, defect 4: a prefix with snapshots but no owner marker (what etcd-druid or
+/// etcd-backup-restore leave) is not claimed silently: backups stop with the reason until the
+/// adopt annotation says to take it over.
+#[test]
+fn a_prefix_with_snapshots_but_no_owner_is_taken_over_only_when_adopted() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("orphan", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("a full snapshot", Duration::from_secs(30), || {
+        local
+            .ok(&["backups", "list", "orphan"])
+            .contains("Full-")
+            .then_some(())
+    });
+    local.ok(&["down", "orphan"]);
+    let bucket = local.cluster_dir("orphan").join("backups/bucket");
+    for marker in ["main.owner", "main.chain"] {
+        std::fs::remove_file(bucket.join(marker)).expect(marker);
+    }
+
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let (_, message) = eventually(
+        "BackupReady False naming the missing owner",
+        Duration::from_secs(60),
+        || {
+            condition(&local, "orphan", "BackupReady")
+                .filter(|(s, m)| s == "False" && m.contains("no owner marker"))
+        },
+    );
+    assert!(message.contains("quorate.io/adopt-backups"), "{message}");
+    assert!(!bucket.join("main.owner").exists(), "not claimed silently");
+
+    let adopted = local.manifest(
+        "adopt.yaml",
+        &with_backups("orphan", 1).replace(
+            "  namespace: default\n",
+            "  namespace: default\n  annotations:\n    quorate.io/adopt-backups: \"true\"\n",
+        ),
+    );
+    local.ok(&["apply", "-f", path_str(&adopted)]);
+    eventually(
+        "BackupReady True once adopted",
+        Duration::from_secs(60),
+        || condition(&local, "orphan", "BackupReady").filter(|(s, _)| s == "True"),
+    );
+    assert!(bucket.join("main.owner").exists(), "claimed once adopted");
+}
