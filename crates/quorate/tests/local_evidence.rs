@@ -576,3 +576,62 @@ fn a_prefix_with_snapshots_but_no_owner_is_taken_over_only_when_adopted() {
     );
     assert!(bucket.join("main.owner").exists(), "claimed once adopted");
 }
+
+/// Issue 12, defect 9: an automatic restore that cannot succeed (a truncated delta) says which
+/// object and why in the status, and retries with a growing pause instead of a storm.
+#[test]
+fn a_restore_that_cannot_succeed_says_why_in_the_status_and_backs_off() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_backups("broken", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    eventually("a full snapshot", Duration::from_secs(30), || {
+        local
+            .ok(&["backups", "list", "broken"])
+            .contains("Full-")
+            .then_some(())
+    });
+    let written = rt.block_on(put_keys(&local.endpoints("broken"), "k/", 10));
+    eventually(
+        "a delta through the writes",
+        Duration::from_secs(30),
+        || (newest_backup(&local, "broken") >= written).then_some(()),
+    );
+    local.ok(&["down", "broken"]);
+    let objects = local.cluster_dir("broken").join("backups/bucket/main/v2");
+    let delta = std::fs::read_dir(&objects)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("Incr-"))
+        .expect("a delta object")
+        .path();
+    let bytes = std::fs::read(&delta).unwrap();
+    std::fs::write(&delta, &bytes[..bytes.len() / 2]).unwrap();
+    std::fs::remove_dir_all(local.cluster_dir("broken").join("members/broken-0/data")).unwrap();
+
+    let out = local.quorate(&["up", "-d", "-f", path_str(&path), "--timeout", "20s"]);
+    assert!(
+        !out.status.success(),
+        "a restore from a truncated delta cannot succeed"
+    );
+    let object = delta.file_name().unwrap().to_string_lossy().into_owned();
+    let (_, message) = eventually("the reason in the status", Duration::from_secs(30), || {
+        condition(&local, "broken", "MembersWaiting")
+            .filter(|(s, m)| s == "True" && m.contains("restoring from the bucket failed"))
+    });
+    assert!(
+        message.contains(object.trim_end_matches(".gz")),
+        "the status names the broken object {object}: {message}"
+    );
+    let log = std::fs::read_to_string(
+        local
+            .cluster_dir("broken")
+            .join("members/broken-0/agent.log"),
+    )
+    .unwrap_or_default();
+    let attempts = log.matches("no member has data: restoring from the bucket").count();
+    assert!(
+        (1..=8).contains(&attempts),
+        "{attempts} restore attempts in about 20 s: a storm, not a backoff"
+    );
+}
