@@ -455,6 +455,35 @@ fn a_cluster_restored_to_an_earlier_revision_stays_there_after_a_crash() {
             })
     });
     at_restore("after the crash");
+
+    // Asked for a new chain: the old snapshots are moved aside (kept) and backups resume.
+    let new_chain = local.manifest(
+        "new-chain.yaml",
+        &std::fs::read_to_string(&adopted).unwrap().replace(
+            "    quorate.io/adopt-backups: \"true\"\n",
+            "    quorate.io/adopt-backups: \"true\"\n    quorate.io/new-backup-chain: \"1\"\n",
+        ),
+    );
+    local.ok(&["apply", "-f", path_str(&new_chain)]);
+    eventually(
+        "BackupReady True on a new chain",
+        Duration::from_secs(60),
+        || condition(&local, "past", "BackupReady").filter(|(s, _)| s == "True"),
+    );
+    let superseded = std::fs::read_dir(backups.join("bucket"))
+        .unwrap()
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("main.superseded-")
+        })
+        .expect("the old chain moved aside");
+    assert!(
+        superseded.path().join("v2").read_dir().unwrap().count() >= 2,
+        "the old snapshots are kept"
+    );
+    at_restore("on the new chain");
 }
 
 /// `quorate restore --data-dir` never replaces what a directory holds without being told, and
@@ -629,7 +658,9 @@ fn a_restore_that_cannot_succeed_says_why_in_the_status_and_backs_off() {
             .join("members/broken-0/agent.log"),
     )
     .unwrap_or_default();
-    let attempts = log.matches("no member has data: restoring from the bucket").count();
+    let attempts = log
+        .matches("no member has data: restoring from the bucket")
+        .count();
     assert!(
         (1..=8).contains(&attempts),
         "{attempts} restore attempts in about 20 s: a storm, not a backoff"
