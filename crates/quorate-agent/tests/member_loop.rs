@@ -114,6 +114,21 @@ async fn until<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Opt
     }
 }
 
+/// A cluster of two desired members of which only `m-0` bootstraps, with its agent serving.
+async fn one_of_two_serving(dir: &Path) -> (ClusterConfig, Agent) {
+    let mut cluster = config(2);
+    cluster.bootstrap_members.truncate(1);
+    FileCoordination::new(dir)
+        .write_cluster_config(&cluster)
+        .unwrap();
+    let first = Agent::start(dir, "m-0");
+    until("m-0 to serve", Duration::from_secs(30), async || {
+        first.state.get().healthy.then_some(())
+    })
+    .await;
+    (cluster, first)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_bootstraps_publishes_its_data_and_restarts_on_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,16 +183,7 @@ async fn a_member_bootstraps_publishes_its_data_and_restarts_on_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_member_joins_as_a_learner_through_the_planner_and_is_promoted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = config(2);
-    cluster.bootstrap_members.truncate(1);
-    let coord = FileCoordination::new(dir.path());
-    coord.write_cluster_config(&cluster).unwrap();
-
-    let first = Agent::start(dir.path(), "m-0");
-    until("m-0 to serve", Duration::from_secs(30), async || {
-        first.state.get().healthy.then_some(())
-    })
-    .await;
+    let (cluster, first) = one_of_two_serving(dir.path()).await;
     let second = Agent::start(dir.path(), "m-1");
     until(
         "m-1 to be a voting member",
@@ -204,15 +210,7 @@ async fn a_new_member_joins_as_a_learner_through_the_planner_and_is_promoted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_executor_observes_health_and_carries_out_planner_steps() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = config(2);
-    cluster.bootstrap_members.truncate(1);
-    let coord = FileCoordination::new(dir.path());
-    coord.write_cluster_config(&cluster).unwrap();
-    let first = Agent::start(dir.path(), "m-0");
-    until("m-0 to serve", Duration::from_secs(30), async || {
-        first.state.get().healthy.then_some(())
-    })
-    .await;
+    let (cluster, first) = one_of_two_serving(dir.path()).await;
 
     // From m-1's point of view (it does not run): m-0 is the one healthy leader.
     let executor = Executor::new(&cluster, "m-1");
