@@ -108,23 +108,13 @@ pub async fn run_agent<C: Coordination>(
             None => match prepare_start(&coord, &cluster, &opts, &state).await {
                 Ok(StartMode::Restart) if is_lone_with_backups(&cluster) => {
                     restore_failures = 0;
-                    // Compared with the bucket before any client can reach it.
-                    match crate::private_start::data_facts(&cluster, &opts).await {
-                        Ok((cluster_id, revision)) => {
-                            if let Some(why) = behind_backups(&cluster, cluster_id, revision).await
-                            {
-                                tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
-                                if move_aside(&state, &opts, &mut shutdown, &why).await {
-                                    match crate::restore::restore_member(&cluster, &opts).await {
-                                        Ok(()) => next_mode = Some(StartMode::Restart),
-                                        Err(e) => {
-                                            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again")
-                                        }
-                                    }
-                                }
-                                continue;
-                            }
-                            StartMode::Restart
+                    match lone_member_behind(&cluster, &opts).await {
+                        Ok(None) => StartMode::Restart,
+                        Ok(Some(why)) => {
+                            next_mode =
+                                replace_from_backup(&cluster, &opts, &state, &mut shutdown, &why)
+                                    .await;
+                            continue;
                         }
                         Err(reason) => {
                             publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
@@ -175,17 +165,7 @@ pub async fn run_agent<C: Coordination>(
                 move_aside(&state, &opts, &mut shutdown, "dropped by a recovery").await;
             }
             RunEnd::BehindBackup(why) => {
-                tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
-                if move_aside(&state, &opts, &mut shutdown, &why).await {
-                    // The decision was made on evidence already: restore now, without deciding
-                    // again (the others may be gone, so the start decision would wait for them).
-                    match crate::restore::restore_member(&cluster, &opts).await {
-                        Ok(()) => next_mode = Some(StartMode::Restart),
-                        Err(e) => {
-                            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
-                        }
-                    }
-                }
+                next_mode = replace_from_backup(&cluster, &opts, &state, &mut shutdown, &why).await;
             }
             RunEnd::Exited(why) => {
                 failures += 1;
@@ -194,6 +174,40 @@ pub async fn run_agent<C: Coordination>(
                 let reason = Wait::new(format!("etcd exited ({why}); restarting"));
                 wait(&state, &opts, &mut shutdown, reason, backoff).await;
             }
+        }
+    }
+}
+
+/// A lone member with backups: `Some(why)` when its data, opened on a private port before any
+/// client can reach it, is an older state of the bucket's history.
+async fn lone_member_behind(
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+) -> Result<Option<String>, Wait> {
+    let (cluster_id, revision) = crate::private_start::data_facts(cluster, opts).await?;
+    Ok(behind_backups(cluster, cluster_id, revision).await)
+}
+
+/// Replaces the data with the bucket's newest state (the old data moved aside, never deleted);
+/// the decision was made on evidence already, so this restores without deciding again (the
+/// others may be gone, and the start decision would wait for them). The start mode afterwards,
+/// or `None` to decide again.
+async fn replace_from_backup(
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+    state: &SharedState,
+    shutdown: &mut watch::Receiver<bool>,
+    why: &str,
+) -> Option<StartMode> {
+    tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
+    if !move_aside(state, opts, shutdown, why).await {
+        return None;
+    }
+    match crate::restore::restore_member(cluster, opts).await {
+        Ok(()) => Some(StartMode::Restart),
+        Err(e) => {
+            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
+            None
         }
     }
 }
