@@ -211,9 +211,11 @@ impl<C: Coordination> Leader<'_, C> {
         crate::restore::check_owner(&store, self.backup)
             .await
             .map_err(BackupError::store)?;
-        self.check_chain(&store).await?;
+        let mut stored = store.list().await.map_err(BackupError::store)?;
+        if self.check_chain(&store, &stored).await? {
+            stored.clear();
+        }
         let schedule = self.backup.spec.full_snapshot_cron();
-        let stored = store.list().await.map_err(BackupError::store)?;
         let now = jiff::Timestamp::now();
         let newest_full = stored.iter().rfind(|s| s.name.kind == SnapshotKind::Full);
         let newest_revision = stored
@@ -338,7 +340,13 @@ impl<C: Coordination> Leader<'_, C> {
 
     /// Continues the bucket's chain only if etcd's history is the chain's (issue 12): decided
     /// by `backup_chain` from the chain record, the bucket's newest revision and etcd's status.
-    async fn check_chain(&self, store: &SnapStore) -> Result<(), BackupError> {
+    /// `stored` is the bucket's listing; true when a new chain was started (every listed
+    /// snapshot moved aside).
+    async fn check_chain(
+        &self,
+        store: &SnapStore,
+        stored: &[StoredSnapshot],
+    ) -> Result<bool, BackupError> {
         let status = self
             .member_client()
             .await?
@@ -348,13 +356,7 @@ impl<C: Coordination> Leader<'_, C> {
         let record = crate::restore::chain_record(store)
             .await
             .map_err(BackupError::store)?;
-        let newest = store
-            .list()
-            .await
-            .map_err(BackupError::store)?
-            .iter()
-            .map(|s| s.name.last_revision)
-            .max();
+        let newest = stored.iter().map(|s| s.name.last_revision).max();
         let evidence = ChainEvidence {
             record: record.as_ref(),
             bucket_newest: newest,
@@ -363,9 +365,10 @@ impl<C: Coordination> Leader<'_, C> {
             new_chain_requested: self.backup.new_chain_request.is_some(),
         };
         match decide_chain(evidence) {
-            ChainDecision::Continue => Ok(()),
+            ChainDecision::Continue => Ok(false),
             ChainDecision::Record(record) => crate::restore::put_chain_record(store, &record)
                 .await
+                .map(|()| false)
                 .map_err(BackupError::store),
             ChainDecision::StartNew(record) => {
                 let suffix = jiff::Timestamp::now().as_second().to_string();
@@ -373,6 +376,7 @@ impl<C: Coordination> Leader<'_, C> {
                 tracing::warn!(member = %self.me, moved, suffix = %suffix, "new backup chain asked for: the old snapshots were moved aside");
                 crate::restore::put_chain_record(store, &record)
                     .await
+                    .map(|()| true)
                     .map_err(BackupError::store)
             }
             ChainDecision::Refuse(why) => Err(BackupError::ChainRefused(why)),

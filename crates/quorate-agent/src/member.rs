@@ -117,8 +117,16 @@ pub async fn run_agent<C: Coordination>(
                             continue;
                         }
                         Err(reason) => {
-                            publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
-                            wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
+                            wait_published(
+                                &coord,
+                                &cluster,
+                                &state,
+                                &opts,
+                                &mut shutdown,
+                                reason,
+                                opts.poll_interval,
+                            )
+                            .await;
                             continue;
                         }
                     }
@@ -128,8 +136,16 @@ pub async fn run_agent<C: Coordination>(
                     mode
                 }
                 Err(NotYet::Wait(reason)) => {
-                    publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
-                    wait(&state, &opts, &mut shutdown, reason, opts.retry_interval).await;
+                    wait_published(
+                        &coord,
+                        &cluster,
+                        &state,
+                        &opts,
+                        &mut shutdown,
+                        reason,
+                        opts.retry_interval,
+                    )
+                    .await;
                     continue;
                 }
                 Err(NotYet::RestoreFailed(reason)) => {
@@ -142,8 +158,16 @@ pub async fn run_agent<C: Coordination>(
                         backoff.as_secs()
                     ));
                     tracing::warn!(member = %opts.member, %reason, "restore failed");
-                    publish_waiting(&coord, &cluster, &opts, &state, &reason).await;
-                    wait(&state, &opts, &mut shutdown, reason, backoff).await;
+                    wait_published(
+                        &coord,
+                        &cluster,
+                        &state,
+                        &opts,
+                        &mut shutdown,
+                        reason,
+                        backoff,
+                    )
+                    .await;
                     continue;
                 }
             },
@@ -230,23 +254,20 @@ async fn move_aside(
     }
 }
 
-/// Publishes the member's evidence with a new waiting reason, when the reason changed.
-async fn publish_waiting<C: Coordination>(
+/// Like [`wait`], and publishes the member's evidence on its lease when the reason is new.
+async fn wait_published<C: Coordination>(
     coord: &C,
     cluster: &ClusterConfig,
-    opts: &AgentOptions,
     state: &SharedState,
-    reason: &Wait,
+    opts: &AgentOptions,
+    shutdown: &mut watch::Receiver<bool>,
+    reason: Wait,
+    how_long: Duration,
 ) {
-    let s = state.get();
-    let changed = s.message != reason.reason() || s.phase != Phase::Waiting;
-    state.update(|s| {
-        s.phase = Phase::Waiting;
-        s.message = reason.to_string();
-    });
-    if changed {
+    if note_wait(state, opts, reason) {
         publish::publish(coord, cluster, &opts.member, state, false).await;
     }
+    let _ = tokio::time::timeout(how_long, shutdown.changed()).await;
 }
 
 /// Records why the member waits and sleeps for `how_long` (or until shutdown).
@@ -257,9 +278,16 @@ async fn wait(
     reason: Wait,
     how_long: Duration,
 ) {
+    note_wait(state, opts, reason);
+    let _ = tokio::time::timeout(how_long, shutdown.changed()).await;
+}
+
+/// Records why the member waits, logging a reason that is new; true when it was.
+fn note_wait(state: &SharedState, opts: &AgentOptions, reason: Wait) -> bool {
     let reason = String::from(reason);
     let s = state.get();
-    if s.message != reason || s.phase != Phase::Waiting {
+    let new = s.message != reason || s.phase != Phase::Waiting;
+    if new {
         tracing::info!(member = %opts.member, %reason, "waiting");
     }
     state.update(|s| {
@@ -267,7 +295,7 @@ async fn wait(
         s.healthy = false;
         s.message = reason;
     });
-    let _ = tokio::time::timeout(how_long, shutdown.changed()).await;
+    new
 }
 
 async fn run_etcd<C: Coordination>(
