@@ -1,0 +1,5 @@
+//! The fault-injection suite: clients record what they did and saw against a local quorate
+//! cluster while real faults are injected, and the checker proves the history linearizable with
+//! nothing acknowledged lost.
+
+pub mod history;
