@@ -2,4 +2,11 @@
 //! cluster while real faults are injected, and the checker proves the history linearizable with
 //! nothing acknowledged lost.
 
+pub mod checker;
+pub mod cluster;
+pub mod faults;
 pub mod history;
+pub mod report;
+pub mod run;
+pub mod watch;
+pub mod workload;

@@ -86,11 +86,22 @@ impl Agents {
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true);
-        // SAFETY: prctl is async-signal-safe and touches no memory shared with the parent.
+        let cgroup_procs = member_cgroup_procs(self.dir.root(), member)?;
+        // SAFETY: prctl, open and write are async-signal-safe; the path was prepared before the
+        // fork, so nothing here allocates or touches memory shared with the parent.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
+                    .map_err(std::io::Error::from)?;
+                if let Some(procs) = &cgroup_procs {
+                    let fd = nix::fcntl::open(
+                        procs.as_c_str(),
+                        nix::fcntl::OFlag::O_WRONLY,
+                        nix::sys::stat::Mode::empty(),
+                    )?;
+                    nix::unistd::write(&fd, b"0")?;
+                }
+                Ok(())
             });
         }
         let child = command.spawn()?;
@@ -158,6 +169,41 @@ impl Agents {
                 });
         futures::future::join_all(stops).await;
     }
+}
+
+/// Environment variable naming a cgroup v2 directory under which each member's agent (and so
+/// its etcd) runs in a cgroup of its own, `<root>/<cluster>.<member>`: to limit or account one
+/// member's resources, or to match its traffic (the fault suite cuts a member off the network
+/// this way). Unset: agents stay in the supervisor's cgroup.
+pub const MEMBER_CGROUP_ROOT_ENV: &str = "QUORATE_MEMBER_CGROUP_ROOT";
+
+/// The `cgroup.procs` file `member`'s agent joins at start, created if needed; `None` without
+/// [`MEMBER_CGROUP_ROOT_ENV`].
+fn member_cgroup_procs(
+    cluster_root: &std::path::Path,
+    member: &str,
+) -> std::io::Result<Option<std::ffi::CString>> {
+    let Some(root) = std::env::var_os(MEMBER_CGROUP_ROOT_ENV) else {
+        return Ok(None);
+    };
+    let cluster = cluster_root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = PathBuf::from(root).join(format!("{cluster}.{member}"));
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot create the member cgroup {} ({MEMBER_CGROUP_ROOT_ENV}): {e}",
+                dir.display()
+            ),
+        )
+    })?;
+    let procs = dir.join("cgroup.procs");
+    std::ffi::CString::new(procs.into_os_string().into_encoded_bytes())
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
 async fn terminate(child: &mut Child, grace: Duration) {

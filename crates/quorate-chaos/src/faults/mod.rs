@@ -1,0 +1,201 @@
+//! The faults and operations the suite injects, each a real event on real processes, files or
+//! packets: what a step is (`Step`), and picking a seeded schedule of them (`schedule`).
+
+pub mod disk;
+pub mod network;
+pub mod store_proxy;
+
+use std::time::Duration;
+
+use rand::Rng;
+use rand::rngs::StdRng;
+use serde::Serialize;
+
+/// Which process of a member a fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Target {
+    /// The member's etcd.
+    Etcd,
+    /// The member's agent (its etcd is its child and dies with it on SIGKILL).
+    Agent,
+}
+
+/// One thing that happens to the cluster during a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Step {
+    /// `kill -9` of a member's process; the supervisor or agent restarts it.
+    Kill { member: usize, target: Target },
+    /// `SIGSTOP` of a member's process, `SIGCONT` after `hold`.
+    Pause {
+        member: usize,
+        target: Target,
+        hold: Duration,
+    },
+    /// `kill -9` of the whole local cluster (supervisor, agents, etcds) and `quorate up` again.
+    CrashAll,
+    /// `SIGSTOP` of the supervisor for `hold` (members run on unsupervised).
+    PauseSupervisor { hold: Duration },
+    /// A member cut off from the others for `hold`.
+    Partition { member: usize, hold: Duration },
+    /// The object store slow, refusing or cutting connections for `hold`; backups must catch
+    /// up afterwards.
+    Store {
+        fault: store_proxy::StoreFault,
+        hold: Duration,
+    },
+    /// A member's disk full for `hold`.
+    DiskFull { member: usize, hold: Duration },
+    /// A member held stopped for `hold` (longer than any timeout in quorate) while another
+    /// member loses its data and restarts empty: the fault that forked clusters before
+    /// start decisions rested on evidence.
+    SlowRestart {
+        stopped: usize,
+        wiped: usize,
+        hold: Duration,
+    },
+    /// Two of three members lose their data at once; quorate recovers from the survivor.
+    QuorumLoss { survivor: usize },
+    /// Every member loses its data once the bucket holds everything acknowledged; quorate
+    /// restores the cluster from the bucket.
+    TotalLoss,
+    /// The etcd leader is killed, so backups move to another member.
+    BackupLeaderChange,
+    /// A configuration change every member restarts for, one at a time.
+    RollingUpdate,
+}
+
+impl Step {
+    /// A short name for the report's table.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::Kill {
+                target: Target::Etcd,
+                ..
+            } => "kill -9 etcd",
+            Step::Kill {
+                target: Target::Agent,
+                ..
+            } => "kill -9 agent",
+            Step::Pause {
+                target: Target::Etcd,
+                ..
+            } => "SIGSTOP etcd",
+            Step::Pause {
+                target: Target::Agent,
+                ..
+            } => "SIGSTOP agent",
+            Step::CrashAll => "kill -9 supervisor (all)",
+            Step::PauseSupervisor { .. } => "SIGSTOP supervisor",
+            Step::Partition { .. } => "partition",
+            Step::DiskFull { .. } => "disk full",
+            Step::Store {
+                fault: store_proxy::StoreFault::Slow(_),
+                ..
+            } => "store slow",
+            Step::Store {
+                fault: store_proxy::StoreFault::Refuse,
+                ..
+            } => "store refuses connections",
+            Step::Store { .. } => "store cuts uploads",
+            Step::SlowRestart { .. } => "slow restart + empty peer",
+            Step::QuorumLoss { .. } => "quorum loss (2 of 3 wiped)",
+            Step::TotalLoss => "total loss → restore",
+            Step::BackupLeaderChange => "backup leader change",
+            Step::RollingUpdate => "rolling update",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.kind();
+        match self {
+            Step::Kill { member, .. } => write!(f, "{kind} of member {member}"),
+            Step::Pause { member, hold, .. } => {
+                write!(
+                    f,
+                    "{kind} of member {member} for {:.1} s",
+                    hold.as_secs_f64()
+                )
+            }
+            Step::PauseSupervisor { hold } => write!(f, "{kind} for {:.1} s", hold.as_secs_f64()),
+            Step::Partition { member, hold } | Step::DiskFull { member, hold } => {
+                write!(f, "{kind}: member {member} for {:.1} s", hold.as_secs_f64())
+            }
+            Step::SlowRestart {
+                stopped,
+                wiped,
+                hold,
+            } => write!(
+                f,
+                "member {stopped} stopped for {:.0} s while member {wiped} restarts empty",
+                hold.as_secs_f64()
+            ),
+            Step::QuorumLoss { survivor } => write!(f, "{kind}, member {survivor} survives"),
+            Step::Store { hold, .. } => write!(f, "{kind} for {:.1} s", hold.as_secs_f64()),
+            _ => f.write_str(kind),
+        }
+    }
+}
+
+/// What the schedule may use.
+#[derive(Clone, Copy, Debug)]
+pub struct Capabilities {
+    /// Partitions can be made (root, iptables, cgroup v2).
+    pub partitions: bool,
+    /// Members' data is on small file systems that can be filled.
+    pub disks: bool,
+    /// The bucket is behind a proxy that can slow or fail it.
+    pub store: bool,
+}
+
+/// The next step, drawn from `rng` among what `caps` allows, for a 3-member cluster.
+pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
+    let member = rng.random_range(0..3usize);
+    let target = if rng.random_bool(0.5) {
+        Target::Etcd
+    } else {
+        Target::Agent
+    };
+    let hold = Duration::from_millis(rng.random_range(2_000..12_000));
+    loop {
+        let step = match rng.random_range(0..14) {
+            0 | 1 => Step::Kill { member, target },
+            2 | 3 => Step::Pause {
+                member,
+                target,
+                hold,
+            },
+            4 => Step::CrashAll,
+            5 => Step::PauseSupervisor { hold },
+            6 | 7 if caps.partitions => Step::Partition { member, hold },
+            8 if caps.disks => Step::DiskFull { member, hold },
+            9 => Step::SlowRestart {
+                stopped: member,
+                wiped: (member + 1 + rng.random_range(0..2usize)) % 3,
+                hold: Duration::from_secs(40),
+            },
+            10 => Step::QuorumLoss { survivor: member },
+            11 => Step::TotalLoss,
+            12 => {
+                if rng.random_bool(0.5) {
+                    Step::BackupLeaderChange
+                } else {
+                    Step::RollingUpdate
+                }
+            }
+            13 if caps.store => Step::Store {
+                fault: match rng.random_range(0..3) {
+                    0 => store_proxy::StoreFault::Slow(Duration::from_millis(
+                        rng.random_range(200..2_000),
+                    )),
+                    1 => store_proxy::StoreFault::Refuse,
+                    _ => store_proxy::StoreFault::CutAfter(rng.random_range(100..20_000)),
+                },
+                hold,
+            },
+            _ => continue,
+        };
+        return step;
+    }
+}

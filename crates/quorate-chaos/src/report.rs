@@ -1,0 +1,79 @@
+//! The run's report as Markdown: the summary row, time to heal per kind of step, every step
+//! with its time, and every anomaly (there must be none).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::run::RunReport;
+
+/// Renders `reports` (one per run) with the command that produced them.
+pub fn render(reports: &[RunReport], command: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Fault-injection runs\n");
+    let _ = writeln!(out, "Produced by `{command}`.\n");
+    let _ = writeln!(
+        out,
+        "| seed | wall time | steps | operations checked | acknowledged writes | unknown writes (applied / not) | anomalies | acknowledged writes lost | longest acknowledged write | failed reads |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        let c = &r.check;
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} s | {} | {} | {} | {} / {} | {} | {} | {} ms | {} |",
+            r.seed,
+            r.elapsed_s,
+            r.steps.len(),
+            c.operations_checked,
+            c.acknowledged_writes,
+            c.unknown_writes_applied,
+            c.unknown_writes_not_applied,
+            c.anomalies.len() + r.watch_anomalies.len(),
+            c.lost_acknowledged_writes,
+            r.longest_write_ms,
+            r.failed_reads,
+        );
+    }
+    let mut heal: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for r in reports {
+        for s in &r.steps {
+            heal.entry(s.step.kind()).or_default().push(s.heal_s);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n## Time to heal, per kind of step\n\nFrom the end of the fault (or of the operation) until every member answers a linearizable read on its own.\n"
+    );
+    let _ = writeln!(out, "| step | times | median | max |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for (kind, mut times) in heal {
+        times.sort_by(f64::total_cmp);
+        let _ = writeln!(
+            out,
+            "| {kind} | {} | {:.1} s | {:.1} s |",
+            times.len(),
+            times[times.len() / 2],
+            times[times.len() - 1]
+        );
+    }
+    for r in reports {
+        let _ = writeln!(out, "\n## Seed {}\n", r.seed);
+        for u in &r.unavailable {
+            let _ = writeln!(out, "- not injected on this machine: {u}");
+        }
+        let _ = writeln!(out, "\n| at | step | healed after |\n|---|---|---|");
+        for s in &r.steps {
+            let _ = writeln!(out, "| {:.1} s | {} | {:.1} s |", s.at_s, s.step, s.heal_s);
+        }
+        if !r.passed() {
+            let _ = writeln!(out, "\n### Anomalies\n");
+            for a in &r.check.anomalies {
+                let _ = writeln!(out, "```\n{a}\n```");
+            }
+            for a in &r.watch_anomalies {
+                let _ = writeln!(out, "- {a}");
+            }
+        }
+    }
+    out
+}
