@@ -123,7 +123,7 @@ pub fn parse_quantity(input: &str) -> Result<ParsedQuantity, QuantityError> {
             let mut inexact = false;
             for digit in frac_digits.bytes().rev() {
                 let n = u128::from(digit - b'0') * scale + fraction;
-                inexact |= n % 10 != 0;
+                inexact |= !n.is_multiple_of(10);
                 fraction = n / 10;
             }
             whole
