@@ -31,7 +31,7 @@ impl EtcdLookup for Table {
             0 => EtcdFacts::Missing,
             1 => EtcdFacts::Deleting,
             _ => EtcdFacts::Present {
-                protection_disabled: name.len() % 2 == 0,
+                protection_disabled: name.len().is_multiple_of(2),
             },
         })
     }
