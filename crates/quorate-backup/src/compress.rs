@@ -153,7 +153,7 @@ where
     let decoder = weezl::decode::Decoder::new(weezl::BitOrder::Lsb, 8);
     // The input not decoded yet, and whether the decoder may still hold output (the last
     // call filled the buffer).
-    let state = (input.boxed(), Some(decoder), Bytes::new(), false);
+    let state = (input.boxed().fuse(), Some(decoder), Bytes::new(), false);
     stream::unfold(
         state,
         |(mut input, mut decoder, mut pending, mut full)| async move {
@@ -177,6 +177,19 @@ where
                         Some(Err(e)) => return Some((Err(e), (input, None, pending, false))),
                         None if dec.has_ended() => return None,
                         None => {
+                            // The decoder may hold the last codes until asked again with no
+                            // more input.
+                            match lzw_decode_some(dec, &mut pending) {
+                                Ok(out) if !out.is_empty() => {
+                                    return Some((
+                                        Ok(Bytes::from(out)),
+                                        (input, decoder, pending, true),
+                                    ));
+                                }
+                                Ok(_) if dec.has_ended() => return None,
+                                Ok(_) => {}
+                                Err(e) => return Some((Err(e), (input, None, pending, false))),
+                            }
                             let e = io::Error::new(
                                 io::ErrorKind::UnexpectedEof,
                                 "LZW data ends before its end code: the object is truncated",

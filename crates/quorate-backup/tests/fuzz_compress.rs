@@ -193,3 +193,20 @@ fn lzw_small_input_decodes_in_bounded_chunks_not_one_huge_buffer() {
         assert_eq!(out.len(), data.len());
     });
 }
+
+/// Found by fuzzing: the LZW decoder could hold the last codes of a valid stream until asked
+/// again, and the stream's end was then reported as truncation (one zero byte, or 196,353 of
+/// them, could not be read back).
+#[test]
+fn lzw_stream_whose_last_codes_are_held_back_is_read_not_called_truncated() {
+    runtime().block_on(async {
+        for n in [1, 2, 15, 196_353] {
+            let data = vec![0u8; n];
+            let packed = packed(Some(CompressionPolicy::Lzw), &data).await;
+            for sizes in [[packed.len()], [1], [7]] {
+                let out = run(Some(CompressionPolicy::Lzw), &packed, &sizes).await;
+                assert_eq!(out.unwrap(), data, "{n} zeros in chunks of {sizes:?}");
+            }
+        }
+    });
+}
