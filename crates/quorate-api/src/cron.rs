@@ -272,9 +272,13 @@ fn parse_field(text: &str, spec: &FieldSpec) -> Result<(u64, bool), String> {
         }
         let (range_part, step) = match item.split_once('/') {
             Some((range, step)) => {
-                let step: u32 = step
-                    .parse()
-                    .map_err(|_| format!("{} field: step {step:?} is not a number", spec.name))?;
+                let step: u32 = step.parse().map_err(|_| {
+                    if !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit()) {
+                        format!("{} field: step {step} is too large", spec.name)
+                    } else {
+                        format!("{} field: step {step:?} is not a number", spec.name)
+                    }
+                })?;
                 if step == 0 {
                     return Err(format!("{} field: step must be at least 1", spec.name));
                 }
@@ -304,7 +308,11 @@ fn parse_field(text: &str, spec: &FieldSpec) -> Result<(u64, bool), String> {
         let mut v = start;
         while v <= end {
             bits |= 1u64 << v;
-            v += step;
+            // A step beyond the range ends it (and must not wrap around).
+            let Some(next) = v.checked_add(step) else {
+                break;
+            };
+            v = next;
         }
     }
     Ok((bits, star))
@@ -315,7 +323,12 @@ fn parse_value(text: &str, spec: &FieldSpec) -> Result<u32, String> {
         return Ok(index as u32 + spec.first_name_value);
     }
     let value: u32 = text.parse().map_err(|_| {
-        if spec.names.is_empty() {
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            format!(
+                "{} field: {text} is out of range {}-{}",
+                spec.name, spec.min, spec.max
+            )
+        } else if spec.names.is_empty() {
             format!("{} field: {text:?} is not a number", spec.name)
         } else {
             format!(

@@ -38,7 +38,7 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
         return Err(syntax());
     }
     let mut rest = input;
-    let mut total_ns: u128 = 0;
+    let mut total_ns: Option<u128> = Some(0);
     while !rest.is_empty() {
         let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
         if int_len == 0 {
@@ -58,23 +58,25 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
         let (unit_ns, unit_len) = unit_of(after_number).ok_or_else(syntax)?;
         rest = &after_number[unit_len..];
 
-        let int_value: u128 = parse_digits(int_part).ok_or_else(overflow)?;
-        let mut group_ns = int_value.checked_mul(unit_ns).ok_or_else(overflow)?;
-        // Go keeps at most the precision that still matters; 30 digits cover every unit.
-        let frac_digits = &frac_part[..frac_part.len().min(30)];
-        if !frac_digits.is_empty() {
-            let scale = 10u128.pow(frac_digits.len() as u32);
-            let frac_value = parse_digits(frac_digits).ok_or_else(overflow)?;
-            group_ns = group_ns
-                .checked_add(frac_value.checked_mul(unit_ns).ok_or_else(overflow)? / scale)
-                .ok_or_else(overflow)?;
-        }
-        total_ns = total_ns.checked_add(group_ns).ok_or_else(overflow)?;
+        // An overflow is reported once the whole text is known to be a duration.
+        total_ns = total_ns.and_then(|total| {
+            let int_value: u128 = parse_digits(int_part)?;
+            let mut group_ns = int_value.checked_mul(unit_ns)?;
+            // Go keeps at most the precision that still matters; 25 digits cover every unit
+            // (below a nanosecond of an hour) and times an hour in ns still fit in u128.
+            let frac_digits = &frac_part[..frac_part.len().min(25)];
+            if !frac_digits.is_empty() {
+                let scale = 10u128.pow(frac_digits.len() as u32);
+                let frac_value = parse_digits(frac_digits)?;
+                group_ns = group_ns.checked_add(frac_value.checked_mul(unit_ns)? / scale)?;
+            }
+            total.checked_add(group_ns)
+        });
     }
     // Go durations are int64 nanoseconds.
-    if total_ns > i64::MAX as u128 {
-        return Err(overflow());
-    }
+    let total_ns = total_ns
+        .filter(|ns| *ns <= i64::MAX as u128)
+        .ok_or_else(overflow)?;
     let secs = (total_ns / 1_000_000_000) as u64;
     let nanos = (total_ns % 1_000_000_000) as u32;
     Ok(Duration::new(secs, nanos))

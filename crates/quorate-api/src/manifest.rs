@@ -172,7 +172,11 @@ pub fn read_etcd_manifests(
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         reader.read_json(text, &mut etcds, &mut found)?;
     } else {
-        for doc in split_yaml_documents(text) {
+        let documents = split_yaml_documents(text);
+        if documents.len() > MAX_YAML_DOCUMENTS {
+            return Err(too_many_documents(source_name, documents.len()));
+        }
+        for doc in documents {
             reader.read_yaml_document(&doc, &mut etcds, &mut found)?;
         }
     }
@@ -202,8 +206,28 @@ struct YamlDocument {
     first_line: u64,
 }
 
-/// Splits at `---` / `...` lines (YAML document markers always start at column 0).
-fn split_yaml_documents(text: &str) -> Vec<YamlDocument> {
+/// The most YAML documents one manifest may hold (serde-saphyr's own limit for a stream).
+/// Each document is parsed with the whole file's line numbering, so the work grows with the
+/// number of documents times the file's length.
+const MAX_YAML_DOCUMENTS: usize = 1024;
+
+fn too_many_documents(source_name: &str, count: usize) -> ManifestError {
+    ManifestError::Parse(Box::new(ParseError {
+        source_name: source_name.to_string(),
+        line: None,
+        column: None,
+        path: None,
+        message: format!(
+            "holds {count} YAML documents (separated by \"---\" or \"...\"), more than the \
+             {MAX_YAML_DOCUMENTS} quorate reads; split the file"
+        ),
+        snippet: None,
+    }))
+}
+
+/// Splits at `---` / `...` lines (YAML document markers always start at column 0). Each
+/// document's text is made only when it is read, so at most one is held at a time.
+fn split_yaml_documents(text: &str) -> impl ExactSizeIterator<Item = YamlDocument> {
     let lines: Vec<&str> = text.split('\n').collect();
     let mut owner = vec![usize::MAX; lines.len()];
     let mut rewritten: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
@@ -226,21 +250,34 @@ fn split_yaml_documents(text: &str) -> Vec<YamlDocument> {
             owner[i] = current;
         }
     }
-    (0..=current)
-        .filter_map(|doc| {
-            let first = owner.iter().position(|o| *o == doc)?;
-            let text = rewritten
-                .iter()
-                .zip(&owner)
-                .map(|(line, o)| if *o == doc { line.as_str() } else { "" })
-                .collect::<Vec<_>>()
-                .join("\n");
-            Some(YamlDocument {
-                text,
-                first_line: first as u64 + 1,
-            })
-        })
-        .collect()
+    let firsts: Vec<Option<usize>> = {
+        let mut firsts = vec![None; current + 1];
+        for (i, o) in owner.iter().enumerate() {
+            if let Some(first) = firsts.get_mut(*o)
+                && first.is_none()
+            {
+                *first = Some(i);
+            }
+        }
+        firsts
+    };
+    let documents: Vec<(usize, usize)> = firsts
+        .into_iter()
+        .enumerate()
+        .filter_map(|(doc, first)| Some((doc, first?)))
+        .collect();
+    documents.into_iter().map(move |(doc, first)| {
+        let text = rewritten
+            .iter()
+            .zip(&owner)
+            .map(|(line, o)| if *o == doc { line.as_str() } else { "" })
+            .collect::<Vec<_>>()
+            .join("\n");
+        YamlDocument {
+            text,
+            first_line: first as u64 + 1,
+        }
+    })
 }
 
 struct Reader<'a> {
@@ -464,6 +501,10 @@ fn explain(message: &str) -> String {
     match message.strip_prefix("invalid ") {
         Some(t) if int_types.contains(&t) => format!("{message}: expected a whole number"),
         Some("bool") => format!("{message}: expected true or false"),
+        _ if message.starts_with("budget breached") => format!(
+            "{message}: the YAML exceeds the parser's limits (too many nodes once aliases are \
+             expanded, too many aliases or anchors, or too deep nesting)"
+        ),
         _ => message.to_string(),
     }
 }

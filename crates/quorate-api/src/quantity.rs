@@ -78,51 +78,58 @@ pub fn parse_quantity(input: &str) -> Result<ParsedQuantity, QuantityError> {
     }
     let multiplier = parse_suffix(suffix).ok_or_else(syntax)?;
 
-    // mantissa = all digits as one integer; value = mantissa * 10^-frac_len * multiplier.
-    let all_digits = format!("{int_digits}{frac_digits}");
-    let significant = all_digits.trim_start_matches('0');
-    if significant.len() > 36 {
-        return Err(too_large());
-    }
-    let mantissa: u128 = if significant.is_empty() {
-        0
-    } else {
-        significant.parse().map_err(|_| syntax())?
-    };
-    let frac_len = frac_digits.len() as i64;
-
+    // Exact at any length: trailing zeros of the fraction change nothing, and the value is
+    // only ever needed to a thousandth, rounded up.
+    let frac_digits = frac_digits.trim_end_matches('0');
     let millis: u128 = match multiplier {
         Multiplier::Decimal(exp) => {
-            // millis = mantissa * 10^(exp + 3 - frac_len)
-            let total = exp + 3 - frac_len;
-            if mantissa == 0 {
-                0
-            } else if total >= 0 {
-                let factor = u32::try_from(total)
-                    .ok()
-                    .and_then(|t| 10u128.checked_pow(t))
-                    .ok_or_else(too_large)?;
-                mantissa.checked_mul(factor).ok_or_else(too_large)?
+            // A power of ten moves the decimal point: the thousandths are the digits up to the
+            // point `exp + 3` places right of where it is, plus one if any non-zero digit is left.
+            let digits = format!("{int_digits}{frac_digits}");
+            let point = int_digits.len() as i64 + exp + 3;
+            let split = usize::try_from(point.clamp(0, digits.len() as i64)).unwrap_or(0);
+            let (whole, rest) = digits.split_at(split);
+            let zeros = u32::try_from((point - split as i64).max(0)).map_err(|_| too_large())?;
+            let inexact = u128::from(rest.bytes().any(|b| b != b'0'));
+            let whole = whole.trim_start_matches('0');
+            if whole.is_empty() {
+                inexact
             } else {
-                match u32::try_from(-total)
-                    .ok()
-                    .and_then(|t| 10u128.checked_pow(t))
-                {
-                    Some(div) => mantissa.div_ceil(div),
-                    // Smaller than any representable fraction: rounds up to one thousandth.
-                    None => 1,
+                if whole.len() > 38 {
+                    return Err(too_large());
                 }
+                let whole: u128 = whole.parse().map_err(|_| syntax())?;
+                10u128
+                    .checked_pow(zeros)
+                    .and_then(|f| whole.checked_mul(f))
+                    .and_then(|v| v.checked_add(inexact))
+                    .ok_or_else(too_large)?
             }
         }
         Multiplier::Binary(pow2) => {
-            let scaled = mantissa
-                .checked_mul(1000)
-                .and_then(|v| v.checked_mul(1u128 << pow2))
-                .ok_or_else(too_large)?;
-            let div = 10u128
-                .checked_pow(u32::try_from(frac_len).map_err(|_| too_large())?)
-                .ok_or_else(too_large)?;
-            scaled.div_ceil(div)
+            // Whole part times the scale, plus the fraction times the scale computed digit by
+            // digit from the last (each step below 10 * scale), rounded up.
+            let scale = 1000u128 << pow2;
+            let whole = int_digits.trim_start_matches('0');
+            if whole.len() > 38 {
+                return Err(too_large());
+            }
+            let whole: u128 = if whole.is_empty() {
+                0
+            } else {
+                whole.parse().map_err(|_| syntax())?
+            };
+            let mut fraction = 0u128;
+            let mut inexact = false;
+            for digit in frac_digits.bytes().rev() {
+                let n = u128::from(digit - b'0') * scale + fraction;
+                inexact |= !n.is_multiple_of(10);
+                fraction = n / 10;
+            }
+            whole
+                .checked_mul(scale)
+                .and_then(|v| v.checked_add(fraction + u128::from(inexact)))
+                .ok_or_else(too_large)?
         }
     };
     if millis > MAX_MILLIS {

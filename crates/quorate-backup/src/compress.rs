@@ -12,7 +12,7 @@
 use std::io;
 
 use async_compression::tokio::bufread::{GzipDecoder, GzipEncoder, ZlibDecoder, ZlibEncoder};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 use quorate_api::CompressionPolicy;
 use tokio_util::io::{ReaderStream, StreamReader};
@@ -144,54 +144,83 @@ where
     .boxed()
 }
 
-/// Decodes an LZW stream (LSB first, 8-bit literals) chunk by chunk.
+/// Decodes an LZW stream (LSB first, 8-bit literals) chunk by chunk, in output chunks of at
+/// most [`CHUNK`] bytes: LZW expands a thousandfold, so an input chunk is decoded piecewise.
 fn lzw_decode<'a, S>(input: S) -> ByteStream<'a>
 where
     S: Stream<Item = io::Result<Bytes>> + Send + 'a,
 {
     let decoder = weezl::decode::Decoder::new(weezl::BitOrder::Lsb, 8);
-    let state = (input.boxed(), Some(decoder));
-    stream::unfold(state, |(mut input, mut decoder)| async move {
-        loop {
-            let dec = decoder.as_mut()?;
-            match input.next().await {
-                Some(Ok(chunk)) => {
-                    if dec.has_ended() {
-                        if chunk.is_empty() {
+    // The input not decoded yet, and whether the decoder may still hold output (the last
+    // call filled the buffer).
+    let state = (input.boxed().fuse(), Some(decoder), Bytes::new(), false);
+    stream::unfold(
+        state,
+        |(mut input, mut decoder, mut pending, mut full)| async move {
+            loop {
+                let dec = decoder.as_mut()?;
+                if pending.is_empty() && !full {
+                    match input.next().await {
+                        Some(Ok(chunk)) => {
+                            if dec.has_ended() {
+                                if chunk.is_empty() {
+                                    continue;
+                                }
+                                return Some((
+                                    Err(lzw_trailing_data()),
+                                    (input, None, pending, false),
+                                ));
+                            }
+                            pending = chunk;
                             continue;
                         }
-                        return Some((Err(lzw_trailing_data()), (input, None)));
-                    }
-                    match lzw_decode_chunk(dec, &chunk) {
-                        Ok(out) if out.is_empty() => continue,
-                        Ok(out) => return Some((Ok(Bytes::from(out)), (input, decoder))),
-                        Err(e) => return Some((Err(e), (input, None))),
+                        Some(Err(e)) => return Some((Err(e), (input, None, pending, false))),
+                        None if dec.has_ended() => return None,
+                        None => {
+                            // The decoder may hold the last codes until asked again with no
+                            // more input.
+                            match lzw_decode_some(dec, &mut pending) {
+                                Ok(out) if !out.is_empty() => {
+                                    return Some((
+                                        Ok(Bytes::from(out)),
+                                        (input, decoder, pending, true),
+                                    ));
+                                }
+                                Ok(_) if dec.has_ended() => return None,
+                                Ok(_) => {}
+                                Err(e) => return Some((Err(e), (input, None, pending, false))),
+                            }
+                            let e = io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "LZW data ends before its end code: the object is truncated",
+                            );
+                            return Some((Err(e), (input, None, pending, false)));
+                        }
                     }
                 }
-                Some(Err(e)) => return Some((Err(e), (input, None))),
-                None if dec.has_ended() => return None,
-                None => {
-                    let e = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "LZW data ends before its end code: the object is truncated",
-                    );
-                    return Some((Err(e), (input, None)));
+                match lzw_decode_some(dec, &mut pending) {
+                    Ok(out) => {
+                        full = out.len() == CHUNK;
+                        if !out.is_empty() {
+                            return Some((Ok(Bytes::from(out)), (input, decoder, pending, full)));
+                        }
+                    }
+                    Err(e) => return Some((Err(e), (input, None, pending, false))),
                 }
             }
-        }
-    })
+        },
+    )
     .boxed()
 }
 
-/// Decodes one chunk of LZW input completely, failing on invalid codes and on data after the
-/// end code.
-fn lzw_decode_chunk(dec: &mut weezl::decode::Decoder, mut inp: &[u8]) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
+/// Decodes from `inp` (consuming what it used) until there is output (at most [`CHUNK`]
+/// bytes) or the input is used up, failing on invalid codes and on data after the end code.
+fn lzw_decode_some(dec: &mut weezl::decode::Decoder, inp: &mut Bytes) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; CHUNK];
     loop {
         let r = dec.decode_bytes(inp, &mut buf);
-        out.extend_from_slice(&buf[..r.consumed_out]);
-        inp = &inp[r.consumed_in..];
+        inp.advance(r.consumed_in);
+        let made = r.consumed_out;
         match r.status {
             Err(e) => {
                 return Err(io::Error::new(
@@ -203,9 +232,8 @@ fn lzw_decode_chunk(dec: &mut weezl::decode::Decoder, mut inp: &[u8]) -> io::Res
                 if !inp.is_empty() {
                     return Err(lzw_trailing_data());
                 }
-                return Ok(out);
             }
-            Ok(weezl::LzwStatus::NoProgress) if inp.is_empty() => return Ok(out),
+            Ok(weezl::LzwStatus::NoProgress) if inp.is_empty() => {}
             Ok(weezl::LzwStatus::NoProgress) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -213,11 +241,13 @@ fn lzw_decode_chunk(dec: &mut weezl::decode::Decoder, mut inp: &[u8]) -> io::Res
                 ));
             }
             Ok(weezl::LzwStatus::Ok) => {
-                if inp.is_empty() && r.consumed_out < buf.len() {
-                    return Ok(out);
+                if made == 0 && !inp.is_empty() {
+                    continue;
                 }
             }
         }
+        buf.truncate(made);
+        return Ok(buf);
     }
 }
 

@@ -84,8 +84,10 @@ pub enum LayoutError {
         /// The kind token found.
         kind: String,
     },
-    /// A revision or timestamp is not a non-negative decimal number.
-    #[error("{name:?}: {field} {value:?} is not a non-negative decimal number")]
+    /// A revision or timestamp is not a non-negative decimal number, or too large for one.
+    #[error(
+        "{name:?}: {field} {value:?} is not a non-negative decimal number, or is too large (above 9223372036854775807)"
+    )]
     Number {
         /// The offending name.
         name: String,

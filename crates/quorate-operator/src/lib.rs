@@ -35,6 +35,7 @@ pub use metrics::Metrics;
 pub use run::{OperatorArgs, RunError, run_operator};
 pub use webhook::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
-    PROTECTED_KINDS, ProtectionConfig, WebhookCerts, WebhookConfig, WebhookError,
-    generate_webhook_certs, serve_webhooks_on, service_account_username,
+    EtcdFacts, EtcdLookup, LookupError, PROTECTED_KINDS, ProtectionConfig, WebhookCerts,
+    WebhookConfig, WebhookError, generate_webhook_certs, router as webhook_router,
+    serve_webhooks_on, service_account_username,
 };

@@ -17,8 +17,9 @@ mod server;
 mod tls;
 
 pub use certs::{CA_FILE, WebhookCerts, generate_webhook_certs, service_dns_names};
-pub use protection::{PROTECTED_KINDS, ProtectionConfig};
-pub use server::{WebhookConfig, WebhookError, serve_webhooks, serve_webhooks_on};
+pub use etcd_lookup::{EtcdLookup, LookupError};
+pub use protection::{EtcdFacts, PROTECTED_KINDS, ProtectionConfig};
+pub use server::{WebhookConfig, WebhookError, router, serve_webhooks, serve_webhooks_on};
 pub use tls::CERT_FILE;
 
 /// Path of the webhook that validates `Etcd` objects on CREATE and UPDATE; the

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use kube::Client;
@@ -90,8 +90,14 @@ pub fn router<L: EtcdLookup>(protection: ProtectionConfig, lookup: L) -> Router 
     Router::new()
         .route(ETCD_VALIDATION_PATH, post(validate_etcd))
         .route(COMPONENT_PROTECTION_PATH, post(protect_components::<L>))
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(state)
 }
+
+/// The largest AdmissionReview read. An UPDATE carries the object twice (new and old), each up
+/// to the API server's 3 MiB request limit; axum's default of 2 MiB would answer such a review
+/// with HTTP 413, which the API server reports as a failed webhook call.
+const MAX_REVIEW_BYTES: usize = 8 << 20;
 
 async fn validate_etcd(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
     let response = match read_request(&body) {
