@@ -9,10 +9,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Chain that marks connections by member.
-const MARK_CHAIN: &str = "QUORATE-CHAOS-MARK";
-/// Chain holding the current partition's drops.
-const DROP_CHAIN: &str = "QUORATE-CHAOS-CUT";
 
 /// Why partitions cannot be made here.
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +23,12 @@ pub struct Partitioner {
     cgroup_root: PathBuf,
     /// The cgroup root as iptables' cgroup match names it (relative to the v2 mount).
     cgroup_path: String,
-    /// Mark of each member (1-based).
+    /// Connection mark of each member.
     marks: BTreeMap<String, u32>,
+    /// Chain that marks connections by member (mangle table), one per run.
+    mark_chain: String,
+    /// Chain holding the current partition's drops (filter table).
+    drop_chain: String,
 }
 
 impl Partitioner {
@@ -47,13 +47,18 @@ impl Partitioner {
             cgroup_root,
             cgroup_path: format!("/{name}"),
             marks: BTreeMap::new(),
+            mark_chain: format!("QCHAOS-MARK-{}", std::process::id()),
+            drop_chain: format!("QCHAOS-CUT-{}", std::process::id()),
         };
-        iptables(&["-t", "mangle", "-N", MARK_CHAIN]).map_err(Unavailable)?;
-        iptables(&["-t", "mangle", "-I", "OUTPUT", "-j", MARK_CHAIN]).map_err(Unavailable)?;
-        iptables(&["-N", DROP_CHAIN]).map_err(Unavailable)?;
-        iptables(&["-I", "OUTPUT", "-j", DROP_CHAIN]).map_err(Unavailable)?;
+        let (mark_chain, drop_chain) = (me.mark_chain.clone(), me.drop_chain.clone());
+        let (mark_chain, drop_chain) = (mark_chain.as_str(), drop_chain.as_str());
+        iptables(&["-t", "mangle", "-N", mark_chain]).map_err(Unavailable)?;
+        iptables(&["-t", "mangle", "-I", "OUTPUT", "-j", mark_chain]).map_err(Unavailable)?;
+        iptables(&["-N", drop_chain]).map_err(Unavailable)?;
+        iptables(&["-I", "OUTPUT", "-j", drop_chain]).map_err(Unavailable)?;
         for (i, member) in members.iter().enumerate() {
-            let mark = i as u32 + 1;
+            // Marks of concurrent runs must differ too.
+            let mark = (std::process::id() % 100_000) * 16 + i as u32 + 1;
             let dir = me.cgroup_root.join(format!("{cluster}.{member}"));
             std::fs::create_dir_all(&dir)
                 .map_err(|e| Unavailable(format!("cannot create {}: {e}", dir.display())))?;
@@ -62,7 +67,7 @@ impl Partitioner {
                 "-t",
                 "mangle",
                 "-A",
-                MARK_CHAIN,
+                mark_chain,
                 "-m",
                 "conntrack",
                 "--ctstate",
@@ -102,10 +107,11 @@ impl Partitioner {
             .flat_map(|(_, p)| p.iter().copied())
             .collect();
         let mark = self.marks[member].to_string();
+        let drop_chain = self.drop_chain.as_str();
         // Connections the cut member opened to the others' ports, both directions.
         iptables(&[
             "-A",
-            DROP_CHAIN,
+            drop_chain,
             "-p",
             "tcp",
             "-m",
@@ -124,7 +130,7 @@ impl Partitioner {
             if other != member {
                 iptables(&[
                     "-A",
-                    DROP_CHAIN,
+                    drop_chain,
                     "-p",
                     "tcp",
                     "-m",
@@ -145,18 +151,19 @@ impl Partitioner {
 
     /// Heals every partition.
     pub fn heal(&self) -> Result<(), String> {
-        iptables(&["-F", DROP_CHAIN])
+        iptables(&["-F", &self.drop_chain])
     }
 }
 
 impl Drop for Partitioner {
     fn drop(&mut self) {
-        let _ = iptables(&["-D", "OUTPUT", "-j", DROP_CHAIN]);
-        let _ = iptables(&["-F", DROP_CHAIN]);
-        let _ = iptables(&["-X", DROP_CHAIN]);
-        let _ = iptables(&["-t", "mangle", "-D", "OUTPUT", "-j", MARK_CHAIN]);
-        let _ = iptables(&["-t", "mangle", "-F", MARK_CHAIN]);
-        let _ = iptables(&["-t", "mangle", "-X", MARK_CHAIN]);
+        let (mark_chain, drop_chain) = (self.mark_chain.as_str(), self.drop_chain.as_str());
+        let _ = iptables(&["-D", "OUTPUT", "-j", drop_chain]);
+        let _ = iptables(&["-F", drop_chain]);
+        let _ = iptables(&["-X", drop_chain]);
+        let _ = iptables(&["-t", "mangle", "-D", "OUTPUT", "-j", mark_chain]);
+        let _ = iptables(&["-t", "mangle", "-F", mark_chain]);
+        let _ = iptables(&["-t", "mangle", "-X", mark_chain]);
         for entry in std::fs::read_dir(&self.cgroup_root)
             .into_iter()
             .flatten()
