@@ -216,7 +216,7 @@ impl<C: Coordination> Leader<'_, C> {
             stored.clear();
         }
         let schedule = self.backup.spec.full_snapshot_cron();
-        let now = jiff::Timestamp::now();
+        let now = crate::clock::now();
         let newest_full = stored.iter().rfind(|s| s.name.kind == SnapshotKind::Full);
         let newest_revision = stored
             .iter()
@@ -257,6 +257,7 @@ impl<C: Coordination> Leader<'_, C> {
             let mut config = DeltaConfig::new(next_revision);
             config.memory_limit = self.backup.spec.delta_snapshot_memory_limit_bytes() as usize;
             config.schedule = CutSchedule::Every(self.backup.spec.delta_snapshot_period());
+            config.clock = std::sync::Arc::new(crate::clock::AgentClock);
             let (handle, mut batches, task) = DeltaWatcher::spawn(client, config)
                 .map_err(|e| BackupError::Capture(e.to_string()))?;
             let mut pending_delta: Option<
@@ -333,7 +334,7 @@ impl<C: Coordination> Leader<'_, C> {
                     let _ = reply.send(taken.clone());
                 }
                 next_revision = taken?.name.last_revision + 1;
-                next_full = next_fire(&schedule, jiff::Timestamp::now());
+                next_full = next_fire(&schedule, crate::clock::now());
             }
         }
     }
@@ -371,7 +372,7 @@ impl<C: Coordination> Leader<'_, C> {
                 .map(|()| false)
                 .map_err(BackupError::store),
             ChainDecision::StartNew(record) => {
-                let suffix = jiff::Timestamp::now().as_second().to_string();
+                let suffix = crate::clock::now().as_second().to_string();
                 let moved = store.archive(&suffix).await.map_err(BackupError::store)?;
                 tracing::warn!(member = %self.me, moved, suffix = %suffix, "new backup chain asked for: the old snapshots were moved aside");
                 crate::restore::put_chain_record(store, &record)
@@ -394,7 +395,7 @@ impl<C: Coordination> Leader<'_, C> {
             .map_err(|e| BackupError::FullSnapshot(e.to_string()))?;
         let mut name = SnapshotName::full(
             snapshot.revision,
-            jiff::Timestamp::now().as_second(),
+            crate::clock::now().as_second(),
             self.compression(),
         );
         name.is_final = is_final;
@@ -423,7 +424,7 @@ impl<C: Coordination> Leader<'_, C> {
         let name = SnapshotName::incr(
             batch.start_revision,
             batch.last_revision,
-            jiff::Timestamp::now().as_second(),
+            crate::clock::now().as_second(),
             self.compression(),
         );
         let body = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(
@@ -457,7 +458,7 @@ impl<C: Coordination> Leader<'_, C> {
             })
             .collect();
         let policy = GcPolicy::from_backup_spec(&self.backup.spec);
-        for index in gc::garbage(&infos, policy, jiff::Timestamp::now()) {
+        for index in gc::garbage(&infos, policy, crate::clock::now()) {
             store
                 .delete(&stored[index])
                 .await
@@ -477,7 +478,7 @@ impl<C: Coordination> Leader<'_, C> {
             .flatten()
             .unwrap_or_else(|| SnapshotLease::new(lease_name));
         let current = lease.revision().and_then(Result::ok).unwrap_or(0);
-        lease.record(revision.max(current), jiff::Timestamp::now());
+        lease.record(revision.max(current), crate::clock::now());
         lease.annotations.remove(BACKUP_ERROR_ANNOTATION);
         if let Err(e) = self.coord.put_snapshot_lease(&lease).await {
             tracing::warn!(member = %self.me, error = %e, "updating snapshot lease {lease_name} failed");

@@ -4,6 +4,7 @@
 //! from learner, renews its member lease and serves `/healthz`.
 
 pub mod backup;
+pub mod clock;
 pub mod etcd_process;
 pub mod executor;
 mod facts;

@@ -86,6 +86,7 @@ pub async fn run_agent<C: Coordination>(
     state: SharedState,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<AgentExit, AgentError> {
+    crate::clock::init(&opts.member);
     let mut failures: u32 = 0;
     let mut restore_failures: u32 = 0;
     let mut next_mode: Option<StartMode> = None;
@@ -244,7 +245,7 @@ async fn move_aside(
     shutdown: &mut watch::Receiver<bool>,
     why: &str,
 ) -> bool {
-    match data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second()) {
+    match data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()) {
         Ok(_) => true,
         Err(e) => {
             let reason = Wait::new(format!("{why}; moving the data aside failed: {e}"));

@@ -38,7 +38,7 @@ pub async fn publish<C: Coordination>(
                 role,
             };
             let mut lease = MemberLease::new(lease_name);
-            lease.renew(&identity, s.peer_tls_enabled(), jiff::Timestamp::now());
+            lease.renew(&identity, s.peer_tls_enabled(), crate::clock::now());
             lease
                 .annotations
                 .insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash(cluster));

@@ -45,7 +45,7 @@ pub fn own_data_state(opts: &AgentOptions) -> DataState {
         DataDirState::Empty => DataState::Empty,
         DataDirState::Unreadable(reason) => DataState::Unknown { reason },
         DataDirState::Invalid(why) => {
-            match data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second()) {
+            match data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()) {
                 Ok(aside) => {
                     tracing::warn!(member = %opts.member, %why, aside = %aside.display(), "unusable data directory moved aside");
                     DataState::Empty
@@ -84,8 +84,8 @@ pub async fn prepare_start<C: Coordination>(
     {
         // A recovery dropped this member while it was away: its data belongs to a membership
         // the cluster left. Kept aside, never deleted; the member rejoins as a learner.
-        let aside = data_dir::move_aside(&opts.data_dir, jiff::Timestamp::now().as_second())
-            .map_err(|e| {
+        let aside =
+            data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()).map_err(|e| {
                 Wait::new(format!(
                     "a recovery dropped {me}; moving its data aside failed: {e}"
                 ))

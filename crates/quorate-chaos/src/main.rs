@@ -68,7 +68,7 @@ fn main() -> ExitCode {
                 for a in &report.check.anomalies {
                     eprintln!("[chaos] ANOMALY: {a}");
                 }
-                for a in &report.watch_anomalies {
+                for a in &report.other_anomalies {
                     eprintln!("[chaos] ANOMALY: {a}");
                 }
                 failed |= !report.passed();

@@ -28,7 +28,7 @@ pub fn render(reports: &[RunReport], command: &str) -> String {
             c.acknowledged_writes,
             c.unknown_writes_applied,
             c.unknown_writes_not_applied,
-            c.anomalies.len() + r.watch_anomalies.len(),
+            c.anomalies.len() + r.other_anomalies.len(),
             c.lost_acknowledged_writes,
             r.longest_write_ms,
             r.failed_reads,
@@ -42,7 +42,7 @@ pub fn render(reports: &[RunReport], command: &str) -> String {
     }
     let _ = writeln!(
         out,
-        "\n## Time to heal, per kind of step\n\nFrom the end of the fault (or of the operation) until every member answers a linearizable read on its own.\n"
+        "\n## Time to heal, per kind of step\n\nFrom the end of the fault (or of the operation) until every member answers a linearizable read on its own; after a store fault or a clock skew, also until the bucket holds the cluster's revision again.\n"
     );
     let _ = writeln!(out, "| step | times | median | max |");
     let _ = writeln!(out, "|---|---|---|---|");
@@ -70,7 +70,7 @@ pub fn render(reports: &[RunReport], command: &str) -> String {
             for a in &r.check.anomalies {
                 let _ = writeln!(out, "```\n{a}\n```");
             }
-            for a in &r.watch_anomalies {
+            for a in &r.other_anomalies {
                 let _ = writeln!(out, "- {a}");
             }
         }

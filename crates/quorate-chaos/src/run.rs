@@ -18,7 +18,7 @@ use crate::cluster::LocalCluster;
 use crate::faults::disk::SmallDisks;
 use crate::faults::network::{MemberPorts, Partitioner};
 use crate::faults::store_proxy::{StoreFault, StoreProxy};
-use crate::faults::{Capabilities, Step, Target, next_step};
+use crate::faults::{Capabilities, Step, Target, first_step, next_step};
 use crate::history::History;
 use crate::watch::{WatchRecord, watch_until};
 use crate::workload::{ClientRecord, PREFIX, WorkloadPlan, run_client};
@@ -52,8 +52,9 @@ pub struct StepRecord {
     pub step: Step,
     /// Seconds since the run's start when it was injected.
     pub at_s: f64,
-    /// Seconds from healing the fault (or finishing the operation) until every member answered
-    /// linearizable reads again.
+    /// Seconds from the end of the fault (or of the operation) until every member answered
+    /// linearizable reads again, and, after a store fault or a clock skew, the bucket caught up
+    /// with the cluster.
     pub heal_s: f64,
 }
 
@@ -68,8 +69,9 @@ pub struct RunReport {
     pub steps: Vec<StepRecord>,
     /// What the checker found.
     pub check: CheckReport,
-    /// Watch streams that disagree with the first one, or broke for good.
-    pub watch_anomalies: Vec<String>,
+    /// Anomalies outside the history: watch streams that disagree with the first one or broke
+    /// for good, a corrupted backup a restore did not refuse.
+    pub other_anomalies: Vec<String>,
     /// Gets that failed (not part of the history).
     pub failed_reads: u64,
     /// The longest time one acknowledged write waited.
@@ -81,7 +83,7 @@ pub struct RunReport {
 impl RunReport {
     /// Whether the run found nothing wrong.
     pub fn passed(&self) -> bool {
-        self.check.anomalies.is_empty() && self.watch_anomalies.is_empty()
+        self.check.anomalies.is_empty() && self.other_anomalies.is_empty()
     }
 }
 
@@ -110,7 +112,7 @@ pub enum Bucket {
 
 /// The manifest of the run's cluster: 3 members, a delta snapshot every second, leases renewed
 /// every second.
-pub fn manifest(quota: &str, bucket: &Bucket) -> String {
+pub fn manifest(replicas: u32, quota: &str, bucket: &Bucket) -> String {
     let store = match bucket {
         Bucket::Local => {
             format!("      provider: Local\n      container: bucket\n      prefix: {CLUSTER}\n")
@@ -127,7 +129,7 @@ metadata:
   name: {CLUSTER}
   namespace: default
 spec:
-  replicas: 3
+  replicas: {replicas}
   labels:
     app: {CLUSTER}
   etcd:
@@ -153,7 +155,15 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
             None
         }
     };
-    let env = partitioner.iter().map(Partitioner::env).collect();
+    let clock_dir = tempfile::Builder::new()
+        .prefix("quorate-chaos-clock-")
+        .tempdir()
+        .map_err(|e| RunError::Harness(e.to_string()))?;
+    let mut env: Vec<(String, String)> = partitioner.iter().map(Partitioner::env).collect();
+    env.push((
+        "QUORATE_CLOCK_SKEW_DIR".into(),
+        clock_dir.path().display().to_string(),
+    ));
     let cluster = LocalCluster::new(&plan.quorate_bin, CLUSTER, env)
         .map_err(|e| RunError::Harness(e.to_string()))?;
     let member_dirs: Vec<PathBuf> = members.iter().map(|m| cluster.member_dir(m)).collect();
@@ -205,9 +215,8 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         store: proxy.is_some(),
     };
     let mut quota_flip = false;
-    cluster.up(&manifest("8Gi", &bucket))?;
-    let endpoints = cluster.endpoints()?;
-    let ports = member_ports(&cluster);
+    cluster.up(&manifest(1, "8Gi", &bucket))?;
+    let endpoints = Arc::new(std::sync::Mutex::new(cluster.endpoints()?));
 
     let origin = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -234,11 +243,13 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
 
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut records = Vec::new();
+    let mut other_anomalies = Vec::new();
     let fixed = plan.steps.clone();
     let mut index = 0;
     loop {
         let step = match &fixed {
-            Some(steps) => match steps.get(index) {
+            _ if index == 0 => first_step(&mut rng),
+            Some(steps) => match steps.get(index - 1) {
                 Some(s) => s.clone(),
                 None => break,
             },
@@ -264,11 +275,14 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         }
         let at_s = origin.elapsed().as_secs_f64();
         eprintln!("[chaos] {at_s:7.1}s step {index}: {step}");
+        let ports = member_ports(&cluster);
         let ctx = StepContext {
             cluster: &cluster,
             members: &members,
             partitioner: partitioner.as_ref(),
             ports: &ports,
+            clock_dir: clock_dir.path(),
+            anomalies: &mut other_anomalies,
             paused: &paused,
             bucket: &bucket,
             proxy: proxy.as_ref(),
@@ -276,9 +290,10 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         if let Step::RollingUpdate = step {
             quota_flip = !quota_flip;
         }
-        inject(&ctx, &step, quota_flip).await?;
-        let healed = Instant::now();
-        wait_healthy(&endpoints)
+        let healed = inject(ctx, &step, quota_flip).await?;
+        let now_endpoints = cluster.endpoints()?;
+        *endpoints.lock().expect("endpoints") = now_endpoints.clone();
+        wait_healthy(&now_endpoints)
             .await
             .map_err(|_| RunError::NotHealed {
                 step: format!("{step:?}"),
@@ -306,7 +321,8 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         failed_reads += f;
         longest_write = longest_write.max(w);
     }
-    let (watched, watch_anomalies) = final_watch(&endpoints).await?;
+    let (watched, watch_anomalies) = final_watch(&cluster.endpoints()?).await?;
+    other_anomalies.extend(watch_anomalies);
     history.watched = watched;
     let check = checker::check(&history);
     drop(disks);
@@ -316,7 +332,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         elapsed_s: origin.elapsed().as_secs_f64(),
         steps: records,
         check,
-        watch_anomalies,
+        other_anomalies,
         failed_reads,
         longest_write_ms: longest_write.as_millis() as u64,
         unavailable,
@@ -326,6 +342,8 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
 /// What a step needs to act on.
 struct StepContext<'a> {
     cluster: &'a LocalCluster,
+    clock_dir: &'a std::path::Path,
+    anomalies: &'a mut Vec<String>,
     members: &'a [String],
     partitioner: Option<&'a Partitioner>,
     ports: &'a BTreeMap<String, MemberPorts>,
@@ -368,9 +386,36 @@ impl StepContext<'_> {
     }
 }
 
-/// Carries out `step`, returning once its fault is healed (or its operation done).
-async fn inject(ctx: &StepContext<'_>, step: &Step, quota_flip: bool) -> Result<(), RunError> {
+/// Carries out `step`, returning once its fault is healed (or its operation done), with the
+/// instant the fault itself ended (before any catching up it waited for).
+async fn inject(ctx: StepContext<'_>, step: &Step, quota_flip: bool) -> Result<Instant, RunError> {
+    let mut ended = None;
     match step {
+        Step::ScaleOut { kill_after } => {
+            let data = ctx.cluster.member_dir(&ctx.members[1]).join("data");
+            let killer = tokio::spawn(kill_etcd_after(data, *kill_after));
+            let applied = ctx.cluster.apply(&manifest(3, "8Gi", ctx.bucket));
+            killer.abort();
+            applied?;
+        }
+        Step::ClockSkew {
+            member,
+            skew_s,
+            hold,
+        } => {
+            let file = ctx.clock_dir.join(&ctx.members[*member]);
+            std::fs::write(&file, skew_s.to_string())
+                .map_err(|e| RunError::Harness(format!("{}: {e}", file.display())))?;
+            tokio::time::sleep(*hold).await;
+            let _ = std::fs::remove_file(&file);
+            ended = Some(Instant::now());
+            // Backups go on, whoever's clock is wrong: the bucket's evidence.
+            let head = current_revision(&ctx.cluster.endpoints()?)
+                .await
+                .ok_or_else(|| RunError::Harness("no revision after the clock skew".into()))?;
+            bucket_reaches(&ctx, head, Duration::from_secs(120)).await?;
+        }
+        Step::CorruptBackup => corrupt_backup(ctx).await?,
         Step::Kill { member, target } => {
             if let Some(pid) = ctx.pid(*member, *target) {
                 LocalCluster::signal(pid, Signal::SIGKILL);
@@ -390,7 +435,7 @@ async fn inject(ctx: &StepContext<'_>, step: &Step, quota_flip: bool) -> Result<
         Step::CrashAll => {
             ctx.cluster.crash();
             ctx.cluster
-                .quorate(&["up", "-d", "-f", &manifest_path(ctx), "--timeout", "120s"])?;
+                .quorate(&["up", "-d", "-f", &manifest_path(&ctx), "--timeout", "120s"])?;
         }
         Step::PauseSupervisor { hold } => {
             if let Some(pid) = ctx.cluster.supervisor_pid() {
@@ -431,11 +476,12 @@ async fn inject(ctx: &StepContext<'_>, step: &Step, quota_flip: bool) -> Result<
             proxy.set(*fault);
             tokio::time::sleep(*hold).await;
             proxy.set(StoreFault::None);
+            ended = Some(Instant::now());
             // Healed means backups caught up again, on the bucket's own evidence.
             let head = current_revision(&ctx.cluster.endpoints()?)
                 .await
                 .ok_or_else(|| RunError::Harness("no revision after the store fault".into()))?;
-            bucket_reaches(ctx, head, Duration::from_secs(120)).await?;
+            bucket_reaches(&ctx, head, Duration::from_secs(120)).await?;
         }
         Step::DiskFull { member, hold } => {
             let dir = ctx.cluster.member_dir(&ctx.members[*member]);
@@ -469,12 +515,12 @@ async fn inject(ctx: &StepContext<'_>, step: &Step, quota_flip: bool) -> Result<
             // Evidence first: the bucket must hold every acknowledged write, so the clients
             // pause until it does (a total loss loses what was never backed up, by design).
             ctx.paused.store(true, Ordering::Relaxed);
-            let result = total_loss(ctx).await;
+            let result = total_loss(&ctx).await;
             ctx.paused.store(false, Ordering::Relaxed);
             result?;
         }
         Step::BackupLeaderChange => {
-            if let Some(leader) = leader_index(ctx).await
+            if let Some(leader) = leader_index(&ctx).await
                 && let Some(pid) = ctx.pid(leader, Target::Etcd)
             {
                 LocalCluster::signal(pid, Signal::SIGKILL);
@@ -482,10 +528,63 @@ async fn inject(ctx: &StepContext<'_>, step: &Step, quota_flip: bool) -> Result<
         }
         Step::RollingUpdate => {
             let quota = if quota_flip { "9Gi" } else { "8Gi" };
-            ctx.cluster.apply(&manifest(quota, ctx.bucket))?;
+            ctx.cluster.apply(&manifest(3, quota, ctx.bucket))?;
         }
     }
-    Ok(())
+    Ok(ended.unwrap_or_else(Instant::now))
+}
+
+/// Kills the etcd whose data directory is `data` once `after` has passed and it runs.
+async fn kill_etcd_after(data: PathBuf, after: Duration) {
+    tokio::time::sleep(after).await;
+    let needle = format!("--data-dir={}", data.display());
+    loop {
+        if let Some(pid) = crate::cluster::find_process(&["etcd", &needle]) {
+            LocalCluster::signal(pid, Signal::SIGKILL);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Corrupts the newest delta; a restore while it is corrupt must refuse and name it.
+async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
+    let manifest = std::fs::read_to_string(manifest_path(&ctx))
+        .map_err(|e| RunError::Harness(format!("read the manifest: {e}")))?;
+    let secret_dir = ctx.cluster.dir().join("secrets/s3-creds");
+    let options = quorate_backup::store::StoreOptions {
+        local_root: ctx.cluster.dir().join("backups"),
+        secret_dir: secret_dir.is_dir().then_some(secret_dir),
+    };
+    let corrupted = crate::faults::bucket::corrupt_newest_delta(&manifest, &options)
+        .await
+        .map_err(RunError::Harness)?;
+    let scratch = tempfile::tempdir().map_err(|e| RunError::Harness(e.to_string()))?;
+    let target = scratch.path().join("data");
+    let restore = ctx.cluster.quorate(&[
+        "restore",
+        "-f",
+        &manifest_path(&ctx),
+        "--data-dir",
+        &target.display().to_string(),
+    ]);
+    let name = corrupted
+        .snapshot
+        .path
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    match restore {
+        Ok(_) => ctx.anomalies.push(format!(
+            "a restore through the corrupted {name} succeeded instead of refusing it"
+        )),
+        Err(e) if !e.to_string().contains(&name) => ctx.anomalies.push(format!(
+            "a restore through the corrupted {name} failed without naming it: {e}"
+        )),
+        Err(_) => {}
+    }
+    corrupted.heal().await.map_err(RunError::Harness)
 }
 
 fn manifest_path(ctx: &StepContext<'_>) -> String {

@@ -19,8 +19,9 @@ pub const PREFIX: &str = "chaos/";
 /// How the clients behave.
 #[derive(Clone, Debug)]
 pub struct WorkloadPlan {
-    /// Client URLs.
-    pub endpoints: Vec<String>,
+    /// Client URLs, as the run last read them (they grow with a scale-out); a client picks
+    /// them up whenever it connects.
+    pub endpoints: Arc<std::sync::Mutex<Vec<String>>>,
     /// Number of concurrent clients.
     pub clients: u32,
     /// Number of shared keys.
@@ -68,13 +69,11 @@ pub async fn run_client(
             continue;
         }
         if client.is_none() {
-            client = tokio::time::timeout(
-                plan.op_timeout,
-                Client::connect(plan.endpoints.clone(), None),
-            )
-            .await
-            .ok()
-            .and_then(Result::ok);
+            let endpoints = plan.endpoints.lock().expect("endpoints").clone();
+            client = tokio::time::timeout(plan.op_timeout, Client::connect(endpoints, None))
+                .await
+                .ok()
+                .and_then(Result::ok);
             if client.is_none() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;

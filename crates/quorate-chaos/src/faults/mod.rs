@@ -1,6 +1,7 @@
 //! The faults and operations the suite injects, each a real event on real processes, files or
 //! packets: what a step is (`Step`), and picking a seeded schedule of them (`schedule`).
 
+pub mod bucket;
 pub mod disk;
 pub mod network;
 pub mod store_proxy;
@@ -23,6 +24,18 @@ pub enum Target {
 /// One thing that happens to the cluster during a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Step {
+    /// Scale-out 1 → 3 (every run starts with one member), with member 1's etcd killed
+    /// `kill_after` into it.
+    ScaleOut { kill_after: Duration },
+    /// A member's agent told a time `skew_s` seconds off for `hold`.
+    ClockSkew {
+        member: usize,
+        skew_s: i64,
+        hold: Duration,
+    },
+    /// The newest delta snapshot in the bucket corrupted; a restore must refuse it and name
+    /// it. Healed by putting the original back.
+    CorruptBackup,
     /// `kill -9` of a member's process; the supervisor or agent restarts it.
     Kill { member: usize, target: Target },
     /// `SIGSTOP` of a member's process, `SIGCONT` after `hold`.
@@ -84,6 +97,9 @@ impl Step {
                 target: Target::Agent,
                 ..
             } => "SIGSTOP agent",
+            Step::ScaleOut { .. } => "scale-out 1 → 3, kill -9 during",
+            Step::ClockSkew { .. } => "clock skew",
+            Step::CorruptBackup => "corrupted backup object",
             Step::CrashAll => "kill -9 supervisor (all)",
             Step::PauseSupervisor { .. } => "SIGSTOP supervisor",
             Step::Partition { .. } => "partition",
@@ -132,6 +148,18 @@ impl std::fmt::Display for Step {
                 hold.as_secs_f64()
             ),
             Step::QuorumLoss { survivor } => write!(f, "{kind}, member {survivor} survives"),
+            Step::ScaleOut { kill_after } => {
+                write!(f, "{kind} (member 1 at {:.1} s)", kill_after.as_secs_f64())
+            }
+            Step::ClockSkew {
+                member,
+                skew_s,
+                hold,
+            } => write!(
+                f,
+                "{kind}: member {member}'s agent {skew_s:+} s off for {:.1} s",
+                hold.as_secs_f64()
+            ),
             Step::Store { hold, .. } => write!(f, "{kind} for {:.1} s", hold.as_secs_f64()),
             _ => f.write_str(kind),
         }
@@ -149,6 +177,13 @@ pub struct Capabilities {
     pub store: bool,
 }
 
+/// The first step of every drawn run: the scale-out from one member.
+pub fn first_step(rng: &mut StdRng) -> Step {
+    Step::ScaleOut {
+        kill_after: Duration::from_millis(rng.random_range(500..8_000)),
+    }
+}
+
 /// The next step, drawn from `rng` among what `caps` allows, for a 3-member cluster.
 pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
     let member = rng.random_range(0..3usize);
@@ -159,7 +194,7 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
     };
     let hold = Duration::from_millis(rng.random_range(2_000..12_000));
     loop {
-        let step = match rng.random_range(0..14) {
+        let step = match rng.random_range(0..16) {
             0 | 1 => Step::Kill { member, target },
             2 | 3 => Step::Pause {
                 member,
@@ -194,6 +229,13 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
                 },
                 hold,
             },
+            14 => Step::ClockSkew {
+                member,
+                skew_s: if rng.random_bool(0.5) { 1 } else { -1 }
+                    * rng.random_range(60..3 * 86_400),
+                hold,
+            },
+            15 => Step::CorruptBackup,
             _ => continue,
         };
         return step;

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-
 /// Why partitions cannot be made here.
 #[derive(Debug, thiserror::Error)]
 #[error("network partitions are not available: {0}")]
