@@ -22,6 +22,7 @@ use crate::faults::{Capabilities, Step, Target, first_step, next_step};
 use crate::history::History;
 use crate::watch::{WatchRecord, watch_until};
 use crate::workload::{ClientRecord, PREFIX, WorkloadPlan, run_client};
+use tokio::task::JoinHandle;
 
 /// Cluster name of every run.
 const CLUSTER: &str = "chaos";
@@ -244,6 +245,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut records = Vec::new();
     let mut other_anomalies = Vec::new();
+    let mut live_watchers = Vec::new();
     let fixed = plan.steps.clone();
     let mut index = 0;
     loop {
@@ -302,6 +304,10 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         let heal_s = healed.elapsed().as_secs_f64();
         eprintln!("[chaos]          healed in {heal_s:.1}s");
         records.push(StepRecord { step, at_s, heal_s });
+        if live_watchers.is_empty() {
+            // After the scale-out: one watcher per member, through every later fault.
+            live_watchers = spawn_live_watchers(&now_endpoints);
+        }
         tokio::time::sleep(Duration::from_millis(1_000)).await;
     }
 
@@ -321,7 +327,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         failed_reads += f;
         longest_write = longest_write.max(w);
     }
-    let (watched, watch_anomalies) = final_watch(&cluster.endpoints()?).await?;
+    let (watched, watch_anomalies) = final_watch(&cluster.endpoints()?, live_watchers).await?;
     other_anomalies.extend(watch_anomalies);
     history.watched = watched;
     let check = checker::check(&history);
@@ -713,12 +719,30 @@ async fn answers_linearizable(url: &str) -> bool {
     .is_ok_and(|r| r.is_ok())
 }
 
-/// Writes the end marker and watches every member from revision 1 to it; returns the first
-/// complete record (minus the marker) and every way the others differ from it.
+/// The key the run writes last; every watch ends when it sees it.
+fn end_key() -> String {
+    format!("{PREFIX}end")
+}
+
+/// Watchers that run through every fault, one per member, from revision 1.
+fn spawn_live_watchers(endpoints: &[String]) -> Vec<(String, JoinHandle<WatchRecord>)> {
+    endpoints
+        .iter()
+        .map(|url| {
+            let watch = watch_until(url.clone(), end_key(), Duration::from_secs(10));
+            (format!("the live watch on {url}"), tokio::spawn(watch))
+        })
+        .collect()
+}
+
+/// Writes the end marker, and watches every member once more from revision 1 to it; returns
+/// the first complete record (minus the marker) and every way the others, and the live
+/// watchers, differ from it.
 async fn final_watch(
     endpoints: &[String],
+    live: Vec<(String, JoinHandle<WatchRecord>)>,
 ) -> Result<(Vec<crate::history::WatchChange>, Vec<String>), RunError> {
-    let end_key = format!("{PREFIX}end");
+    let end_key = end_key();
     let mut client = etcd_client::Client::connect(endpoints, None)
         .await
         .map_err(|e| RunError::Harness(format!("connect for the end marker: {e}")))?;
@@ -726,23 +750,29 @@ async fn final_watch(
         .put(end_key.as_str(), "end", None)
         .await
         .map_err(|e| RunError::Harness(format!("write the end marker: {e}")))?;
-    let watches = endpoints.iter().map(|url| {
-        tokio::time::timeout(
-            Duration::from_secs(120),
-            watch_until(url.clone(), end_key.clone(), Duration::from_secs(10)),
-        )
+    let replays = endpoints.iter().map(|url| {
+        let watch = watch_until(url.clone(), end_key.clone(), Duration::from_secs(10));
+        async move {
+            let record = tokio::time::timeout(Duration::from_secs(120), watch).await;
+            (format!("the replay watch on {url}"), record.ok())
+        }
     });
-    let records: Vec<Result<WatchRecord, _>> = futures::future::join_all(watches).await;
+    let live = live.into_iter().map(|(what, handle)| async move {
+        let record = tokio::time::timeout(Duration::from_secs(120), handle).await;
+        (what, record.ok().and_then(Result::ok))
+    });
+    let mut records = futures::future::join_all(replays).await;
+    records.extend(futures::future::join_all(live).await);
     let mut anomalies = Vec::new();
     let mut reference: Option<Vec<crate::history::WatchChange>> = None;
-    for (url, record) in endpoints.iter().zip(records) {
-        let Ok(record) = record else {
-            anomalies.push(format!("the watch on {url} never reached the end marker"));
+    for (what, record) in records {
+        let Some(record) = record else {
+            anomalies.push(format!("{what} never reached the end marker"));
             continue;
         };
         if let Some(at) = record.compacted_at {
             anomalies.push(format!(
-                "the watch on {url} could not resume: history compacted at {at}"
+                "{what} could not resume: history compacted at {at}"
             ));
             continue;
         }
@@ -757,7 +787,7 @@ async fn final_watch(
                     .position(|(a, b)| a != b)
                     .unwrap_or(first.len().min(changes.len()));
                 anomalies.push(format!(
-                    "the watch on {url} differs from the first at change {at}: {:?} vs {:?}",
+                    "{what} differs from the first at change {at}: {:?} vs {:?}",
                     changes.get(at),
                     first.get(at)
                 ));
@@ -788,4 +818,21 @@ fn member_ports(cluster: &LocalCluster) -> BTreeMap<String, MemberPorts> {
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_backed_up_revision_is_read_from_the_listing() {
+        let listing = "s3://chaos-backups/chaos at http://127.0.0.1:4000
+KIND  START  LAST  SIZE  CREATED               OBJECT
+Full  0      1     120   2026-11-25T12:00:00Z  chaos/v2/Full-00000000-00000001-1795000000
+Incr  2      57    900   2026-11-25T12:00:01Z  chaos/v2/Incr-00000002-00000057-1795000001
+Incr  58     63    90    2026-11-25T12:00:02Z  chaos/v2/Incr-00000058-00000063-1795000002
+";
+        assert_eq!(newest_backed_up(listing), 63);
+        assert_eq!(newest_backed_up("(no snapshots)"), 0);
+    }
 }

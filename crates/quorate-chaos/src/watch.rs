@@ -1,4 +1,4 @@
-//! Watchers: one per member, each watching the workload's prefix from revision 1 and resuming
+//! Watchers: each watching one member, the workload's prefix from revision 1 and resuming
 //! after the last revision it received whenever its stream breaks, so each ends with the whole
 //! write history of the run as that member delivered it.
 

@@ -241,3 +241,49 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
         return step;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn draw(seed: u64, caps: Capabilities, n: usize) -> Vec<Step> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut steps = vec![first_step(&mut rng)];
+        steps.extend((0..n).map(|_| next_step(&mut rng, caps)));
+        steps
+    }
+
+    #[test]
+    fn a_seed_replays_the_same_schedule() {
+        let caps = Capabilities {
+            partitions: true,
+            disks: true,
+            store: true,
+        };
+        assert_eq!(draw(7, caps, 200), draw(7, caps, 200));
+        assert_ne!(draw(7, caps, 200), draw(8, caps, 200));
+    }
+
+    #[test]
+    fn faults_the_machine_cannot_make_are_never_drawn() {
+        let none = Capabilities {
+            partitions: false,
+            disks: false,
+            store: false,
+        };
+        let steps = draw(1, none, 2_000);
+        assert!(!steps.iter().any(|s| matches!(
+            s,
+            Step::Partition { .. } | Step::DiskFull { .. } | Step::Store { .. }
+        )));
+        let all = Capabilities {
+            partitions: true,
+            disks: true,
+            store: true,
+        };
+        let kinds: std::collections::BTreeSet<&str> =
+            draw(1, all, 2_000).iter().map(Step::kind).collect();
+        assert_eq!(kinds.len(), 19, "every kind is drawn: {kinds:?}");
+    }
+}

@@ -105,12 +105,24 @@ impl Partitioner {
             .filter(|(m, _)| m.as_str() != member)
             .flat_map(|(_, p)| p.iter().copied())
             .collect();
-        let mark = self.marks[member].to_string();
-        let drop_chain = self.drop_chain.as_str();
         // Connections the cut member opened to the others' ports, both directions.
+        self.drop_marked(self.marks[member], &join_ports(others.iter()))?;
+        // Connections the others opened to the cut member's ports.
+        for (other, other_mark) in &self.marks {
+            if other != member {
+                self.drop_marked(*other_mark, &own_ports)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every packet of connections marked `mark` to or from `ports` (comma-separated,
+    /// at most 15: iptables' multiport limit).
+    fn drop_marked(&self, mark: u32, ports: &str) -> Result<(), String> {
+        let mark = mark.to_string();
         iptables(&[
             "-A",
-            drop_chain,
+            &self.drop_chain,
             "-p",
             "tcp",
             "-m",
@@ -120,32 +132,10 @@ impl Partitioner {
             "-m",
             "multiport",
             "--ports",
-            &join_ports(others.iter()),
+            ports,
             "-j",
             "DROP",
-        ])?;
-        // Connections the others opened to the cut member's ports.
-        for (other, other_mark) in &self.marks {
-            if other != member {
-                iptables(&[
-                    "-A",
-                    drop_chain,
-                    "-p",
-                    "tcp",
-                    "-m",
-                    "connmark",
-                    "--mark",
-                    &other_mark.to_string(),
-                    "-m",
-                    "multiport",
-                    "--ports",
-                    &own_ports,
-                    "-j",
-                    "DROP",
-                ])?;
-            }
-        }
-        Ok(())
+        ])
     }
 
     /// Heals every partition.
