@@ -20,6 +20,26 @@ fn facts_path(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name("quorate-data-facts.json")
 }
 
+fn superseded_path(data_dir: &Path) -> PathBuf {
+    data_dir.with_file_name("quorate-restored-over.json")
+}
+
+/// Records the recovery records that existed when the data was restored from the bucket.
+pub fn store_superseded(data_dir: &Path, records: &[RecoveryRecord]) -> std::io::Result<()> {
+    std::fs::write(
+        superseded_path(data_dir),
+        serde_json::to_string(records).expect("recovery records serialize"),
+    )
+}
+
+/// The records [`store_superseded`] kept (none when there are none or they are unreadable).
+pub fn load_superseded(data_dir: &Path) -> Vec<RecoveryRecord> {
+    std::fs::read_to_string(superseded_path(data_dir))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 fn recovery_path(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name("quorate-recovery.json")
 }

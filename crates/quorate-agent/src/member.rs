@@ -90,7 +90,10 @@ pub async fn run_agent<C: Coordination>(
     let mut failures: u32 = 0;
     let mut restore_failures: u32 = 0;
     let mut next_mode: Option<StartMode> = None;
-    state.update(|s| s.recovery = facts::load_recovery(&opts.data_dir));
+    state.update(|s| {
+        s.recovery = facts::load_recovery(&opts.data_dir);
+        s.superseded_recoveries = facts::load_superseded(&opts.data_dir);
+    });
     loop {
         if *shutdown.borrow() {
             return Ok(AgentExit::Shutdown);
@@ -112,9 +115,15 @@ pub async fn run_agent<C: Coordination>(
                     match lone_member_behind(&cluster, &opts).await {
                         Ok(None) => StartMode::Restart,
                         Ok(Some(why)) => {
-                            next_mode =
-                                replace_from_backup(&cluster, &opts, &state, &mut shutdown, &why)
-                                    .await;
+                            next_mode = replace_from_backup(
+                                &coord,
+                                &cluster,
+                                &opts,
+                                &state,
+                                &mut shutdown,
+                                &why,
+                            )
+                            .await;
                             continue;
                         }
                         Err(reason) => {
@@ -190,7 +199,8 @@ pub async fn run_agent<C: Coordination>(
                 move_aside(&state, &opts, &mut shutdown, "dropped by a recovery").await;
             }
             RunEnd::BehindBackup(why) => {
-                next_mode = replace_from_backup(&cluster, &opts, &state, &mut shutdown, &why).await;
+                next_mode =
+                    replace_from_backup(&coord, &cluster, &opts, &state, &mut shutdown, &why).await;
             }
             RunEnd::Exited(why) => {
                 failures += 1;
@@ -218,6 +228,7 @@ async fn lone_member_behind(
 /// others may be gone, and the start decision would wait for them). The start mode afterwards,
 /// or `None` to decide again.
 async fn replace_from_backup(
+    coord: &impl Coordination,
     cluster: &ClusterConfig,
     opts: &AgentOptions,
     state: &SharedState,
@@ -228,7 +239,9 @@ async fn replace_from_backup(
     if !move_aside(state, opts, shutdown, why).await {
         return None;
     }
-    match crate::restore::restore_member(cluster, opts).await {
+    // Read before the restore: these records cannot speak of the data it brings.
+    let superseded = RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
+    match crate::restore::restore_member(cluster, opts, state, superseded).await {
         Ok(()) => Some(StartMode::Restart),
         Err(e) => {
             tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
@@ -596,7 +609,7 @@ async fn removal(
         return None;
     }
     let leases = coord.member_leases().await.unwrap_or_default();
-    if RecoveryRecord::dropped_by_any(&leases, cluster_id, id) {
+    if RecoveryRecord::dropped_by_any(&leases, cluster_id, id, &s.superseded_recoveries) {
         Some(RunEnd::Dropped)
     } else {
         Some(RunEnd::Removed)

@@ -36,7 +36,14 @@ pub async fn dropped<C: Coordination>(coord: &C, state: &SharedState) -> QuorumA
         return QuorumAction::None;
     };
     match coord.member_leases().await {
-        Ok(leases) if RecoveryRecord::dropped_by_any(&leases, cluster_id, my_id) => {
+        Ok(leases)
+            if RecoveryRecord::dropped_by_any(
+                &leases,
+                cluster_id,
+                my_id,
+                &s.superseded_recoveries,
+            ) =>
+        {
             QuorumAction::Dropped
         }
         _ => QuorumAction::None,
@@ -58,7 +65,7 @@ pub async fn check<C: Coordination>(
     let (Some(my_id), Some(cluster_id)) = (s.member_id, s.cluster_id) else {
         return QuorumAction::None;
     };
-    if RecoveryRecord::dropped_by_any(&leases, cluster_id, my_id) {
+    if RecoveryRecord::dropped_by_any(&leases, cluster_id, my_id, &s.superseded_recoveries) {
         return QuorumAction::Dropped;
     }
     let Ok(list) = mine.member_list_of_cluster().await else {

@@ -8,6 +8,7 @@ use quorate_backup::store::{SnapStore, StoreError, StoreOptions};
 use quorate_backup::store_restore::{self, StoreRestoreError, restore_from_store};
 use quorate_core::backup_chain::ChainRecord;
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
+use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::start::Backups;
 use std::path::Path;
 
@@ -172,9 +173,14 @@ pub enum RestoreMemberError {
 
 /// Restores this agent's member from the bucket as a single-member cluster (after a total
 /// loss); the other members join it as learners afterwards.
+///
+/// `superseded`: the recovery records that exist now; none of them can speak of the restored
+/// data, which is kept with it (see `RecoveryRecord::dropped_by_any`).
 pub async fn restore_member(
     cluster: &ClusterConfig,
     opts: &crate::AgentOptions,
+    state: &crate::state::SharedState,
+    superseded: Vec<RecoveryRecord>,
 ) -> Result<(), RestoreMemberError> {
     let backup = cluster
         .backup
@@ -209,6 +215,9 @@ pub async fn restore_member(
         )
         .map_err(RestoreMemberError::Marker)?;
     }
+    crate::facts::store_superseded(&opts.data_dir, &superseded)
+        .map_err(RestoreMemberError::Marker)?;
+    state.update(|s| s.superseded_recoveries = superseded);
     tracing::info!(
         member = %me.name,
         revision = report.restored_revision,

@@ -79,7 +79,12 @@ pub async fn prepare_start<C: Coordination>(
         member_id: Some(member_id),
         ..
     } = own
-        && RecoveryRecord::dropped_by_any(&leases, cluster_id, member_id)
+        && RecoveryRecord::dropped_by_any(
+            &leases,
+            cluster_id,
+            member_id,
+            &state.get().superseded_recoveries,
+        )
         && state.get().recovery.is_none()
     {
         // A recovery dropped this member while it was away: its data belongs to a membership
@@ -137,7 +142,7 @@ pub async fn prepare_start<C: Coordination>(
         StartDecision::Wait(reason) => Err(Wait::new(reason).into()),
         StartDecision::RestoreFromBackup => {
             about_to_have_data(coord, cluster, me, state).await?;
-            crate::restore::restore_member(cluster, opts)
+            crate::restore::restore_member(cluster, opts, state, RecoveryRecord::all(&leases))
                 .await
                 .map_err(|e| NotYet::RestoreFailed(Wait::new(e.to_string())))?;
             Ok(StartMode::Restart)

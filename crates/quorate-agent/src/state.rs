@@ -46,6 +46,10 @@ pub struct MemberState {
     pub data_state: Option<DataState>,
     /// The recovery from quorum loss this member carried out, if any.
     pub recovery: Option<RecoveryRecord>,
+    /// Recovery records that existed when this member's data was last restored from the
+    /// bucket: they do not speak of the data it holds now.
+    #[serde(skip)]
+    pub superseded_recoveries: Vec<RecoveryRecord>,
     /// `message` says why quorum is not recovered; cleared once etcd has a leader again.
     #[serde(skip)]
     pub message_is_quorum_wait: bool,

@@ -172,6 +172,28 @@ impl LocalCluster {
         }
     }
 
+    /// Copies the cluster's directory (logs, leases, status, data) to a new directory that
+    /// outlives the run, for the post-mortem of a failed step; returns where (or why not).
+    pub fn preserve(&self) -> String {
+        let kept = match tempfile::Builder::new()
+            .prefix("quorate-chaos-failed-")
+            .tempdir()
+        {
+            Ok(dir) => dir.keep(),
+            Err(e) => return format!("(not kept: {e})"),
+        };
+        match Command::new("cp")
+            .arg("-a")
+            .arg(self.dir())
+            .arg(&kept)
+            .status()
+        {
+            Ok(s) if s.success() => kept.display().to_string(),
+            Ok(s) => format!("(copy to {} failed: {s})", kept.display()),
+            Err(e) => format!("(copy to {} failed: {e})", kept.display()),
+        }
+    }
+
     /// The last lines of every agent's and etcd's log, for a failure report.
     pub fn log_tails(&self, lines: usize) -> String {
         let mut out = String::new();

@@ -95,8 +95,16 @@ pub enum RunError {
     #[error(transparent)]
     Command(#[from] crate::cluster::CommandFailed),
     /// The cluster did not heal in time after a step.
-    #[error("the cluster did not heal within {HEAL_DEADLINE:?} after {step}; logs:\n{logs}")]
-    NotHealed { step: String, logs: String },
+    #[error("the cluster did not heal within {HEAL_DEADLINE:?} after {step}")]
+    NotHealed { step: String },
+    /// A step failed; the cluster's directory (logs, leases, status, data) was copied.
+    #[error("step {step}: {error}\nthe cluster's directory is kept in {kept}; log tails:\n{logs}")]
+    Failed {
+        step: String,
+        error: Box<RunError>,
+        kept: String,
+        logs: String,
+    },
     /// Anything else the harness could not do.
     #[error("{0}")]
     Harness(String),
@@ -292,15 +300,24 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         if let Step::RollingUpdate = step {
             quota_flip = !quota_flip;
         }
-        let healed = inject(ctx, &step, quota_flip).await?;
-        let now_endpoints = cluster.endpoints()?;
-        *endpoints.lock().expect("endpoints") = now_endpoints.clone();
-        wait_healthy(&now_endpoints)
-            .await
-            .map_err(|_| RunError::NotHealed {
-                step: format!("{step:?}"),
-                logs: cluster.log_tails(30),
-            })?;
+        let healed = async {
+            let healed = inject(ctx, &step, quota_flip).await?;
+            let now_endpoints = cluster.endpoints()?;
+            *endpoints.lock().expect("endpoints") = now_endpoints.clone();
+            wait_healthy(&now_endpoints)
+                .await
+                .map_err(|_| RunError::NotHealed {
+                    step: step.to_string(),
+                })?;
+            Ok((healed, now_endpoints))
+        }
+        .await;
+        let (healed, now_endpoints) = healed.map_err(|e| RunError::Failed {
+            step: step.to_string(),
+            kept: cluster.preserve(),
+            logs: cluster.log_tails(30),
+            error: Box::new(e),
+        })?;
         let heal_s = healed.elapsed().as_secs_f64();
         eprintln!("[chaos]          healed in {heal_s:.1}s");
         records.push(StepRecord { step, at_s, heal_s });
@@ -521,10 +538,11 @@ async fn inject(ctx: StepContext<'_>, step: &Step, quota_flip: bool) -> Result<I
             // Evidence first: the bucket must hold every acknowledged write, so the clients
             // pause until it does (a total loss loses what was never backed up, by design).
             ctx.paused.store(true, Ordering::Relaxed);
-            let result = total_loss(&ctx).await;
+            let result = total_loss(&ctx, true).await;
             ctx.paused.store(false, Ordering::Relaxed);
             result?;
         }
+        Step::TotalLossUnbacked => total_loss(&ctx, false).await?,
         Step::BackupLeaderChange => {
             if let Some(leader) = leader_index(&ctx).await
                 && let Some(pid) = ctx.pid(leader, Target::Etcd)
@@ -597,13 +615,17 @@ fn manifest_path(ctx: &StepContext<'_>) -> String {
     ctx.cluster.dir().join("etcd.yaml").display().to_string()
 }
 
-async fn total_loss(ctx: &StepContext<'_>) -> Result<(), RunError> {
-    tokio::time::sleep(Duration::from_secs(6)).await; // the clients' last writes return
-    let endpoints = ctx.cluster.endpoints()?;
-    let head = current_revision(&endpoints)
-        .await
-        .ok_or_else(|| RunError::Harness("no revision before the total loss".into()))?;
-    bucket_reaches(ctx, head, Duration::from_secs(60)).await?;
+/// Crashes every member, wipes their data and starts the cluster again (which restores from
+/// the bucket); first waits until the bucket holds the cluster's revision when `backed_up`.
+async fn total_loss(ctx: &StepContext<'_>, backed_up: bool) -> Result<(), RunError> {
+    if backed_up {
+        tokio::time::sleep(Duration::from_secs(6)).await; // the clients' last writes return
+        let endpoints = ctx.cluster.endpoints()?;
+        let head = current_revision(&endpoints)
+            .await
+            .ok_or_else(|| RunError::Harness("no revision before the total loss".into()))?;
+        bucket_reaches(ctx, head, Duration::from_secs(60)).await?;
+    }
     ctx.cluster.crash();
     for member in ctx.members {
         let _ = std::fs::remove_dir_all(ctx.cluster.member_dir(member).join("data"));

@@ -71,6 +71,10 @@ pub enum Step {
     /// Every member loses its data once the bucket holds everything acknowledged; quorate
     /// restores the cluster from the bucket.
     TotalLoss,
+    /// The control: a total loss while the clients write, without waiting for the bucket. It
+    /// loses the writes acknowledged since the last delta, by design, and the suite must say
+    /// so; never drawn.
+    TotalLossUnbacked,
     /// The etcd leader is killed, so backups move to another member.
     BackupLeaderChange,
     /// A configuration change every member restarts for, one at a time.
@@ -116,6 +120,7 @@ impl Step {
             Step::SlowRestart { .. } => "slow restart + empty peer",
             Step::QuorumLoss { .. } => "quorum loss (2 of 3 wiped)",
             Step::TotalLoss => "total loss → restore",
+            Step::TotalLossUnbacked => "control: total loss before the bucket caught up",
             Step::BackupLeaderChange => "backup leader change",
             Step::RollingUpdate => "rolling update",
         }

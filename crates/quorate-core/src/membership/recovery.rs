@@ -48,12 +48,24 @@ impl RecoveryRecord {
         serde_json::from_str(lease.annotations.get(RECOVERY_ANNOTATION)?).ok()
     }
 
-    /// Whether any lease records a recovery that dropped `member_id` from cluster `cluster_id`.
-    pub fn dropped_by_any(leases: &[MemberLease], cluster_id: u64, member_id: u64) -> bool {
-        leases
-            .iter()
-            .filter_map(RecoveryRecord::of_lease)
-            .any(|r| r.cluster_id == cluster_id && r.dropped.contains(&member_id))
+    /// Whether any lease records a recovery that dropped `member_id` from cluster `cluster_id`,
+    /// leaving out the `superseded` records: those that already existed when this member's data
+    /// was restored from the bucket. They speak of data it no longer holds, and a restore gives
+    /// it the same member and cluster IDs again (both derive from names, URLs and the token).
+    pub fn dropped_by_any(
+        leases: &[MemberLease],
+        cluster_id: u64,
+        member_id: u64,
+        superseded: &[RecoveryRecord],
+    ) -> bool {
+        leases.iter().filter_map(RecoveryRecord::of_lease).any(|r| {
+            r.cluster_id == cluster_id && r.dropped.contains(&member_id) && !superseded.contains(&r)
+        })
+    }
+
+    /// Every record the leases carry.
+    pub fn all(leases: &[MemberLease]) -> Vec<RecoveryRecord> {
+        leases.iter().filter_map(RecoveryRecord::of_lease).collect()
     }
 
     /// Whether a recovery already carried out explicit request `request`.
@@ -404,5 +416,42 @@ mod tests {
             decide_recovery(&voters, None, true),
             RecoveryDecision::NotNeeded
         );
+    }
+
+    /// Found by the fault suite (seed 2026112502): a recovery dropped member 1, and later every
+    /// member lost its data and member 1 restored from the bucket, getting the same member and
+    /// cluster IDs again. The old record must not drop the restored data; a new one must.
+    #[test]
+    fn a_record_older_than_the_restored_data_does_not_drop_it() {
+        let record = |revision| RecoveryRecord {
+            member: "m-2".into(),
+            member_id: 2,
+            cluster_id: 0xc1,
+            revision,
+            dropped: vec![1, 3],
+            request: None,
+        };
+        let lease = |r: &RecoveryRecord| MemberLease {
+            name: "m-2".into(),
+            annotations: [(
+                RECOVERY_ANNOTATION.to_string(),
+                serde_json::to_string(r).unwrap(),
+            )]
+            .into(),
+            ..MemberLease::default()
+        };
+        let old = record(6728);
+        let leases = [lease(&old)];
+        assert!(RecoveryRecord::dropped_by_any(&leases, 0xc1, 1, &[]));
+        let superseded = RecoveryRecord::all(&leases);
+        assert!(!RecoveryRecord::dropped_by_any(
+            &leases,
+            0xc1,
+            1,
+            &superseded
+        ));
+        let newer = [lease(&record(9000))];
+        assert!(RecoveryRecord::dropped_by_any(&newer, 0xc1, 1, &superseded));
+        assert!(!RecoveryRecord::dropped_by_any(&leases, 0xc1, 2, &[]));
     }
 }
