@@ -38,7 +38,11 @@ impl Partitioner {
             return Err(Unavailable("not root".into()));
         }
         let mount = cgroup2_mount().ok_or_else(|| Unavailable("no cgroup v2 mount".into()))?;
-        let name = format!("quorate-chaos-{}", std::process::id());
+        // Runs in one process (tests) and in several (concurrent suites) never share a name.
+        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("{}-{run}", std::process::id());
+        let name = format!("quorate-chaos-{id}");
         let cgroup_root = mount.join(&name);
         std::fs::create_dir_all(&cgroup_root)
             .map_err(|e| Unavailable(format!("cannot create {}: {e}", cgroup_root.display())))?;
@@ -46,8 +50,8 @@ impl Partitioner {
             cgroup_root,
             cgroup_path: format!("/{name}"),
             marks: BTreeMap::new(),
-            mark_chain: format!("QCHAOS-MARK-{}", std::process::id()),
-            drop_chain: format!("QCHAOS-CUT-{}", std::process::id()),
+            mark_chain: format!("QCHAOS-MARK-{id}"),
+            drop_chain: format!("QCHAOS-CUT-{id}"),
         };
         let (mark_chain, drop_chain) = (me.mark_chain.clone(), me.drop_chain.clone());
         let (mark_chain, drop_chain) = (mark_chain.as_str(), drop_chain.as_str());
@@ -57,7 +61,7 @@ impl Partitioner {
         iptables(&["-I", "OUTPUT", "-j", drop_chain]).map_err(Unavailable)?;
         for (i, member) in members.iter().enumerate() {
             // Marks of concurrent runs must differ too.
-            let mark = (std::process::id() % 100_000) * 16 + i as u32 + 1;
+            let mark = ((std::process::id() % 10_000) * 64 + run % 64) * 16 + i as u32 + 1;
             let dir = me.cgroup_root.join(format!("{cluster}.{member}"));
             std::fs::create_dir_all(&dir)
                 .map_err(|e| Unavailable(format!("cannot create {}: {e}", dir.display())))?;
