@@ -177,6 +177,10 @@ pub fn decide_recovery(
         .filter(|v| v.answer.is_none() && !is_lost(v))
         .collect();
     let needed = quorum(voters.len());
+    if survivors.len() >= needed && !requested {
+        // A majority answers without a leader: an election is running, quorum is not lost.
+        return RecoveryDecision::NotNeeded;
+    }
     if !requested {
         if voters.len() - lost.len() >= needed {
             // Enough members may still hold data: quorum comes back when they do.
@@ -453,5 +457,21 @@ mod tests {
         let newer = [lease(&record(9000))];
         assert!(RecoveryRecord::dropped_by_any(&newer, 0xc1, 1, &superseded));
         assert!(!RecoveryRecord::dropped_by_any(&leases, 0xc1, 2, &[]));
+    }
+
+    /// Found by the fault suite: right after restarts every member answered without a leader
+    /// yet, and the agents said "quorum lost: 3 of 3 voting members answer … waiting for  to
+    /// come back". A majority answering is an election, not a quorum loss.
+    #[test]
+    fn a_majority_answering_without_a_leader_is_an_election_not_a_quorum_loss() {
+        let voters = [
+            voter(1, present(50), Some(50)),
+            voter(2, present(50), Some(50)),
+            voter(3, Some(DataState::Empty), None),
+        ];
+        assert_eq!(
+            decide_recovery(&voters, None, false),
+            RecoveryDecision::NotNeeded
+        );
     }
 }
