@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing quorate needs, skipping what is already there:
-# etcd 3.4 (server + etcdctl) and protoc with its well-known types from Debian. Safe to run repeatedly.
+# etcd 3.4 (server + etcdctl), protoc with its well-known types, and (as root) iptables from Debian. Safe to run repeatedly.
 set -euo pipefail
 
 need=()
@@ -10,6 +10,8 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 # protoc's well-known types (google/protobuf/descriptor.proto, ...) that etcd-client's protos
 # import; only a recommendation of protobuf-compiler, so --no-install-recommends skips them.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+# The fault-injection suite cuts members off the network with iptables (as root).
+if [ "$(id -u)" = 0 ]; then command -v iptables >/dev/null 2>&1 || need+=(iptables); fi
 
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
