@@ -8,5 +8,6 @@ pub mod faults;
 pub mod history;
 pub mod report;
 pub mod run;
+mod steps;
 pub mod watch;
 pub mod workload;

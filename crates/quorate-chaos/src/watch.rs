@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions};
+use tokio::task::JoinHandle;
 
 use crate::history::WatchChange;
+use crate::run::RunError;
 use crate::workload::PREFIX;
 
 /// What one watcher received.
@@ -98,4 +100,85 @@ async fn stream_once(
             }
         }
     }
+}
+
+/// The key the run writes last; every watch ends when it sees it.
+fn end_key() -> String {
+    format!("{PREFIX}end")
+}
+
+/// Watchers that run through every fault, one per member, from revision 1.
+pub(crate) fn spawn_live_watchers(endpoints: &[String]) -> Vec<(String, JoinHandle<WatchRecord>)> {
+    endpoints
+        .iter()
+        .map(|url| {
+            let watch = watch_until(url.clone(), end_key(), Duration::from_secs(10));
+            (format!("the live watch on {url}"), tokio::spawn(watch))
+        })
+        .collect()
+}
+
+/// Writes the end marker, and watches every member once more from revision 1 to it; returns
+/// the first complete record (minus the marker) and every way the others, and the live
+/// watchers, differ from it.
+pub(crate) async fn final_watch(
+    endpoints: &[String],
+    live: Vec<(String, JoinHandle<WatchRecord>)>,
+) -> Result<(Vec<crate::history::WatchChange>, Vec<String>), RunError> {
+    let end_key = end_key();
+    let mut client = etcd_client::Client::connect(endpoints, None)
+        .await
+        .map_err(|e| RunError::Harness(format!("connect for the end marker: {e}")))?;
+    client
+        .put(end_key.as_str(), "end", None)
+        .await
+        .map_err(|e| RunError::Harness(format!("write the end marker: {e}")))?;
+    let replays = endpoints.iter().map(|url| {
+        let watch = watch_until(url.clone(), end_key.clone(), Duration::from_secs(10));
+        async move {
+            let record = tokio::time::timeout(Duration::from_secs(120), watch).await;
+            (format!("the replay watch on {url}"), record.ok())
+        }
+    });
+    let live = live.into_iter().map(|(what, handle)| async move {
+        let record = tokio::time::timeout(Duration::from_secs(120), handle).await;
+        (what, record.ok().and_then(Result::ok))
+    });
+    let mut records = futures::future::join_all(replays).await;
+    records.extend(futures::future::join_all(live).await);
+    let mut anomalies = Vec::new();
+    let mut reference: Option<Vec<crate::history::WatchChange>> = None;
+    for (what, record) in records {
+        let Some(record) = record else {
+            anomalies.push(format!("{what} never reached the end marker"));
+            continue;
+        };
+        if let Some(at) = record.compacted_at {
+            anomalies.push(format!(
+                "{what} could not resume: history compacted at {at}"
+            ));
+            continue;
+        }
+        let mut changes = record.changes;
+        changes.retain(|c| c.key != end_key);
+        match &reference {
+            None => reference = Some(changes),
+            Some(first) if *first != changes => {
+                let at = first
+                    .iter()
+                    .zip(&changes)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(first.len().min(changes.len()));
+                anomalies.push(format!(
+                    "{what} differs from the first at change {at}: {:?} vs {:?}",
+                    changes.get(at),
+                    first.get(at)
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let reference =
+        reference.ok_or_else(|| RunError::Harness("no watch reached the end marker".into()))?;
+    Ok((reference, anomalies))
 }

@@ -1,0 +1,436 @@
+//! What each step does to the cluster (`inject`), and the evidence that it healed: every
+//! member answering linearizable reads, the bucket holding the cluster's revision.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::cluster::LocalCluster;
+use crate::faults::disk::SmallDisks;
+use crate::faults::network::{MemberPorts, Partitioner};
+use crate::faults::store_proxy::{StoreFault, StoreProxy};
+use crate::faults::{Step, Target};
+use crate::run::{Bucket, CLUSTER, HEAL_DEADLINE, RunError, manifest};
+
+/// What a step needs to act on.
+pub(crate) struct StepContext<'a> {
+    pub(crate) cluster: &'a LocalCluster,
+    pub(crate) clock_dir: &'a std::path::Path,
+    pub(crate) anomalies: &'a mut Vec<String>,
+    pub(crate) members: &'a [String],
+    pub(crate) partitioner: Option<&'a Partitioner>,
+    pub(crate) ports: &'a BTreeMap<String, MemberPorts>,
+    pub(crate) paused: &'a AtomicBool,
+    pub(crate) bucket: &'a Bucket,
+    pub(crate) proxy: Option<&'a StoreProxy>,
+}
+
+impl StepContext<'_> {
+    fn pid(&self, member: usize, target: Target) -> Option<i32> {
+        let name = &self.members[member];
+        match target {
+            Target::Etcd => self.cluster.etcd_pid(name),
+            Target::Agent => self.cluster.agent_pid(name),
+        }
+    }
+
+    /// Stops a member (agent and etcd), removes its data and kills it, so its agent restarts
+    /// on an empty directory.
+    fn wipe(&self, member: usize) {
+        let pids = self.member_pids(member);
+        for pid in &pids {
+            LocalCluster::signal(*pid, Signal::SIGSTOP);
+        }
+        let data = self.cluster.member_dir(&self.members[member]).join("data");
+        let _ = std::fs::remove_dir_all(&data);
+        for pid in pids {
+            LocalCluster::signal(pid, Signal::SIGKILL);
+        }
+    }
+
+    fn member_pids(&self, member: usize) -> Vec<i32> {
+        [
+            self.pid(member, Target::Agent),
+            self.pid(member, Target::Etcd),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Carries out `step`, returning once its fault is healed (or its operation done), with the
+/// instant the fault itself ended (before any catching up it waited for).
+pub(crate) async fn inject(
+    ctx: StepContext<'_>,
+    step: &Step,
+    quota_flip: bool,
+) -> Result<Instant, RunError> {
+    let mut ended = None;
+    match step {
+        Step::ScaleOut { kill_after } => {
+            let data = ctx.cluster.member_dir(&ctx.members[1]).join("data");
+            let killer = tokio::spawn(kill_etcd_after(data, *kill_after));
+            let applied = ctx.cluster.apply(&manifest(3, "8Gi", ctx.bucket));
+            killer.abort();
+            applied?;
+        }
+        Step::ClockSkew {
+            member,
+            skew_s,
+            hold,
+        } => {
+            let file = ctx.clock_dir.join(&ctx.members[*member]);
+            std::fs::write(&file, skew_s.to_string())
+                .map_err(|e| RunError::Harness(format!("{}: {e}", file.display())))?;
+            tokio::time::sleep(*hold).await;
+            let _ = std::fs::remove_file(&file);
+            ended = Some(Instant::now());
+            // Backups go on, whoever's clock is wrong: the bucket's evidence.
+            let head = current_revision(&ctx.cluster.endpoints()?)
+                .await
+                .ok_or_else(|| RunError::Harness("no revision after the clock skew".into()))?;
+            bucket_reaches(&ctx, head, Duration::from_secs(120)).await?;
+        }
+        Step::CorruptBackup => corrupt_backup(ctx).await?,
+        Step::Kill { member, target } => {
+            if let Some(pid) = ctx.pid(*member, *target) {
+                LocalCluster::signal(pid, Signal::SIGKILL);
+            }
+        }
+        Step::Pause {
+            member,
+            target,
+            hold,
+        } => {
+            if let Some(pid) = ctx.pid(*member, *target) {
+                LocalCluster::signal(pid, Signal::SIGSTOP);
+                tokio::time::sleep(*hold).await;
+                LocalCluster::signal(pid, Signal::SIGCONT);
+            }
+        }
+        Step::CrashAll => {
+            ctx.cluster.crash();
+            ctx.cluster
+                .quorate(&["up", "-d", "-f", &manifest_path(&ctx), "--timeout", "120s"])?;
+        }
+        Step::PauseSupervisor { hold } => {
+            if let Some(pid) = ctx.cluster.supervisor_pid() {
+                LocalCluster::signal(pid, Signal::SIGSTOP);
+                tokio::time::sleep(*hold).await;
+                LocalCluster::signal(pid, Signal::SIGCONT);
+            }
+        }
+        Step::Partition { member, hold } => {
+            let partitioner = ctx
+                .partitioner
+                .ok_or_else(|| RunError::Harness("partitions are not available".into()))?;
+            partitioner
+                .cut(&ctx.members[*member], ctx.ports)
+                .map_err(RunError::Harness)?;
+            let cut_off = Instant::now();
+            // The fault must be real: the cut member stops serving linearizable reads.
+            let endpoint = ctx.cluster.endpoints()?[*member].clone();
+            let isolated = async {
+                while answers_linearizable(&endpoint).await {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            };
+            let proved = tokio::time::timeout(Duration::from_secs(15), isolated).await;
+            tokio::time::sleep(hold.saturating_sub(cut_off.elapsed())).await;
+            partitioner.heal().map_err(RunError::Harness)?;
+            if proved.is_err() {
+                return Err(RunError::Harness(format!(
+                    "member {member} still served linearizable reads 15 s after it was cut off: \
+                     the partition did not take effect"
+                )));
+            }
+        }
+        Step::Store { fault, hold } => {
+            let proxy = ctx
+                .proxy
+                .ok_or_else(|| RunError::Harness("the store proxy is not running".into()))?;
+            proxy.set(*fault);
+            tokio::time::sleep(*hold).await;
+            proxy.set(StoreFault::None);
+            ended = Some(Instant::now());
+            // Healed means backups caught up again, on the bucket's own evidence.
+            let head = current_revision(&ctx.cluster.endpoints()?)
+                .await
+                .ok_or_else(|| RunError::Harness("no revision after the store fault".into()))?;
+            bucket_reaches(&ctx, head, Duration::from_secs(120)).await?;
+        }
+        Step::DiskFull { member, hold } => {
+            let dir = ctx.cluster.member_dir(&ctx.members[*member]);
+            SmallDisks::fill(&dir).map_err(|e| RunError::Harness(format!("fill: {e}")))?;
+            tokio::time::sleep(*hold).await;
+            SmallDisks::free(&dir);
+        }
+        Step::SlowRestart {
+            stopped,
+            wiped,
+            hold,
+        } => {
+            let held = ctx.member_pids(*stopped);
+            for pid in &held {
+                LocalCluster::signal(*pid, Signal::SIGSTOP);
+            }
+            ctx.wipe(*wiped);
+            tokio::time::sleep(*hold).await;
+            for pid in held {
+                LocalCluster::signal(pid, Signal::SIGCONT);
+            }
+        }
+        Step::QuorumLoss { survivor } => {
+            for member in 0..3 {
+                if member != *survivor {
+                    ctx.wipe(member);
+                }
+            }
+        }
+        Step::TotalLoss => {
+            // Evidence first: the bucket must hold every acknowledged write, so the clients
+            // pause until it does (a total loss loses what was never backed up, by design).
+            ctx.paused.store(true, Ordering::Relaxed);
+            let result = total_loss(&ctx, true).await;
+            ctx.paused.store(false, Ordering::Relaxed);
+            result?;
+        }
+        Step::TotalLossUnbacked => total_loss(&ctx, false).await?,
+        Step::BackupLeaderChange => {
+            if let Some(leader) = leader_index(&ctx).await
+                && let Some(pid) = ctx.pid(leader, Target::Etcd)
+            {
+                LocalCluster::signal(pid, Signal::SIGKILL);
+            }
+        }
+        Step::RollingUpdate => {
+            let quota = if quota_flip { "9Gi" } else { "8Gi" };
+            ctx.cluster.apply(&manifest(3, quota, ctx.bucket))?;
+        }
+    }
+    Ok(ended.unwrap_or_else(Instant::now))
+}
+
+/// Kills the etcd whose data directory is `data` once `after` has passed and it runs.
+async fn kill_etcd_after(data: PathBuf, after: Duration) {
+    tokio::time::sleep(after).await;
+    let needle = format!("--data-dir={}", data.display());
+    loop {
+        if let Some(pid) = crate::cluster::find_process(&["etcd", &needle]) {
+            LocalCluster::signal(pid, Signal::SIGKILL);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Corrupts the newest delta; a restore while it is corrupt must refuse and name it.
+async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
+    let manifest = std::fs::read_to_string(manifest_path(&ctx))
+        .map_err(|e| RunError::Harness(format!("read the manifest: {e}")))?;
+    let secret_dir = ctx.cluster.dir().join("secrets/s3-creds");
+    let options = quorate_backup::store::StoreOptions {
+        local_root: ctx.cluster.dir().join("backups"),
+        secret_dir: secret_dir.is_dir().then_some(secret_dir),
+    };
+    let corrupted = crate::faults::bucket::corrupt_newest_delta(&manifest, &options)
+        .await
+        .map_err(RunError::Harness)?;
+    let scratch = tempfile::tempdir().map_err(|e| RunError::Harness(e.to_string()))?;
+    let target = scratch.path().join("data");
+    let restore = ctx.cluster.quorate(&[
+        "restore",
+        "-f",
+        &manifest_path(&ctx),
+        "--data-dir",
+        &target.display().to_string(),
+    ]);
+    let name = corrupted
+        .snapshot
+        .path
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    match restore {
+        Ok(_) => ctx.anomalies.push(format!(
+            "a restore through the corrupted {name} succeeded instead of refusing it"
+        )),
+        Err(e) if !e.to_string().contains(&name) => ctx.anomalies.push(format!(
+            "a restore through the corrupted {name} failed without naming it: {e}"
+        )),
+        Err(_) => {}
+    }
+    corrupted.heal().await.map_err(RunError::Harness)
+}
+
+fn manifest_path(ctx: &StepContext<'_>) -> String {
+    ctx.cluster.dir().join("etcd.yaml").display().to_string()
+}
+
+/// Crashes every member, wipes their data and starts the cluster again (which restores from
+/// the bucket); first waits until the bucket holds the cluster's revision when `backed_up`.
+async fn total_loss(ctx: &StepContext<'_>, backed_up: bool) -> Result<(), RunError> {
+    if backed_up {
+        tokio::time::sleep(Duration::from_secs(6)).await; // the clients' last writes return
+        let endpoints = ctx.cluster.endpoints()?;
+        let head = current_revision(&endpoints)
+            .await
+            .ok_or_else(|| RunError::Harness("no revision before the total loss".into()))?;
+        bucket_reaches(ctx, head, Duration::from_secs(60)).await?;
+    }
+    ctx.cluster.crash();
+    for member in ctx.members {
+        let _ = std::fs::remove_dir_all(ctx.cluster.member_dir(member).join("data"));
+    }
+    let up = ctx
+        .cluster
+        .quorate(&["up", "-d", "-f", &manifest_path(ctx), "--timeout", "180s"]);
+    if let Err(e) = &up {
+        let ss = std::process::Command::new("ss").arg("-tanp").output();
+        eprintln!(
+            "[chaos] up failed: {e}\n{}",
+            ss.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        );
+    }
+    up?;
+    Ok(())
+}
+
+/// Waits until the bucket holds revision `head`.
+async fn bucket_reaches(
+    ctx: &StepContext<'_>,
+    head: i64,
+    within: Duration,
+) -> Result<(), RunError> {
+    let deadline = Instant::now() + within;
+    loop {
+        let listed = ctx.cluster.quorate(&["backups", "list", CLUSTER])?;
+        if newest_backed_up(&listed) >= head {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(RunError::Harness(format!(
+                "the bucket did not reach revision {head} within {within:?}:\n{listed}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The S3 server's credentials where the local cluster reads its store Secret.
+pub(crate) fn write_s3_secret(cluster: &LocalCluster) -> Result<(), RunError> {
+    let dir = cluster.dir().join("secrets/s3-creds");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        for (k, v) in [
+            ("accessKeyID", "testing"),
+            ("secretAccessKey", "testing"),
+            ("region", "us-east-1"),
+        ] {
+            std::fs::write(dir.join(k), v)?;
+        }
+        Ok(())
+    };
+    write().map_err(|e| RunError::Harness(format!("{}: {e}", dir.display())))
+}
+
+/// The highest revision any listed snapshot covers.
+fn newest_backed_up(listing: &str) -> i64 {
+    listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2)?.parse::<i64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+async fn current_revision(endpoints: &[String]) -> Option<i64> {
+    let mut client = etcd_client::Client::connect(endpoints, None).await.ok()?;
+    let r = client.get("chaos-revision-probe", None).await.ok()?;
+    r.header().map(|h| h.revision())
+}
+
+/// Index of the member whose etcd leads.
+async fn leader_index(ctx: &StepContext<'_>) -> Option<usize> {
+    let endpoints = ctx.cluster.endpoints().ok()?;
+    for (i, url) in endpoints.iter().enumerate() {
+        let Ok(mut client) = etcd_client::Client::connect([url.as_str()], None).await else {
+            continue;
+        };
+        if let Ok(status) = client.status().await
+            && status.leader() == status.header().map_or(0, |h| h.member_id())
+        {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Waits until every member answers a linearizable read on its own.
+pub(crate) async fn wait_healthy(endpoints: &[String]) -> Result<(), ()> {
+    let deadline = Instant::now() + HEAL_DEADLINE;
+    'poll: loop {
+        if Instant::now() > deadline {
+            return Err(());
+        }
+        for url in endpoints {
+            if !answers_linearizable(url).await {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue 'poll;
+            }
+        }
+        return Ok(());
+    }
+}
+
+/// Whether the member at `url` answers a linearizable read within 2 s.
+async fn answers_linearizable(url: &str) -> bool {
+    tokio::time::timeout(Duration::from_secs(2), async {
+        let mut client = etcd_client::Client::connect([url], None).await?;
+        client.get("chaos-health", None).await
+    })
+    .await
+    .is_ok_and(|r| r.is_ok())
+}
+
+/// Every member's ports, from the cluster record.
+pub(crate) fn member_ports(cluster: &LocalCluster) -> BTreeMap<String, MemberPorts> {
+    let record: serde_json::Value = std::fs::read_to_string(cluster.dir().join("cluster.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    record["ports"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(member, p)| {
+            let port = |k: &str| p[k].as_u64().and_then(|v| u16::try_from(v).ok());
+            Some((
+                member.clone(),
+                [port("client")?, port("peer")?, port("agent")?],
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_backed_up_revision_is_read_from_the_listing() {
+        let listing = "s3://chaos-backups/chaos at http://127.0.0.1:4000
+KIND  START  LAST  SIZE  CREATED               OBJECT
+Full  0      1     120   2026-11-25T12:00:00Z  chaos/v2/Full-00000000-00000001-1795000000
+Incr  2      57    900   2026-11-25T12:00:01Z  chaos/v2/Incr-00000002-00000057-1795000001
+Incr  58     63    90    2026-11-25T12:00:02Z  chaos/v2/Incr-00000058-00000063-1795000002
+";
+        assert_eq!(newest_backed_up(listing), 63);
+        assert_eq!(newest_backed_up("(no snapshots)"), 0);
+    }
+}
