@@ -230,7 +230,6 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
     let paused = Arc::new(AtomicBool::new(false));
     let workload = WorkloadPlan {
         endpoints: endpoints.clone(),
-        clients: plan.clients,
         keys: 5,
         op_timeout: Duration::from_secs(5),
         think: Duration::from_millis(20),

@@ -22,8 +22,6 @@ pub struct WorkloadPlan {
     /// Client URLs, as the run last read them (they grow with a scale-out); a client picks
     /// them up whenever it connects.
     pub endpoints: Arc<std::sync::Mutex<Vec<String>>>,
-    /// Number of concurrent clients.
-    pub clients: u32,
     /// Number of shared keys.
     pub keys: u32,
     /// How long an operation may take before it counts as unknown.
