@@ -70,6 +70,11 @@ pub fn assign(
     base: BasePorts,
     mut free: impl FnMut() -> u16,
 ) -> Result<(), PortError> {
+    // Ports already taken by this cluster; `free` knows only what is bound right now.
+    let mut taken: std::collections::BTreeSet<u16> = assigned
+        .values()
+        .flat_map(|p| [p.client, p.peer, p.agent])
+        .collect();
     for (ordinal, member) in members.iter().enumerate() {
         if assigned.contains_key(member) {
             continue;
@@ -83,7 +88,11 @@ pub fn assign(
                             member: member.clone(),
                         })
                 }
-                None => Ok(free()),
+                // A port twice is left to the bind check to report, after a fair try.
+                None => Ok((0..100)
+                    .map(|_| free())
+                    .find(|port| taken.insert(*port))
+                    .unwrap_or_else(&mut free)),
             }
         };
         let ports = MemberPorts {
@@ -96,12 +105,32 @@ pub fn assign(
     Ok(())
 }
 
-/// A port the OS considers free right now.
+/// A port free right now, below the OS's ephemeral range: a member's port must never be one
+/// the kernel may hand to an outgoing connection, or a client reconnecting to a stopped member
+/// can connect to itself on that very port and hold it, and the member cannot start again
+/// ("already in use"; the fault suite found it after crashes).
 pub fn free_port() -> u16 {
+    let below = ephemeral_start().clamp(2_000, 65_535);
+    let low = below.saturating_sub(12_000).max(1_024);
+    for _ in 0..200 {
+        let port = rand::random_range(low..below);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("the OS hands out an ephemeral port")
+}
+
+/// The first port of the ephemeral range (`net.ipv4.ip_local_port_range`; Linux's default
+/// 32768 when it cannot be read).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Checks that every port of `member` can be bound, so a conflict is reported before anything
@@ -142,6 +171,14 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("etcd-{i}")).collect()
+    }
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range() {
+        let start = ephemeral_start();
+        for _ in 0..50 {
+            assert!(free_port() < start);
+        }
     }
 
     #[test]
