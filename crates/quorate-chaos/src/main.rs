@@ -50,6 +50,7 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let mut reports = Vec::new();
     let mut failed = false;
+    let mut failures = Vec::new();
     let mut n = 0;
     while started.elapsed() < total {
         let left = total.saturating_sub(started.elapsed());
@@ -77,7 +78,7 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("[chaos] run with seed {} failed: {e}", seed + n - 1);
                 failed = true;
-                break;
+                failures.push((seed + n - 1, e.to_string()));
             }
         }
     }
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
         "scripts/chaos.sh --duration {} --seed {seed}",
         args.duration
     );
-    let text = render(&reports, &command);
+    let text = render(&reports, &failures, &command);
     match &args.report {
         Some(path) => {
             if let Err(e) = std::fs::write(path, &text) {

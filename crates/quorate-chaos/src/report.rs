@@ -6,8 +6,9 @@ use std::fmt::Write;
 
 use crate::run::RunReport;
 
-/// Renders `reports` (one per run) with the command that produced them.
-pub fn render(reports: &[RunReport], command: &str) -> String {
+/// Renders `reports` (one per run that finished) and `failures` (seed, error of each run the
+/// harness could not finish) with the command that produced them.
+pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Fault-injection runs\n");
     let _ = writeln!(out, "Produced by `{command}`.\n");
@@ -54,6 +55,13 @@ pub fn render(reports: &[RunReport], command: &str) -> String {
             times.len(),
             times[times.len() / 2],
             times[times.len() - 1]
+        );
+    }
+    for (seed, error) in failures {
+        let first = error.lines().take(3).collect::<Vec<_>>().join("\n");
+        let _ = writeln!(
+            out,
+            "\n## Seed {seed}: the run could not finish\n\n```\n{first}\n```"
         );
     }
     for r in reports {

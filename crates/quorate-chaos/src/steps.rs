@@ -185,11 +185,20 @@ pub(crate) async fn inject(
             }
         }
         Step::QuorumLoss { survivor } => {
-            for member in 0..3 {
-                if member != *survivor {
-                    ctx.wipe(member);
+            // Losing a majority's data loses what only that majority held, by design (etcd
+            // commits on a majority): the survivor first holds the cluster's revision, with the
+            // clients paused, so what is tested is the recovery, not the arithmetic.
+            ctx.paused.store(true, Ordering::Relaxed);
+            let caught_up = survivor_caught_up(&ctx, *survivor).await;
+            if caught_up.is_ok() {
+                for member in 0..3 {
+                    if member != *survivor {
+                        ctx.wipe(member);
+                    }
                 }
             }
+            ctx.paused.store(false, Ordering::Relaxed);
+            caught_up?;
         }
         Step::TotalLoss => {
             // Evidence first: the bucket must hold every acknowledged write, so the clients
@@ -213,6 +222,34 @@ pub(crate) async fn inject(
         }
     }
     Ok(ended.unwrap_or_else(Instant::now))
+}
+
+/// Waits until member `survivor` has applied the cluster's newest revision (its own answer).
+async fn survivor_caught_up(ctx: &StepContext<'_>, survivor: usize) -> Result<(), RunError> {
+    tokio::time::sleep(Duration::from_secs(6)).await; // the clients' last writes return
+    let endpoints = ctx.cluster.endpoints()?;
+    let head = current_revision(&endpoints)
+        .await
+        .ok_or_else(|| RunError::Harness("no revision before the quorum loss".into()))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let own = async {
+            let mut client =
+                etcd_client::Client::connect([endpoints[survivor].as_str()], None).await?;
+            client.status().await
+        };
+        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(2), own).await
+            && status.header().is_some_and(|h| h.revision() >= head)
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(RunError::Harness(format!(
+                "member {survivor} did not reach revision {head} within 30 s"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Kills the etcd whose data directory is `data` once `after` has passed and it runs.
