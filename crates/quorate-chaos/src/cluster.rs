@@ -158,10 +158,11 @@ impl LocalCluster {
     /// Kills the supervisor's process group at once (supervisor, agents, etcds), as a machine
     /// crash would, and waits until none of them is left.
     pub fn crash(&self) {
+        let dir = self.dir().display().to_string();
+        let before = find_processes(&[&dir]);
         if let Some(pid) = self.supervisor_pid() {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let dir = self.dir().display().to_string();
         let deadline = Instant::now() + Duration::from_secs(10);
         while let Some(pid) = find_process(&[&dir]) {
             Self::signal(pid, Signal::SIGKILL);
@@ -169,6 +170,15 @@ impl LocalCluster {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // A dying process's command line is gone once its memory is released, but its files
+        // (listening sockets among them) close only after that: wait for the processes
+        // themselves, or `up` finds their ports still in use (the soak found it).
+        for pid in before {
+            Self::signal(pid, Signal::SIGKILL);
+            while !exited(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 
@@ -234,6 +244,17 @@ impl Drop for LocalCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Whether process `pid` is gone or a zombie (its files closed).
+fn exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state == 'Z' || state == 'X')
+        })
+        .unwrap_or(true)
 }
 
 /// PID of a process whose command line contains every one of `needles`.
