@@ -247,7 +247,7 @@ impl Drop for LocalCluster {
 }
 
 /// Whether process `pid` is gone or a zombie (its files closed).
-fn exited(pid: i32) -> bool {
+pub fn exited(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {

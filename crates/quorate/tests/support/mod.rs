@@ -132,6 +132,8 @@ impl Local {
     /// Kills one cluster's supervisor process group (supervisor, agents and etcds) at once and
     /// waits until none of its processes is left, as a machine crash would leave it.
     pub fn kill_cluster(&self, name: &str) {
+        let dir = self.cluster_dir(name).display().to_string();
+        let before = find_processes(&[&dir]);
         let lock = self.cluster_dir(name).join("supervisor.lock");
         if let Some(pid) = std::fs::read_to_string(lock)
             .ok()
@@ -144,11 +146,22 @@ impl Local {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        let dir = self.cluster_dir(name).display().to_string();
         eventually(
             "the cluster's processes to exit",
             Duration::from_secs(10),
             || self.find_pid(&[&dir]).is_none().then_some(()),
+        );
+        // A dying process's command line goes with its memory, before its sockets close: wait
+        // for the processes themselves, or the next `up` finds their ports in use.
+        eventually(
+            "the cluster's processes to be gone",
+            Duration::from_secs(10),
+            || {
+                before
+                    .iter()
+                    .all(|pid| quorate_chaos::cluster::exited(*pid))
+                    .then_some(())
+            },
         );
     }
 
@@ -186,6 +199,11 @@ impl Drop for Local {
     fn drop(&mut self) {
         self.kill_all();
     }
+}
+
+/// PIDs of every process whose command line contains every one of `needles`.
+fn find_processes(needles: &[&str]) -> Vec<i32> {
+    quorate_chaos::cluster::find_processes(needles)
 }
 
 /// PID of the process whose command line contains every one of `needles`.
