@@ -224,13 +224,19 @@ pub(crate) async fn inject(
     Ok(ended.unwrap_or_else(Instant::now))
 }
 
+/// The cluster's revision once the paused clients' last writes have returned (their timeout
+/// and a second), before `what`.
+async fn settled_head(ctx: &StepContext<'_>, what: &str) -> Result<i64, RunError> {
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    current_revision(&ctx.cluster.endpoints()?)
+        .await
+        .ok_or_else(|| RunError::Harness(format!("no revision before {what}")))
+}
+
 /// Waits until member `survivor` has applied the cluster's newest revision (its own answer).
 async fn survivor_caught_up(ctx: &StepContext<'_>, survivor: usize) -> Result<(), RunError> {
-    tokio::time::sleep(Duration::from_secs(6)).await; // the clients' last writes return
+    let head = settled_head(ctx, "the quorum loss").await?;
     let endpoints = ctx.cluster.endpoints()?;
-    let head = current_revision(&endpoints)
-        .await
-        .ok_or_else(|| RunError::Harness("no revision before the quorum loss".into()))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let own = async {
@@ -313,11 +319,7 @@ fn manifest_path(ctx: &StepContext<'_>) -> String {
 /// the bucket); first waits until the bucket holds the cluster's revision when `backed_up`.
 async fn total_loss(ctx: &StepContext<'_>, backed_up: bool) -> Result<(), RunError> {
     if backed_up {
-        tokio::time::sleep(Duration::from_secs(6)).await; // the clients' last writes return
-        let endpoints = ctx.cluster.endpoints()?;
-        let head = current_revision(&endpoints)
-            .await
-            .ok_or_else(|| RunError::Harness("no revision before the total loss".into()))?;
+        let head = settled_head(ctx, "the total loss").await?;
         bucket_reaches(ctx, head, Duration::from_secs(60)).await?;
     }
     ctx.cluster.crash();
