@@ -16,6 +16,7 @@ use quorate_core::backup_chain::{ChainDecision, ChainEvidence, decide_chain};
 use quorate_core::backup_schedule::{StartupAction, startup_action};
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::gc::{self, GcPolicy, SnapshotInfo};
+use quorate_core::hibernation::FinalSnapshotReport;
 use quorate_core::lease::{BACKUP_ERROR_ANNOTATION, SnapshotLease};
 use quorate_etcd::{EtcdTimeouts, MemberClient};
 use std::time::Duration;
@@ -137,6 +138,7 @@ pub async fn run_backups<C: Coordination>(
                     Err(_) if *shutdown.borrow() => return,
                     Err(error) => {
                         tracing::warn!(member = %me, %error, "backups failed; retrying");
+                        record_final_snapshot(&state, Err(error.to_string()));
                         leader.record_error(&error.to_string()).await;
                         let _ =
                             tokio::time::timeout(Duration::from_secs(5), shutdown.changed()).await;
@@ -152,6 +154,35 @@ pub async fn run_backups<C: Coordination>(
             }
         }
     }
+}
+
+/// Records the outcome of a final snapshot for the hibernation the configuration asks for (if
+/// one is due): the controller stops the members on the stored revision, and reports failures.
+fn record_final_snapshot(state: &SharedState, outcome: Result<i64, String>) {
+    state.update(|s| {
+        let Some(request) = s.final_snapshot_due() else {
+            return;
+        };
+        let failures = s
+            .final_snapshot
+            .as_ref()
+            .filter(|r| r.request == request)
+            .map_or(0, |r| r.failures);
+        s.final_snapshot = Some(match outcome {
+            Ok(revision) => FinalSnapshotReport {
+                request,
+                revision: Some(revision),
+                failures,
+                error: None,
+            },
+            Err(error) => FinalSnapshotReport {
+                request,
+                revision: None,
+                failures: failures + 1,
+                error: Some(error),
+            },
+        });
+    });
 }
 
 fn refuse(request: BackupRequest) {
@@ -224,13 +255,19 @@ impl<C: Coordination> Leader<'_, C> {
             .max()
             .unwrap_or(0);
         let last_full = newest_full.map(|f| (unix(f.name.created_unix), newest_revision));
-        let mut next_revision = match startup_action(last_full, &schedule, now) {
+        let action = if self.state.get().final_snapshot_due().is_some() {
+            StartupAction::TakeFullSnapshot
+        } else {
+            startup_action(last_full, &schedule, now)
+        };
+        let mut next_revision = match action {
             StartupAction::CatchUpDelta { from_revision } => {
                 tracing::info!(member = %self.me, from = from_revision, "backup leader: continuing deltas");
                 from_revision
             }
             StartupAction::TakeFullSnapshot => {
-                self.take_full(&store, false).await?.name.last_revision + 1
+                let is_final = self.state.get().final_snapshot_due().is_some();
+                self.take_full(&store, is_final).await?.name.last_revision + 1
             }
         };
         self.clear_error().await;
@@ -299,6 +336,10 @@ impl<C: Coordination> Leader<'_, C> {
                     _ = leadership.tick(), if !lost => {
                         if !self.still_leading() || *shutdown.borrow() {
                             lost = true;
+                            handle.stop().await;
+                        } else if full_after.is_none() && self.state.get().final_snapshot_due().is_some() {
+                            // A hibernation was asked for: its final snapshot, now.
+                            full_after = Some((true, None));
                             handle.stop().await;
                         }
                     }
@@ -408,6 +449,9 @@ impl<C: Coordination> Leader<'_, C> {
                     reason: e.to_string(),
                 })?;
         tracing::info!(member = %self.me, snapshot = %stored.path, size = stored.size, "full snapshot stored");
+        if is_final {
+            record_final_snapshot(self.state, Ok(snapshot.revision));
+        }
         self.record(&self.backup.full_snapshot_lease, snapshot.revision)
             .await;
         // A full snapshot also covers everything a delta would have.

@@ -72,6 +72,24 @@ impl<'a> Executor<'a> {
         None
     }
 
+    /// The member list as the cluster's leader answers it (asked among the other members):
+    /// the one list that has applied every committed membership change. `None` when no other
+    /// member answers as leader.
+    pub async fn leader_member_list(&self) -> Option<MemberList> {
+        for url in self.peer_urls() {
+            let Some(client) = self.member_client(&url).await else {
+                continue;
+            };
+            if let Ok(status) = client.status().await
+                && status.leader_id == status.member_id
+                && status.leader_id != 0
+            {
+                return client.member_list_of_cluster().await.ok();
+            }
+        }
+        None
+    }
+
     /// What one member's etcd answers about itself now, `None` if it does not.
     pub async fn answer(&self, url: &str) -> Option<MemberStatus> {
         self.member_client(url).await?.status().await.ok()
@@ -130,11 +148,10 @@ impl<'a> Executor<'a> {
         out
     }
 
-    /// The desired members as the planner wants them.
+    /// The desired members as the planner wants them (leaving members are not).
     pub fn desired(&self) -> Vec<DesiredMember> {
         self.cluster
-            .members
-            .iter()
+            .desired_members()
             .map(|m| DesiredMember {
                 name: m.name.clone(),
                 peer_urls: vec![m.peer_url.clone()],

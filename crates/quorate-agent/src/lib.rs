@@ -14,6 +14,7 @@ mod private_start;
 pub mod publish;
 pub mod recovery;
 pub mod restore;
+mod scale_in;
 pub mod start;
 pub mod state;
 pub mod wait;

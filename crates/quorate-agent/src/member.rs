@@ -329,6 +329,7 @@ async fn run_etcd<C: Coordination>(
         path: opts.data_dir.display().to_string(),
         source,
     })?;
+    state.update(|s| s.hibernation_request = cluster.hibernation_request.clone());
     let mut process = EtcdProcess::spawn(&opts.etcd_binary, &args, &opts.etcd_log)?;
     tracing::info!(member = %me, pid = ?process.pid(), ?mode, "etcd started");
     state.update(|s| {
@@ -351,6 +352,7 @@ async fn run_etcd<C: Coordination>(
     let mut config_check = tokio::time::interval(opts.poll_interval);
     let mut quorum_check = tokio::time::interval(opts.poll_interval);
     let mut last_drop_check: Option<Instant> = None;
+    let mut last_scale_in_check: Option<Instant> = None;
     loop {
         tokio::select! {
             status = process.wait() => {
@@ -364,7 +366,11 @@ async fn run_etcd<C: Coordination>(
                 return Ok(RunEnd::Shutdown);
             }
             _ = config_check.tick() => {
-                if let Ok(latest) = coord.cluster_config().await
+                let latest = coord.cluster_config().await;
+                if let Ok(latest) = &latest {
+                    state.update(|s| s.hibernation_request = latest.hibernation_request.clone());
+                }
+                if let Ok(latest) = latest
                     && restart_needed(&config, &latest, me, &data_dir)
                     && let Some(client) = &member_client
                 {
@@ -444,6 +450,13 @@ async fn run_etcd<C: Coordination>(
                                 revision: Some(st.revision),
                             });
                         });
+                        let leads = st.leader_id == st.member_id && st.leader_id != 0;
+                        if leads && last_scale_in_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
+                            last_scale_in_check = Some(Instant::now());
+                            crate::scale_in::remove_leaving_members(coord, me, client, st.raft_term, state).await;
+                        } else if !leads {
+                            state.update(|s| s.membership = None);
+                        }
                         if st.is_learner {
                             promote_if_my_turn(cluster, me, client).await;
                         } else if !peer_urls_settled && st.leader_id != 0 {
@@ -467,7 +480,7 @@ async fn run_etcd<C: Coordination>(
 
 /// A one-member cluster with backups: its data is compared with the bucket before it serves.
 fn is_lone_with_backups(cluster: &ClusterConfig) -> bool {
-    cluster.members.len() == 1 && cluster.backup.is_some()
+    cluster.members.len() == 1 && cluster.leaving.is_empty() && cluster.backup.is_some()
 }
 
 /// `Some(why)` when this lone member's data is an older state of the history the bucket holds

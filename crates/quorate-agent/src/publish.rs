@@ -6,8 +6,10 @@ use crate::state::{Phase, SharedState};
 use quorate_api::status::EtcdRole;
 use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::hibernation::FINAL_SNAPSHOT_ANNOTATION;
 use quorate_core::lease::{HolderIdentity, MemberLease};
 use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, WAITING_ANNOTATION};
+use quorate_core::membership::published::MEMBERSHIP_ANNOTATION;
 use quorate_core::membership::recovery::RECOVERY_ANNOTATION;
 use quorate_core::membership::rollout::{CONFIG_HASH_ANNOTATION, config_hash};
 
@@ -76,6 +78,26 @@ pub async fn publish<C: Coordination>(
         }
         None => {
             annotations.remove(RECOVERY_ANNOTATION);
+        }
+    }
+    match &s.membership {
+        Some(membership) => {
+            annotations.insert(MEMBERSHIP_ANNOTATION.into(), membership.to_annotation());
+        }
+        None => {
+            annotations.remove(MEMBERSHIP_ANNOTATION);
+        }
+    }
+    match s
+        .final_snapshot
+        .as_ref()
+        .filter(|r| s.hibernation_request.as_ref() == Some(&r.request))
+    {
+        Some(report) => {
+            annotations.insert(FINAL_SNAPSHOT_ANNOTATION.into(), report.to_annotation());
+        }
+        None => {
+            annotations.remove(FINAL_SNAPSHOT_ANNOTATION);
         }
     }
     match coord.put_member_lease(&lease).await {

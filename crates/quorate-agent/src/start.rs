@@ -19,7 +19,7 @@ use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::Step;
 use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::start::{
-    StartDecision, StartEvidence, decide_start, join_initial_cluster,
+    StartDecision, StartEvidence, decide_start, join_initial_cluster, removed_member_data,
 };
 use quorate_etcd::data_dir::{self, DataDirState};
 
@@ -96,6 +96,27 @@ pub async fn prepare_start<C: Coordination>(
                 ))
             })?;
         tracing::warn!(member = %me, aside = %aside.display(), "a quorum-loss recovery dropped this member; its data was moved aside and it rejoins as a learner");
+        own = DataState::Empty;
+    }
+    if let DataState::Present { .. } = own
+        && let Some(list) = Executor::new(cluster, me).leader_member_list().await
+        && let Some(id) = removed_member_data(&own, &list)
+    {
+        // etcd removed this member (a scale-in) and its peers would refuse it. A member that
+        // is still desired (scaled out again) rejoins as a learner; its old data is kept aside.
+        if cluster.is_leaving(me) || cluster.member(me).is_none() {
+            return Err(Wait::new(format!(
+                "{me} was removed from the cluster (member {id:x}); its data is not started again"
+            ))
+            .into());
+        }
+        let aside =
+            data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()).map_err(|e| {
+                Wait::new(format!(
+                    "{me} was removed from the cluster (member {id:x}); moving its data aside failed: {e}"
+                ))
+            })?;
+        tracing::warn!(member = %me, id = %format!("{id:x}"), aside = %aside.display(), "this data belongs to a member the cluster removed; moved aside, rejoining as a learner");
         own = DataState::Empty;
     }
     state.update(|s| s.data_state = Some(own.clone()));

@@ -1,7 +1,9 @@
 //! What the agent knows about its member right now, shared between the member loop (which
 //! writes it) and the HTTP server (which reports it).
 
+use quorate_core::hibernation::FinalSnapshotReport;
 use quorate_core::membership::data_state::DataState;
+use quorate_core::membership::published::PublishedMembership;
 use quorate_core::membership::recovery::RecoveryRecord;
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -53,6 +55,18 @@ pub struct MemberState {
     /// `message` says why quorum is not recovered; cleared once etcd has a leader again.
     #[serde(skip)]
     pub message_is_quorum_wait: bool,
+    /// etcd's member list as this member last read it while leading (published on its lease);
+    /// `None` while it does not lead.
+    #[serde(skip)]
+    pub membership: Option<PublishedMembership>,
+    /// The hibernation the cluster configuration asks for (`hibernationRequest`), if any.
+    #[serde(skip)]
+    pub hibernation_request: Option<String>,
+    /// What this member, as backup leader, achieved for the final snapshot of a hibernation.
+    pub final_snapshot: Option<FinalSnapshotReport>,
+    /// `message` says why a scale-in this leader carries out waits; cleared once it moves on.
+    #[serde(skip)]
+    pub message_is_scale_wait: bool,
 }
 
 impl MemberState {
@@ -65,6 +79,18 @@ impl MemberState {
                 .registered_peer_urls
                 .iter()
                 .all(|u| u.starts_with("https://"))
+    }
+}
+
+impl MemberState {
+    /// The hibernation request whose final snapshot is still to be taken, if any.
+    pub fn final_snapshot_due(&self) -> Option<String> {
+        let request = self.hibernation_request.clone()?;
+        let taken = self
+            .final_snapshot
+            .as_ref()
+            .is_some_and(|r| r.request == request && r.revision.is_some());
+        (!taken).then_some(request)
     }
 }
 

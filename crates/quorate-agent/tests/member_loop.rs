@@ -34,6 +34,7 @@ fn config(n: usize) -> ClusterConfig {
         cluster_name: "m".into(),
         namespace: "default".into(),
         cluster_token: format!("m-{}", free_port()),
+        leaving: Vec::new(),
         bootstrap_members: members.iter().map(|m| m.name.clone()).collect(),
         members,
         listen_host: "127.0.0.1".into(),
@@ -52,6 +53,7 @@ fn config(n: usize) -> ClusterConfig {
         heartbeat_millis: 500,
         backup: None,
         recovery_request: None,
+        hibernation_request: None,
     }
 }
 

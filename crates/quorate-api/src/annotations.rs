@@ -40,6 +40,13 @@ pub const RECOVER: &str = "quorate.io/recover";
 /// belongs to another history (the value names the request). Without it the leader stops
 /// backing up there and says why in `BackupReady`.
 pub const NEW_BACKUP_CHAIN: &str = "quorate.io/new-backup-chain";
+/// quorate's own: `"true"` lets a hibernation (`spec.replicas: 0`) stop the members although
+/// the final full snapshot could not be taken. Without it the members keep running until the
+/// snapshot is in the bucket.
+pub const HIBERNATE_WITHOUT_FINAL_SNAPSHOT: &str = "quorate.io/hibernate-without-final-snapshot";
+/// quorate's own: `"true"` keeps the PersistentVolumeClaims and member Leases of members a
+/// scale-in removed (by default they are deleted once etcd removed the member).
+pub const KEEP_REMOVED_MEMBER_VOLUMES: &str = "quorate.io/keep-removed-member-volumes";
 /// Finalizer on an `Etcd` (and on the Secrets it references).
 pub const ETCD_FINALIZER: &str = "druid.gardener.cloud/etcd-druid";
 

@@ -97,6 +97,11 @@ mod tests {
                 ".status.conditions[?(@.type==\"BackupReady\")].status",
                 0,
             ),
+            (
+                "Scale",
+                ".status.conditions[?(@.type==\"ScaleOperationComplete\")].reason",
+                0,
+            ),
             ("Age", ".metadata.creationTimestamp", 0),
             ("Cluster Size", ".spec.replicas", 1),
             ("Current Replicas", ".status.currentReplicas", 1),

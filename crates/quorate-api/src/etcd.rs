@@ -61,6 +61,11 @@ pub const KIND: &str = "Etcd";
         json_path = ".status.conditions[?(@.type==\"BackupReady\")].status"
     ),
     printcolumn(
+        name = "Scale",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"ScaleOperationComplete\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

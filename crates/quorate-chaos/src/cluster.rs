@@ -163,7 +163,7 @@ impl LocalCluster {
         if let Some(pid) = self.supervisor_pid() {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while let Some(pid) = find_process(&[&dir]) {
             Self::signal(pid, Signal::SIGKILL);
             if Instant::now() > deadline {
@@ -180,6 +180,28 @@ impl LocalCluster {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+        // What `up` needs is the ports: the soak saw listening sockets outlive every process it
+        // could still name (a process mid-exit, on a loaded machine). Wait for the ports.
+        let ports = self.ports();
+        while !ports.iter().all(|p| port_free(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every port the cluster record gives its members.
+    fn ports(&self) -> Vec<u16> {
+        let record: serde_json::Value = std::fs::read_to_string(self.dir().join("cluster.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        record["ports"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+            .flat_map(|p| ["client", "peer", "agent"].map(|k| p[k].as_u64()))
+            .flatten()
+            .filter_map(|p| u16::try_from(p).ok())
+            .collect()
     }
 
     /// Copies the cluster's directory (logs, leases, status, data) to a new directory that
@@ -244,6 +266,11 @@ impl Drop for LocalCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Whether nothing listens on loopback port `port` (what `quorate up` checks).
+fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 /// Whether process `pid` is gone or a zombie (its files closed).

@@ -15,8 +15,13 @@ pub struct ClusterConfig {
     /// `initial-cluster-token`; unique per cluster incarnation so a wiped member can never be
     /// mistaken for the old one by a live peer.
     pub cluster_token: String,
-    /// Desired members in ordinal order.
+    /// The members that run, in ordinal order: the desired ones, then any that are leaving.
     pub members: Vec<MemberEndpoints>,
+    /// Members of `members` that are not desired but still in etcd's membership (a scale-in,
+    /// or a wake at a smaller size): they keep running until etcd removed them, and never
+    /// join or bootstrap.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaving: Vec<String>,
     /// Members that form the cluster when it is created for the first time. A member outside
     /// this set (added by a later scale-out) always joins as a learner.
     pub bootstrap_members: Vec<String>,
@@ -35,6 +40,10 @@ pub struct ClusterConfig {
     /// Backups, when `spec.backup.store` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupConfig>,
+    /// Set while `spec.replicas` is 0: names this hibernation (the `Etcd`'s generation), so the
+    /// backup leader's final-snapshot report can be matched to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernation_request: Option<String>,
     /// An explicit request to recover from quorum loss (the `quorate.io/recover` annotation's
     /// value): members that did not report may be treated as lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,12 +79,29 @@ pub struct BackupConfig {
 }
 
 impl ClusterConfig {
-    /// The endpoints of the member called `name`, if it is desired.
+    /// The endpoints of the member called `name`, if it runs (desired or leaving).
     pub fn member(&self, name: &str) -> Option<&MemberEndpoints> {
         self.members.iter().find(|m| m.name == name)
     }
 
-    /// Client URLs of all desired members, for cluster-wide calls.
+    /// Whether `name` is leaving: it runs until etcd removed it, but is not desired.
+    pub fn is_leaving(&self, name: &str) -> bool {
+        self.leaving.iter().any(|n| n == name)
+    }
+
+    /// The desired members (every member that is not leaving), in ordinal order.
+    pub fn desired_members(&self) -> impl Iterator<Item = &MemberEndpoints> {
+        self.members.iter().filter(|m| !self.is_leaving(&m.name))
+    }
+
+    /// Client URLs of the desired members: what clients of the cluster are given.
+    pub fn desired_client_urls(&self) -> Vec<String> {
+        self.desired_members()
+            .map(|m| m.client_url.clone())
+            .collect()
+    }
+
+    /// Client URLs of every running member (desired or leaving), for cluster-wide calls.
     pub fn client_urls(&self) -> Vec<String> {
         self.members.iter().map(|m| m.client_url.clone()).collect()
     }

@@ -9,6 +9,7 @@ pub mod cluster_config;
 pub mod components;
 pub mod conditions;
 pub mod gc;
+pub mod hibernation;
 pub mod last_operation;
 pub mod lease;
 pub mod member_etcd_config;

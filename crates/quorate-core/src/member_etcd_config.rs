@@ -259,6 +259,7 @@ pub(crate) mod tests {
             namespace: "default".into(),
             cluster_token: "etcd-main-abc".into(),
             members,
+            leaving: Vec::new(),
             bootstrap_members: vec![
                 "etcd-main-0".into(),
                 "etcd-main-1".into(),
@@ -280,6 +281,7 @@ pub(crate) mod tests {
             heartbeat_millis: 10_000,
             backup: None,
             recovery_request: None,
+            hibernation_request: None,
         }
     }
 

@@ -75,7 +75,12 @@ pub fn prepare(ctx: &LocalContext, etcd: Etcd) -> Result<(ClusterDir, Applied), 
     if !running {
         let etcd = load_object(&dir)?;
         let mut record = load_record(&dir)?;
-        let members = quorate_api::names::member_lease_names(&etcd);
+        let desired = quorate_api::names::member_lease_names(&etcd);
+        if etcd.spec.replicas > 0 {
+            // A wake: the members start on their data again, then the leaving ones go.
+            record.hibernation = None;
+        }
+        let members = record.members_to_run(&desired);
         let base = crate::render::base_ports(&etcd);
         ports::assign(&mut record.ports, &members, base, ports::free_port)?;
         object::save_record(&dir, &record)?;
@@ -137,7 +142,8 @@ pub fn spawn_supervisor(ctx: &LocalContext, name: &str) -> Result<u32, LocalErro
     Ok(child.id())
 }
 
-/// Waits until the cluster's status says every member is ready, or `timeout` passes.
+/// Waits until the cluster's status says every member is ready and etcd's membership is the
+/// one `spec.replicas` asks for (or the cluster hibernated), or `timeout` passes.
 pub async fn wait_until_ready(
     ctx: &LocalContext,
     name: &str,
@@ -149,6 +155,7 @@ pub async fn wait_until_ready(
     loop {
         let status = read_status(&dir);
         let all_ready = condition(&status, "AllMembersReady") == Some(ConditionStatus::True);
+        let scaled = condition(&status, "ScaleOperationComplete") == Some(ConditionStatus::True);
         let replicas = load_object(&dir)?.spec.replicas;
         // Only a status the running supervisor wrote counts, not one a previous run left.
         let current = lock::running_supervisor(&dir).map(crate::supervisor::run_id);
@@ -156,7 +163,7 @@ pub async fn wait_until_ready(
             && status.last_operation.as_ref().map(|op| &op.run_id) == current.as_ref();
         let settled =
             fresh && status.observed_generation == Some(generation) && status.ready == Some(true);
-        if settled && (all_ready || replicas == 0) {
+        if settled && scaled && (all_ready || replicas == 0) {
             return Ok(status);
         }
         // A supervisor that is not running after a few seconds has failed to start.
@@ -246,6 +253,7 @@ fn status_without_supervisor(
         &leases,
         config.as_ref(),
         backup,
+        load_record(dir)?.hibernation.as_ref(),
         jiff::Timestamp::now(),
     ))
 }
@@ -285,11 +293,22 @@ pub async fn down(
     Ok(())
 }
 
-/// Client URLs of the cluster's members, comma-separated for `etcdctl --endpoints`.
+/// Client URLs of the cluster's desired members, comma-separated for `etcdctl --endpoints`.
 pub fn endpoints(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
-    let dir = ctx.existing(name)?;
+    let dir = awake(ctx, name)?;
     let config = crate::render::read_config(&dir)?;
-    Ok(config.client_urls().join(","))
+    Ok(config.desired_client_urls().join(","))
+}
+
+/// The directory of cluster `name`, unless it hibernates (then there is no etcd to reach).
+pub fn awake(ctx: &LocalContext, name: &str) -> Result<ClusterDir, LocalError> {
+    let dir = ctx.existing(name)?;
+    if load_record(&dir)?.hibernated() && load_object(&dir)?.spec.replicas == 0 {
+        return Err(LocalError::Hibernated {
+            name: name.to_string(),
+        });
+    }
+    Ok(dir)
 }
 
 /// `get`'s table of cluster `name` (or of every cluster), as `kubectl get etcd` prints it.

@@ -1,11 +1,13 @@
-//! etcd's own view of a local cluster, polled in the background for the status: active alarms
-//! (a NOSPACE cluster refuses every write whatever its leases say) and voting members etcd
-//! lists that never started. The supervisor reads the latest view on each pass without
-//! waiting on etcd.
+//! etcd's own view of a local cluster, polled in the background for the status and the
+//! supervisor's membership decisions: active alarms (a NOSPACE cluster refuses every write
+//! whatever its leases say), voting members etcd lists that never started, and the member list
+//! as the leader answers it. The supervisor reads the latest view on each pass without waiting
+//! on etcd.
 
 use std::time::Duration;
 
 use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::membership::MemberList;
 use quorate_core::status::{AlarmKind, EtcdAlarm, UnstartedMember};
 use quorate_etcd::{ClusterClient, EtcdError, EtcdTimeouts};
 use tokio::sync::watch;
@@ -21,6 +23,40 @@ pub struct EtcdView {
     pub alarms: Vec<EtcdAlarm>,
     /// Voting members listed but never started.
     pub unstarted: Vec<UnstartedMember>,
+    /// The member list as the leader answers it; `None` when no leader answered.
+    pub leader_list: Option<MemberList>,
+}
+
+impl EtcdView {
+    /// Names of the started voting members the leader lists.
+    pub fn voters(&self) -> Option<Vec<String>> {
+        self.leader_list.as_ref().map(|l| {
+            l.members
+                .iter()
+                .filter(|m| m.is_started() && !m.is_learner)
+                .map(|m| m.name.clone())
+                .collect()
+        })
+    }
+
+    /// Whether the leader positively lists no member called `name` (`false` without a leader's
+    /// word): the one evidence on which a member's process stops and its data goes to the trash.
+    pub fn leader_lacks(&self, name: &str) -> bool {
+        self.leader_list
+            .as_ref()
+            .is_some_and(|l| !l.members.is_empty() && !l.members.iter().any(|m| m.name == name))
+    }
+
+    /// Names of every started member the leader lists, learners included.
+    pub fn started_members(&self) -> Option<Vec<String>> {
+        self.leader_list.as_ref().map(|l| {
+            l.members
+                .iter()
+                .filter(|m| m.is_started())
+                .map(|m| m.name.clone())
+                .collect()
+        })
+    }
 }
 
 /// Asks the members of `config` for alarms and the member list (the first member that answers).
@@ -29,6 +65,11 @@ pub async fn observe(config: &ClusterConfig) -> Result<EtcdView, EtcdError> {
     let client =
         ClusterClient::new(&config.client_urls(), tls.as_ref(), EtcdTimeouts::fast()).await?;
     let members = client.member_list().await?;
+    // The leader has applied every committed membership change; another member may lag.
+    let leader_list = match client.leader().await {
+        Ok((leader, _)) => leader.member_list_of_cluster().await.ok(),
+        Err(_) => None,
+    };
     let mut alarms = None;
     let mut last_error = None;
     for member in client.member_clients() {
@@ -64,6 +105,7 @@ pub async fn observe(config: &ClusterConfig) -> Result<EtcdView, EtcdError> {
                 peer_urls: m.peer_urls,
             })
             .collect(),
+        leader_list,
     })
 }
 

@@ -71,6 +71,15 @@ pub enum LocalError {
         /// The cluster.
         name: String,
     },
+    /// The cluster hibernates: no etcd runs to ask.
+    #[error(
+        "cluster {name:?} is hibernated (spec.replicas: 0): no etcd runs and its data is kept; \
+         wake it by applying spec.replicas > 0 (`quorate apply -f FILE`)"
+    )]
+    Hibernated {
+        /// The cluster.
+        name: String,
+    },
     /// The etcd binary is missing.
     #[error(
         "no etcd binary at {path}; install it with `apt-get install etcd-server etcd-client` \

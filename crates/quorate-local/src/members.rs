@@ -8,7 +8,7 @@ use quorate_etcd::{ClusterClient, EtcdTimeouts, MemberClient};
 
 /// The member table of cluster `name`.
 pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
-    let dir = ctx.existing(name)?;
+    let dir = crate::commands::awake(ctx, name)?;
     let config = read_config(&dir)?;
     let timeouts = EtcdTimeouts::fast();
     let tls = quorate_etcd::client_tls(&config);

@@ -76,7 +76,13 @@ pub fn apply(
 ) -> Result<Applied, LocalError> {
     quorate_api::validate::validate(&desired)?;
     let existing = if dir.exists() {
-        Some(load_object(dir)?)
+        let mut old = load_object(dir)?;
+        // The update rules read the status too (an unfinished scale operation), as an API
+        // server's object carries it.
+        old.status = json_file::read(&dir.status(), "cluster status")
+            .ok()
+            .flatten();
+        Some(old)
     } else {
         None
     };

@@ -23,6 +23,14 @@ pub struct ClusterRecord {
     /// When the snapshot leases were created (the first reconcile with backups configured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_leases_created: Option<jiff::Timestamp>,
+    /// etcd's members (by name) as its leader last listed them: members here that are no
+    /// longer desired are leaving, and keep running until etcd removed them. Kept across a
+    /// hibernation, so a wake at a smaller size knows whom to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etcd_members: Vec<String>,
+    /// Where a requested hibernation (`spec.replicas: 0`) stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hibernation: Option<quorate_core::hibernation::Hibernation>,
 }
 
 impl ClusterRecord {
@@ -34,7 +42,38 @@ impl ClusterRecord {
             bootstrap_members: Vec::new(),
             ports: BTreeMap::new(),
             snapshot_leases_created: None,
+            etcd_members: Vec::new(),
+            hibernation: None,
         }
+    }
+
+    /// Members that are not desired but still in etcd's membership, in ordinal order.
+    pub fn leaving(&self, desired: &[String]) -> Vec<String> {
+        self.etcd_members
+            .iter()
+            .filter(|m| !desired.contains(m))
+            .cloned()
+            .collect()
+    }
+
+    /// The members that run: none once hibernated, else the desired ones, then the leaving.
+    pub fn members_to_run(&self, desired: &[String]) -> Vec<String> {
+        if desired.is_empty() && self.hibernated() {
+            return Vec::new();
+        }
+        desired
+            .iter()
+            .cloned()
+            .chain(self.leaving(desired))
+            .collect()
+    }
+
+    /// Whether the members were stopped for a hibernation.
+    pub fn hibernated(&self) -> bool {
+        matches!(
+            self.hibernation,
+            Some(quorate_core::hibernation::Hibernation::Hibernated { .. })
+        )
     }
 
     /// `--initial-cluster-token`: the cluster name plus part of its identity, by the same rule

@@ -23,18 +23,22 @@ pub fn base_ports(etcd: &Etcd) -> BasePorts {
 /// Host every local member listens on and is reached at.
 pub const LOCAL_HOST: &str = "127.0.0.1";
 
-/// The configuration the agents of `etcd` run with; every desired member must have ports.
-/// Assembled by core's `assemble`, as the operator's ConfigMap is, with a local placement:
-/// loopback, the ports the record gives each member, and paths in the state directory.
+/// The configuration the agents of `etcd` run with: the desired members, then the leaving ones
+/// (see [`ClusterRecord::leaving`]); every one of them must have ports. Assembled by core's
+/// `assemble`, as the operator's ConfigMap is, with a local placement: loopback, the ports
+/// the record gives each member, and paths in the state directory.
 pub fn render_cluster_config(
     etcd: &Etcd,
     record: &ClusterRecord,
     dir: &ClusterDir,
 ) -> Result<ClusterConfig, LocalError> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
+    let desired = quorate_api::names::member_lease_names(etcd);
+    let leaving = record.leaving(&desired);
     // A member's lease is named like the member (druid's naming).
-    let members = quorate_api::names::member_lease_names(etcd)
+    let members = desired
         .into_iter()
+        .chain(leaving.iter().cloned())
         .map(|member| {
             let ports = record.ports[&member];
             PlacedMember {
@@ -63,6 +67,7 @@ pub fn render_cluster_config(
         local_root: dir.backups().display().to_string(),
         secret_dir: store_secret_dir(etcd, dir),
         cluster_uid: record.uid.clone(),
+        leaving,
     };
     Ok(assemble(etcd, placement, members))
 }

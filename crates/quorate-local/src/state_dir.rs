@@ -83,6 +83,24 @@ impl ClusterDir {
         self.member(member).join("removed")
     }
 
+    /// Where the data of members a scale-in removed is kept until `down --purge`.
+    pub fn trash(&self) -> PathBuf {
+        self.root.join("trash")
+    }
+
+    /// Names of the members that have a directory here.
+    pub fn member_dirs(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.root.join("members"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Default bucket directory for the `Local` backup provider.
     pub fn backups(&self) -> PathBuf {
         self.root.join("backups")

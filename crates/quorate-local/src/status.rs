@@ -40,8 +40,10 @@ pub struct StatusInputs<'a> {
     pub config: &'a ClusterConfig,
     /// Per desired member name: its agent process.
     pub processes: &'a BTreeMap<String, MemberProcess>,
-    /// etcd's own view (alarms, unstarted members).
+    /// etcd's own view (alarms, unstarted members, the leader's member list).
     pub etcd_view: &'a EtcdView,
+    /// Where a requested hibernation stands.
+    pub hibernation: Option<&'a quorate_core::hibernation::Hibernation>,
     /// The snapshot leases, when backups are configured.
     pub backup: Option<BackupLeases>,
     /// Agents that could not be started in this pass.
@@ -79,6 +81,8 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         alarms: i.etcd_view.alarms.clone(),
         unstarted: i.etcd_view.unstarted.clone(),
         backup: i.backup,
+        voters: i.etcd_view.voters(),
+        hibernation: i.hibernation.cloned(),
         outcome: &outcome,
         pass_waits_for_members: false,
         run_id: i.run_id,
@@ -94,6 +98,7 @@ pub fn stopped_status(
     leases: &[MemberLease],
     config: Option<&ClusterConfig>,
     backup: Option<BackupLeases>,
+    hibernation: Option<&quorate_core::hibernation::Hibernation>,
     now: jiff::Timestamp,
 ) -> EtcdStatus {
     let members: BTreeMap<String, MemberObservation> = quorate_api::names::member_lease_names(etcd)
@@ -115,6 +120,8 @@ pub fn stopped_status(
         alarms: Vec::new(),
         unstarted: Vec::new(),
         backup,
+        voters: None,
+        hibernation: hibernation.cloned(),
         outcome: &PassOutcome::NotRun,
         pass_waits_for_members: false,
         run_id: &run_id,
@@ -182,6 +189,7 @@ mod tests {
             namespace: "default".into(),
             cluster_token: "main-1".into(),
             members: Vec::new(),
+            leaving: Vec::new(),
             bootstrap_members: Vec::new(),
             listen_host: "127.0.0.1".into(),
             etcd: EtcdSettings::from_etcd(e),
@@ -190,6 +198,7 @@ mod tests {
             heartbeat_millis: 1000,
             backup: None,
             recovery_request: None,
+            hibernation_request: None,
         }
     }
 
@@ -241,6 +250,7 @@ mod tests {
             config,
             processes: &processes,
             etcd_view: &EtcdView::default(),
+            hibernation: None,
             backup: None,
             start_errors,
             run_id: "local-7",
@@ -282,7 +292,7 @@ mod tests {
         let leases = fresh_leases(&config);
         let last_written = supervised(&e, &EtcdStatus::default(), &leases, &config, &[]);
         assert_eq!(last_written.ready, Some(true));
-        let s = stopped_status(&e, &last_written, &leases, Some(&config), None, now());
+        let s = stopped_status(&e, &last_written, &leases, Some(&config), None, None, now());
         assert_eq!(s.ready, Some(false));
         assert_eq!(condition(&s, "Ready"), ConditionStatus::False);
         assert_eq!(condition(&s, "AllMembersReady"), ConditionStatus::False);

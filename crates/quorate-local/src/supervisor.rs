@@ -3,17 +3,20 @@
 //! the cluster's status from the member leases, exactly as the operator does on Kubernetes.
 
 use crate::agents::Agents;
-use crate::etcd_view::EtcdViewPoller;
+use crate::etcd_view::{EtcdView, EtcdViewPoller};
 use crate::object::{load_object, load_record, save_record};
 use crate::ports;
 use crate::render::{base_ports, render_cluster_config};
 use crate::state_dir::ClusterDir;
 use crate::status::{MemberProcess, StatusInputs, compute_status};
 use crate::{LocalError, probe};
+use quorate_api::annotations::HIBERNATE_WITHOUT_FINAL_SNAPSHOT;
 use quorate_api::status::EtcdStatus;
 use quorate_coord::{Coordination, FileCoordination, json_file};
 use quorate_core::backup_ready::BackupLeases;
 use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::components::cluster_config::annotation;
+use quorate_core::hibernation::{self, Hibernation, HibernationStep};
 use quorate_core::lease::SnapshotLease;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -85,11 +88,20 @@ impl Supervisor {
         let etcd = load_object(&self.dir)?;
         let mut record = load_record(&self.dir)?;
         let desired = quorate_api::names::member_lease_names(&etcd);
+        let view = self.etcd_view.latest();
 
         let before = record.clone();
+        if let Some(started) = view.started_members() {
+            // Only the leader's word changes who is in the cluster.
+            record.etcd_members = started;
+        }
+        if etcd.spec.replicas > 0 {
+            record.hibernation = None;
+        }
+        let to_run = record.members_to_run(&desired);
         ports::assign(
             &mut record.ports,
-            &desired,
+            &to_run,
             base_ports(&etcd),
             ports::free_port,
         )?;
@@ -99,9 +111,6 @@ impl Supervisor {
         {
             record.bootstrap_members = desired.clone();
         }
-        if record != before {
-            save_record(&self.dir, &record)?;
-        }
 
         let config = render_cluster_config(&etcd, &record, &self.dir)?;
         if self.written_config.as_ref() != Some(&config) {
@@ -109,20 +118,29 @@ impl Supervisor {
             self.written_config = Some(config.clone());
         }
         self.etcd_view.set_config(&config);
+        let leases = self.coord.member_leases().await?;
+        if etcd.spec.replicas == 0 {
+            Self::hibernate(&etcd, &config, &mut record, &leases);
+        }
+        if record != before {
+            save_record(&self.dir, &record)?;
+        }
 
         for (member, ended) in self.agents.reap(now) {
             tracing::info!(%member, ?ended, "agent ended");
         }
+        let to_run = record.members_to_run(&desired);
         let running: Vec<String> = self.agents.running().cloned().collect();
-        for member in running.iter().filter(|m| !desired.contains(m)) {
+        for member in running.iter().filter(|m| !to_run.contains(m)) {
             self.agents.stop(member, Duration::from_secs(15)).await;
         }
         let mut start_errors = Vec::new();
-        for member in &desired {
+        for member in &to_run {
             if let Err(e) = self.agents.ensure_started(member, now) {
                 start_errors.push(format!("starting the agent of {member}: {e}"));
             }
         }
+        self.trash_removed_members(&to_run, &view);
 
         let mut processes = BTreeMap::new();
         for member in &desired {
@@ -131,7 +149,6 @@ impl Supervisor {
             let ready = running && probe::agent_ready(port, Duration::from_millis(300)).await;
             processes.insert(member.clone(), MemberProcess { running, ready });
         }
-        let leases = self.coord.member_leases().await?;
         let backup = self.snapshot_leases(&config, &mut record).await?;
         self.status = compute_status(StatusInputs {
             etcd: &etcd,
@@ -139,7 +156,8 @@ impl Supervisor {
             leases: &leases,
             config: &config,
             processes: &processes,
-            etcd_view: &self.etcd_view.latest(),
+            etcd_view: &view,
+            hibernation: record.hibernation.as_ref(),
             backup,
             start_errors: &start_errors,
             run_id: &self.run_id,
@@ -147,6 +165,65 @@ impl Supervisor {
         });
         json_file::write_atomic(&self.dir.status(), &self.status)?;
         Ok(())
+    }
+
+    /// A hibernation in progress: the members stop once the backup leader reports the final
+    /// snapshot stored (or without one when there is no store, or a person overrides it).
+    fn hibernate(
+        etcd: &quorate_api::Etcd,
+        config: &ClusterConfig,
+        record: &mut crate::record::ClusterRecord,
+        leases: &[quorate_core::lease::MemberLease],
+    ) {
+        if record.hibernated() {
+            return;
+        }
+        let now = jiff::Timestamp::now();
+        if record.etcd_members.is_empty() {
+            record.hibernation = Some(Hibernation::Hibernated {
+                final_snapshot_revision: None,
+                warning: Some("no member had started: nothing to snapshot".into()),
+                at: now,
+            });
+            return;
+        }
+        let request = config.hibernation_request.clone().unwrap_or_default();
+        let overridden =
+            annotation(etcd, HIBERNATE_WITHOUT_FINAL_SNAPSHOT).as_deref() == Some("true");
+        let (HibernationStep::Wait(state) | HibernationStep::Stop(state)) =
+            hibernation::next_step(&request, config.backup.is_some(), overridden, leases, now);
+        if let Hibernation::Hibernated { warning, .. } = &state {
+            tracing::info!(?warning, "hibernating: stopping every member");
+        }
+        record.hibernation = Some(state);
+    }
+
+    /// Moves the data of members etcd removed to the cluster's trash (deleted by
+    /// `down --purge`): members that neither run nor should, whose agent ended as removed or
+    /// whom the leader positively does not list.
+    fn trash_removed_members(&self, to_run: &[String], view: &EtcdView) {
+        for member in self.dir.member_dirs() {
+            if to_run.contains(&member) || self.agents.is_running(&member) {
+                continue;
+            }
+            if !self.dir.member_removed_marker(&member).exists() && !view.leader_lacks(&member) {
+                continue;
+            }
+            let trash = self
+                .dir
+                .trash()
+                .join(format!("{member}-{}", jiff::Timestamp::now().as_second()));
+            let moved = std::fs::create_dir_all(self.dir.trash())
+                .and_then(|()| std::fs::rename(self.dir.member(&member), &trash));
+            match moved {
+                Ok(()) => {
+                    tracing::info!(%member, trash = %trash.display(), "member left the cluster; its data moved to the trash")
+                }
+                Err(e) => {
+                    tracing::warn!(%member, error = %e, "moving a removed member's data to the trash failed")
+                }
+            }
+        }
     }
 
     /// The snapshot leases of a cluster with backups, created (as druid creates them) when missing.

@@ -12,6 +12,7 @@ pub fn render(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> String {
         "QUORATE",
         "ALL MEMBERS READY",
         "BACKUP READY",
+        "SCALE",
         "AGE",
     ];
     if wide {
@@ -21,13 +22,8 @@ pub fn render(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> String {
     for etcd in items {
         let default = EtcdStatus::default();
         let status = etcd.status.as_ref().unwrap_or(&default);
-        let condition = |t: &str| {
-            status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == t)
-                .map_or_else(none, |c| c.status.as_str().to_string())
-        };
+        let find = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
+        let condition = |t: &str| find(t).map_or_else(none, |c| c.status.as_str().to_string());
         let age = etcd.metadata.creation_timestamp.as_ref().map_or_else(
             || "<unknown>".to_string(),
             |t| human_duration(now.duration_since(t.0)),
@@ -38,6 +34,7 @@ pub fn render(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> String {
             condition("Ready"),
             condition("AllMembersReady"),
             condition("BackupReady"),
+            find("ScaleOperationComplete").map_or_else(none, |c| c.reason.clone()),
             age,
         ];
         if wide {

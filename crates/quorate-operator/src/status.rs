@@ -77,6 +77,8 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         alarms: Vec::new(),
         unstarted: Vec::new(),
         backup: i.backup,
+        voters: None,
+        hibernation: None,
         outcome: i.outcome,
         pass_waits_for_members: true,
         run_id: i.run_id,

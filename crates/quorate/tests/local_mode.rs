@@ -100,8 +100,8 @@ fn single_and_three_member_clusters_come_up_and_serve() {
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
         [
-            "NAME", "READY", "QUORATE", "ALL", "MEMBERS", "READY", "BACKUP", "READY", "AGE",
-            "CLUSTER", "SIZE", "CURRENT", "REPLICAS", "READY", "REPLICAS"
+            "NAME", "READY", "QUORATE", "ALL", "MEMBERS", "READY", "BACKUP", "READY", "SCALE",
+            "AGE", "CLUSTER", "SIZE", "CURRENT", "REPLICAS", "READY", "REPLICAS"
         ]
     );
     let row = |name: &str| {
@@ -114,10 +114,11 @@ fn single_and_three_member_clusters_come_up_and_serve() {
     };
     let solo = row("solo");
     assert_eq!(&solo[1..4], ["true", "True", "True"], "{table}");
-    assert_eq!(&solo[6..], ["1", "1", "1"], "{table}");
+    assert_eq!(solo[5], "Complete", "{table}");
+    assert_eq!(&solo[7..], ["1", "1", "1"], "{table}");
     let trio = row("trio");
     assert_eq!(&trio[1..4], ["true", "True", "True"], "{table}");
-    assert_eq!(&trio[6..], ["3", "3", "3"], "{table}");
+    assert_eq!(&trio[7..], ["3", "3", "3"], "{table}");
 
     let members = local.ok(&["members", "trio"]);
     let rows: Vec<Vec<&str>> = members

@@ -551,16 +551,10 @@ fn update_rejected(old: &Etcd, new: &Etcd, path: &str) -> String {
 }
 
 #[test]
-fn replicas_only_grow_or_drop_to_zero() {
+fn replicas_change_freely_once_the_last_scale_operation_finished() {
     let old = valid();
     let mut new = valid();
-    new.spec.replicas = 1;
-    assert_eq!(
-        update_rejected(&old, &new, "spec.replicas"),
-        "cannot go from 3 to 1; Replicas can either be increased or be downscaled to 0."
-    );
-    assert!(check_replicas_change(&old, &new).is_err());
-    for ok in [0, 3, 5] {
+    for ok in [0, 1, 2, 3, 5] {
         new.spec.replicas = ok;
         assert!(validate_update(&old, &new).is_ok(), "3 -> {ok}");
     }
@@ -568,6 +562,42 @@ fn replicas_only_grow_or_drop_to_zero() {
     hibernated.spec.replicas = 0;
     new.spec.replicas = 1;
     assert!(validate_update(&hibernated, &new).is_ok());
+}
+
+#[test]
+fn replicas_cannot_change_while_a_scale_operation_is_unfinished() {
+    let scaling = |status: ConditionStatus| {
+        let mut e = valid();
+        e.status = Some(EtcdStatus {
+            conditions: vec![Condition {
+                type_: "ScaleOperationComplete".into(),
+                status,
+                reason: "ScalingIn".into(),
+                message: "e-3 leaves".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::UNIX_EPOCH,
+                ),
+                last_update_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::UNIX_EPOCH,
+                ),
+            }],
+            ..EtcdStatus::default()
+        });
+        e
+    };
+    let mut new = valid();
+    new.spec.replicas = 1;
+    let message = update_rejected(&scaling(ConditionStatus::False), &new, "spec.replicas");
+    assert!(
+        message.contains("unfinished") && message.contains("e-3 leaves"),
+        "{message}"
+    );
+    assert!(validate_update(&scaling(ConditionStatus::True), &new).is_ok());
+    // A hibernation still waiting for its final snapshot may be cancelled.
+    let mut hibernating = scaling(ConditionStatus::False);
+    hibernating.spec.replicas = 0;
+    new.spec.replicas = 3;
+    assert!(validate_update(&hibernating, &new).is_ok());
 }
 
 #[test]

@@ -5,6 +5,8 @@ use crate::etcd::Etcd;
 use crate::names::volume_claim_template_name;
 use crate::status::ConditionStatus;
 
+/// Condition that says whether the last change of `spec.replicas` is finished.
+const SCALE_OPERATION_CONDITION: &str = "ScaleOperationComplete";
 /// Condition that records that the cluster joined its source cluster.
 const BOOTSTRAPPED_CONDITION: &str = "BootstrappedWithExistingCluster";
 
@@ -64,20 +66,30 @@ pub(super) fn check(old: &Etcd, new: &Etcd, p: &mut Problems) {
     }
 }
 
-/// druid's rule for `spec.replicas`: it may grow, stay, or drop to 0 (hibernation), but not
-/// shrink to another size. Kept separate so scale-in can later be allowed by an opt-in
-/// annotation on `new`.
+/// The rule for `spec.replicas`: any size, up or down or to 0 (hibernation), but not while an
+/// earlier scale operation is unfinished (`ScaleOperationComplete` is False), except that a
+/// hibernation still waiting for its final snapshot may be cancelled: its members still run.
 pub fn check_replicas_change(old: &Etcd, new: &Etcd) -> Result<(), FieldError> {
     let (from, to) = (old.spec.replicas, new.spec.replicas);
-    if to != 0 && to < from {
-        return Err(FieldError::new(
+    if from == to || from == 0 {
+        return Ok(());
+    }
+    let unfinished = old.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == SCALE_OPERATION_CONDITION && c.status == ConditionStatus::False)
+    });
+    match unfinished {
+        Some(c) => Err(FieldError::new(
             "spec.replicas",
             format!(
-                "cannot go from {from} to {to}; Replicas can either be increased or be downscaled to 0."
+                "cannot go from {from} to {to} while the scale operation to {from} is unfinished \
+                 ({SCALE_OPERATION_CONDITION} is False: {}); wait until it is True, then change it",
+                c.message
             ),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn bootstrapped(etcd: &Etcd) -> bool {

@@ -46,6 +46,8 @@ pub struct Placement {
     pub secret_dir: Option<String>,
     /// Identity of this incarnation (the `Etcd`'s uid), written beside the backups.
     pub cluster_uid: String,
+    /// Members placed beyond the desired ones that etcd still lists: they run until removed.
+    pub leaving: Vec<String>,
 }
 
 /// Where one member runs, as its environment decides: the host it is reached at and its ports.
@@ -99,6 +101,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         namespace: placement.namespace,
         cluster_token: placement.cluster_token,
         members,
+        leaving: placement.leaving,
         bootstrap_members: placement.bootstrap_members,
         listen_host: placement.listen_host,
         etcd: EtcdSettings::from_etcd(etcd),
@@ -108,6 +111,8 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
             .unwrap_or(u64::MAX),
         backup,
         recovery_request: annotation(etcd, quorate_api::annotations::RECOVER),
+        hibernation_request: (etcd.spec.replicas == 0)
+            .then(|| etcd.metadata.generation.unwrap_or(0).to_string()),
     }
 }
 
@@ -193,6 +198,7 @@ pub fn render_for_kubernetes(
         local_root: LOCAL_BACKUP_ROOT.to_string(),
         secret_dir: mounts_store_secret(etcd).then(|| BACKUP_SECRET_MOUNT.to_string()),
         cluster_uid: id.uid,
+        leaving: Vec::new(),
     };
     Ok(assemble(etcd, placement, members))
 }

@@ -12,6 +12,7 @@ mod cluster_id_mismatch;
 mod last_quorum_recovery;
 mod members_waiting;
 mod ready;
+mod scale_operation;
 #[cfg(test)]
 mod test_support;
 
@@ -21,6 +22,7 @@ pub use cluster_id_mismatch::check_cluster_id_mismatch;
 pub use last_quorum_recovery::check_last_quorum_recovery;
 pub use members_waiting::check_members_waiting;
 pub use ready::{REASON_ALARM_RAISED, check_ready, check_ready_under_alarms};
+pub use scale_operation::{ScaleObservation, check_scale_operation};
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,6 +42,8 @@ pub const ALL_MEMBERS_UPDATED: &str = "AllMembersUpdated";
 pub const MEMBERS_WAITING: &str = "MembersWaiting";
 /// Condition type (quorate's own): the quorum-loss recovery a member recorded.
 pub const LAST_QUORUM_RECOVERY: &str = "LastQuorumRecovery";
+/// Condition type (DEP-08): etcd's voting members are the ones `spec.replicas` asks for.
+pub const SCALE_OPERATION_COMPLETE: &str = "ScaleOperationComplete";
 /// Condition type: backups are current (computed elsewhere, from the snapshot leases).
 pub const BACKUP_READY: &str = "BackupReady";
 /// Condition type owned by the compaction controller; never recomputed by the status checks.

@@ -12,8 +12,10 @@
 pub mod data_state;
 pub mod join;
 pub mod planner;
+pub mod published;
 pub mod recovery;
 pub mod rollout;
+pub mod scale_in;
 pub mod start;
 
 /// One entry of etcd's member list: the one type for it from the etcd adapter through every

@@ -14,7 +14,8 @@
 //! 6. a wanted member that is missing: add it as a learner (first in desired order), after
 //!    removing an unwanted member that holds its peer URL;
 //! 7. a voter that is not wanted and healthy: remove it (non-leaders first; the leader hands
-//!    leadership to a healthy voter first);
+//!    leadership to a healthy voter first), but only while every wanted member is healthy:
+//!    a scale-in never shrinks a cluster that is already short of a member;
 //! 8. otherwise: converged.
 //!
 //! Every change passes one gate: afterwards there is at least one voter and the healthy
@@ -237,6 +238,13 @@ pub enum WaitReason {
         /// Its name.
         name: String,
     },
+    /// A healthy member would leave while a member that stays is not healthy.
+    RemainingMemberUnhealthy {
+        /// The member that would leave.
+        leaving: MemberRef,
+        /// The first staying member that is not healthy.
+        unhealthy: MemberRef,
+    },
     /// Removing this member now would leave fewer healthy voters than a quorum.
     RemovalWouldLoseQuorum {
         /// The member that cannot be removed yet.
@@ -267,6 +275,11 @@ impl fmt::Display for WaitReason {
                 write_member(f, name, *id)?;
                 f.write_str(" is not healthy yet; it is promoted once it is")
             }
+            WaitReason::RemainingMemberUnhealthy { leaving, unhealthy } => write!(
+                f,
+                "{leaving} leaves only while every member that stays is healthy, and {unhealthy} \
+                 is not"
+            ),
             WaitReason::RemovalWouldLoseQuorum {
                 member,
                 healthy_after,
@@ -427,11 +440,20 @@ pub fn next_step(observed: &[ObservedMember], desired: &[DesiredMember]) -> Step
             peer_urls: d.peer_urls.clone(),
         };
     }
-    // 7. Healthy unwanted voters; non-leaders first so leadership moves at most once.
+    // 7. Healthy unwanted voters; non-leaders first so leadership moves at most once, and
+    //    only while every member that stays is healthy.
     if let Some(i) = unwanted()
         .find(|&i| !observed[i].is_leader)
         .or_else(|| unwanted().next())
     {
+        if let Some(j) =
+            (0..observed.len()).find(|&j| matching.wanted[j] && !observed[j].counts_healthy())
+        {
+            return wait(WaitReason::RemainingMemberUnhealthy {
+                leaving: observed[i].member_ref(),
+                unhealthy: observed[j].member_ref(),
+            });
+        }
         return plan.remove_voter(i, RemoveReason::Unwanted);
     }
     Step::Converged
@@ -790,53 +812,93 @@ mod tests {
     fn leadership_never_moves_to_an_unhealthy_voter_or_a_learner() {
         let observed = [
             leader(1, "a"),
-            down(voter(2, "b")),
-            voter(3, "c"),
+            voter(2, "b"),
+            down(voter(3, "x")),
             voter(4, "d"),
             learner(5, "e"),
         ];
-        // b is down and wanted; the learner e is promoted first in any case.
+        // The learner e is promoted first in any case.
         assert_eq!(
-            next_step(&observed, &want(&["b", "c", "d", "e"])),
+            next_step(&observed, &want(&["b", "d", "e", "x"])),
             Step::Promote {
                 id: 5,
                 name: "e".into()
             }
         );
-        let mut promoted = observed.clone();
+        // x is down and unwanted: it goes first (rule 4), then the leader hands over to a
+        // healthy voter that stays, never to the learner or to x.
+        let mut promoted = observed.to_vec();
         promoted[4].is_learner = false;
+        promoted.remove(2);
         assert_eq!(
-            next_step(&promoted, &want(&["b", "d", "e", "c"])),
+            next_step(&promoted, &want(&["d", "e", "b"])),
             Step::MoveLeader {
                 from: MemberRef {
                     id: 1,
                     name: "a".into()
                 },
                 to: MemberRef {
-                    id: 3,
-                    name: "c".into()
+                    id: 2,
+                    name: "b".into()
                 }
             }
         );
     }
 
     #[test]
-    fn removing_a_healthy_member_waits_when_quorum_would_be_lost() {
-        // 3 voters, c (wanted) is down: removing healthy x leaves 1 of 2.
+    fn scale_in_waits_while_a_member_that_stays_is_unhealthy() {
+        // 3 voters, c (wanted) is down: x (healthy) must not leave, whatever quorum says.
         let observed = [leader(1, "a"), voter(2, "x"), down(voter(3, "c"))];
         let step = next_step(&observed, &want(&["a", "c"]));
         assert_eq!(
             step,
-            wait(WaitReason::RemovalWouldLoseQuorum {
-                member: MemberRef {
+            wait(WaitReason::RemainingMemberUnhealthy {
+                leaving: MemberRef {
                     id: 2,
                     name: "x".into()
                 },
-                healthy_after: 1,
-                voters_after: 2
+                unhealthy: MemberRef {
+                    id: 3,
+                    name: "c".into()
+                },
             })
         );
-        assert!(step.to_string().contains("quorum of 2"), "{step}");
+        assert!(step.to_string().contains("c (3) is not"), "{step}");
+        // 5 → 3 with one staying member down: quorum would hold, the scale-in still waits.
+        let observed = [
+            leader(1, "e-0"),
+            down(voter(2, "e-1")),
+            voter(3, "e-2"),
+            voter(4, "e-3"),
+            voter(5, "e-4"),
+        ];
+        assert!(matches!(
+            next_step(&observed, &want(&["e-0", "e-1", "e-2"])),
+            Step::Wait {
+                reason: WaitReason::RemainingMemberUnhealthy { .. }
+            }
+        ));
+    }
+
+    #[test]
+    fn a_leaving_member_that_is_down_goes_while_quorum_holds() {
+        // 5 → 3 woken from hibernation: e-3 and e-4 never came back; they are removed one at
+        // a time, each only while the healthy voters stay a quorum.
+        let observed = [
+            leader(1, "e-0"),
+            voter(2, "e-1"),
+            voter(3, "e-2"),
+            down(voter(4, "e-3")),
+            down(voter(5, "e-4")),
+        ];
+        assert_eq!(
+            next_step(&observed, &want(&["e-0", "e-1", "e-2"])),
+            Step::Remove {
+                id: 4,
+                name: "e-3".into(),
+                reason: RemoveReason::UnwantedUnhealthy
+            }
+        );
     }
 
     #[test]

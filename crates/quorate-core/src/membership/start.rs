@@ -2,8 +2,8 @@
 //! the live member list, the leases) and never from the member's identity alone: a member that
 //! bootstraps when the cluster already exists forms a second cluster (etcd-druid #361, #584).
 
-use super::Member;
 use super::data_state::{DataState, PeerData};
+use super::{Member, MemberList};
 use crate::cluster_config::ClusterConfig;
 use crate::member_etcd_config::StartMode;
 
@@ -74,6 +74,13 @@ pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence)
         }
         DataState::Empty => {}
     }
+    if cluster.is_leaving(me) {
+        return StartDecision::Wait(format!(
+            "{me} is leaving {} and has no data: it is not added back; it stops once etcd \
+             removed it",
+            cluster.cluster_name
+        ));
+    }
     let Some(my_peer_url) = cluster.member(me).map(|m| m.peer_url.as_str()) else {
         return StartDecision::Wait(format!(
             "{me} is not a desired member of {}",
@@ -102,11 +109,30 @@ pub fn decide_start(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence)
     }
 }
 
+/// The member ID of data etcd removed from the cluster: `own` names a member ID of the cluster
+/// that `leader_list` (the member list as that cluster's leader answers it) comes from, and
+/// the list does not have it. Such data must not start: its etcd would be refused by its
+/// peers. `None` when the data is unnamed, from another cluster, or still a member.
+pub fn removed_member_data(own: &DataState, leader_list: &MemberList) -> Option<u64> {
+    let DataState::Present {
+        cluster_id: Some(cluster_id),
+        member_id: Some(member_id),
+        ..
+    } = own
+    else {
+        return None;
+    };
+    let removed = *cluster_id == leader_list.cluster_id
+        && !leader_list.members.is_empty()
+        && !leader_list.members.iter().any(|m| m.id == *member_id);
+    removed.then_some(*member_id)
+}
+
 /// No data here and no other member answers: bootstrap, restore from the bucket, or wait.
 fn decide_alone(cluster: &ClusterConfig, me: &str, evidence: &StartEvidence) -> StartDecision {
     let name = &cluster.cluster_name;
-    let first = cluster.members.first().map(|m| m.name.as_str());
-    let alone = cluster.members.len() == 1;
+    let first = cluster.desired_members().next().map(|m| m.name.as_str());
+    let alone = cluster.desired_members().count() == 1;
     match &evidence.backups {
         // A cluster that never existed has nothing in any bucket to restore: an unreachable
         // store must not keep it from starting (backups will report the store's trouble).
@@ -481,5 +507,45 @@ mod tests {
             &evidence(false, Some(list), true),
         );
         assert_eq!(d, StartDecision::ReplaceSelf { id: 7 });
+    }
+
+    #[test]
+    fn data_of_a_removed_member_is_recognised_only_on_the_same_clusters_word() {
+        let own = DataState::Present {
+            cluster_id: Some(7),
+            member_id: Some(3),
+            revision: Some(40),
+        };
+        let list = |cluster_id, ids: &[u64]| MemberList {
+            cluster_id,
+            members: ids.iter().map(|&id| listed(id, "m", 2380)).collect(),
+        };
+        assert_eq!(removed_member_data(&own, &list(7, &[1, 2])), Some(3));
+        assert_eq!(removed_member_data(&own, &list(7, &[1, 2, 3])), None);
+        assert_eq!(
+            removed_member_data(&own, &list(8, &[1, 2])),
+            None,
+            "another cluster's list says nothing about this data"
+        );
+        assert_eq!(removed_member_data(&own, &list(7, &[])), None);
+        let unnamed = evidence(true, None, true).own;
+        assert_eq!(removed_member_data(&unnamed, &list(7, &[1])), None);
+    }
+
+    #[test]
+    fn a_leaving_member_without_data_is_never_added_back() {
+        let mut cluster = three_members();
+        cluster.leaving = vec!["etcd-main-2".into()];
+        let ev = evidence(false, Some(vec![listed(1, "etcd-main-0", 2380)]), true);
+        assert!(matches!(
+            decide_start(&cluster, "etcd-main-2", &ev),
+            StartDecision::Wait(why) if why.contains("leaving")
+        ));
+        let with_data = evidence(true, None, true);
+        assert_eq!(
+            decide_start(&cluster, "etcd-main-2", &with_data),
+            StartDecision::Start(StartMode::Restart),
+            "with its data it restarts, so that it can be removed properly"
+        );
     }
 }

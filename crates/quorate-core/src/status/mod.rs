@@ -50,7 +50,10 @@ pub fn compute_status(o: &ObservedCluster<'_>) -> EtcdStatus {
     if let Some(backup) = &o.backup {
         checks.push(backup_ready_from_leases(etcd, backup, o.previous, o.now));
     }
-    let conditions = merge_conditions(&o.previous.conditions, &checks, replicas, SKIP_MERGE, o.now);
+    let mut conditions =
+        merge_conditions(&o.previous.conditions, &checks, replicas, SKIP_MERGE, o.now);
+    conditions.extend(scale_condition(o));
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
 
     let workload = &o.workload;
     let expected = match o.outcome {
@@ -88,6 +91,27 @@ pub fn compute_status(o: &ObservedCluster<'_>) -> EtcdStatus {
 
 #[cfg(test)]
 mod tests;
+
+/// `ScaleOperationComplete`, which (unlike the member checks) is computed while hibernated too:
+/// it is what says whether the hibernation finished.
+fn scale_condition(o: &ObservedCluster<'_>) -> Vec<quorate_api::status::Condition> {
+    let desired = quorate_api::names::member_lease_names(o.etcd);
+    let check = crate::conditions::check_scale_operation(&crate::conditions::ScaleObservation {
+        replicas: o.etcd.spec.replicas,
+        desired: &desired,
+        voters: o.voters.as_deref(),
+        hibernation: o.hibernation.as_ref(),
+    });
+    let previous: Vec<_> = o
+        .previous
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == check.type_)
+        .cloned()
+        .collect();
+    // Computed as if running: replicas 0 would turn it into "not checked".
+    merge_conditions(&previous, &[check], 1, &[], o.now)
+}
 
 /// The leases of the desired members (a lease left from a member scaled away says nothing).
 fn desired_leases<'a>(o: &ObservedCluster<'a>) -> Vec<&'a crate::lease::MemberLease> {

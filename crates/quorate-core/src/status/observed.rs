@@ -36,6 +36,10 @@ pub struct ObservedCluster<'a> {
     pub unstarted: Vec<UnstartedMember>,
     /// The snapshot leases, when backups are configured.
     pub backup: Option<BackupLeases>,
+    /// Names of etcd's voting members as its leader lists them; `None` when not observed.
+    pub voters: Option<Vec<String>>,
+    /// Where a requested hibernation stands.
+    pub hibernation: Option<crate::hibernation::Hibernation>,
     /// What the controller's pass did.
     pub outcome: &'a PassOutcome,
     /// Whether the pass itself waits for the members (the operator's spec flow requeues until

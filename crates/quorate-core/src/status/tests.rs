@@ -81,6 +81,8 @@ fn observe<'a>(
         alarms: Vec::new(),
         unstarted: Vec::new(),
         backup: None,
+        voters: None,
+        hibernation: None,
         outcome,
         pass_waits_for_members: false,
         run_id: "local-1",

@@ -233,8 +233,14 @@ mod tests {
     }
 
     #[test]
-    fn update_lowering_replicas_is_refused_like_local_mode() {
-        let (old, new) = (etcd(3, "20s", "1m"), etcd(1, "20s", "1m"));
+    fn a_replicas_change_during_an_unfinished_scale_is_refused_like_local_mode() {
+        let mut old = etcd(5, "20s", "1m");
+        old["status"] = json!({ "conditions": [{
+            "type": "ScaleOperationComplete", "status": "False", "reason": "ScalingIn",
+            "message": "e-4 leaves", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            "lastUpdateTime": "2026-01-01T00:00:00Z",
+        }]});
+        let new = etcd(1, "20s", "1m");
         let EtcdVerdict::Invalid(errors) = judge_etcd(&Operation::Update, Some(&new), Some(&old))
         else {
             panic!("not refused")
@@ -243,16 +249,19 @@ mod tests {
             errors,
             validate_update(&typed(&old), &typed(&new)).expect_err("local refuses")
         );
-        assert_eq!(
-            errors.to_string(),
-            "spec.replicas: cannot go from 3 to 1; Replicas can either be increased or be \
-             downscaled to 0."
-        );
-        let to_zero = etcd(0, "20s", "1m");
-        assert_eq!(
-            judge_etcd(&Operation::Update, Some(&to_zero), Some(&old)),
-            EtcdVerdict::Allowed
-        );
+        assert!(errors.to_string().contains("unfinished"), "{errors}");
+        let finished = etcd(5, "20s", "1m");
+        for to in [0, 3] {
+            assert_eq!(
+                judge_etcd(
+                    &Operation::Update,
+                    Some(&etcd(to, "20s", "1m")),
+                    Some(&finished)
+                ),
+                EtcdVerdict::Allowed,
+                "5 -> {to}"
+            );
+        }
     }
 
     #[test]

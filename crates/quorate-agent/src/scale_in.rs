@@ -1,0 +1,64 @@
+//! Scale-in as the leader carries it out: while this member leads, the members etcd lists but
+//! the configuration no longer wants leave one at a time, through the membership executor
+//! (core's `scale_in::leader_step` picks the step). A leaving member is removed from etcd's
+//! membership before its process stops: its agent sees the removal and ends for good.
+
+use crate::executor::Executor;
+use crate::state::SharedState;
+use quorate_coord::Coordination;
+use quorate_core::membership::planner::Step;
+use quorate_core::membership::published::PublishedMembership;
+use quorate_core::membership::scale_in::leader_step;
+use quorate_etcd::MemberClient;
+
+/// As the leader (in raft term `term`), publishes etcd's member list and takes the next step
+/// that moves a leaving member out of the cluster, or says (in the member's message, which its
+/// lease publishes) why the scale-in waits.
+pub async fn remove_leaving_members<C: Coordination>(
+    coord: &C,
+    me: &str,
+    client: &MemberClient,
+    term: u64,
+    state: &SharedState,
+) {
+    let Ok(latest) = coord.cluster_config().await else {
+        return;
+    };
+    let Ok(list) = client.member_list_of_cluster().await else {
+        return;
+    };
+    state.update(|s| s.membership = Some(PublishedMembership::new(&list, term)));
+    let executor = Executor::new(&latest, me);
+    let desired = executor.desired();
+    let all_desired = list
+        .members
+        .iter()
+        .all(|m| desired.iter().any(|d| d.name == m.name));
+    let step = if all_desired {
+        None
+    } else {
+        leader_step(&executor.observe(&list).await, &desired)
+    };
+    let waiting = match step {
+        None => None,
+        Some(Step::Wait { reason }) => Some(format!("scale-in waits: {reason}")),
+        Some(step) => match executor.apply(&step).await {
+            Ok(_) => {
+                tracing::info!(member = %me, %step, "scale-in step done");
+                None
+            }
+            Err(wait) => Some(format!("scale-in waits: {}", String::from(wait))),
+        },
+    };
+    state.update(|s| match waiting {
+        Some(why) => {
+            s.message = why;
+            s.message_is_scale_wait = true;
+        }
+        None if s.message_is_scale_wait => {
+            s.message.clear();
+            s.message_is_scale_wait = false;
+        }
+        None => {}
+    });
+}
