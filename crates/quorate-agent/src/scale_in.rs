@@ -30,11 +30,13 @@ pub async fn remove_leaving_members<C: Coordination>(
     state.update(|s| s.membership = Some(PublishedMembership::new(&list, term)));
     let executor = Executor::new(&latest, me);
     let desired = executor.desired();
-    let all_desired = list
-        .members
-        .iter()
-        .all(|m| desired.iter().any(|d| d.name == m.name));
-    let step = if all_desired {
+    // A hibernation stops every member as it is; nobody is removed.
+    let nothing_leaves = latest.hibernation_request.is_some()
+        || list
+            .members
+            .iter()
+            .all(|m| desired.iter().any(|d| d.name == m.name));
+    let step = if nothing_leaves {
         None
     } else {
         leader_step(&executor.observe(&list).await, &desired)

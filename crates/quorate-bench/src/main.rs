@@ -4,6 +4,9 @@
 //! `quorate-bench scale-out` scales a cluster from 1 to 3 members with `quorate apply` and by
 //! hand with `etcdctl`, while a client keeps writing and the leader is watched.
 //!
+//! `quorate-bench scale-in` shrinks a cluster from 5 to 3 members the same two ways, with the
+//! leader on a leaving member.
+//!
 //! `quorate-bench backup` measures full snapshots, restores, delta replay and write throughput
 //! with delta backups on one large database, against `etcdctl` and against no backups.
 //!
@@ -22,6 +25,7 @@ mod observe;
 mod operator;
 mod quorate_run;
 mod report;
+mod scale_in;
 mod scale_out_report;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +55,9 @@ enum Command {
     /// Scale a cluster 1 → 3 with quorate and with etcdctl by hand; print both times, the
     /// ratio, failed writes and leader changes.
     ScaleOut(ScaleOutArgs),
+    /// Scale a cluster 5 → 3 with quorate and with etcdctl by hand (move-leader, member
+    /// remove, stop); print both times, the ratio, failed writes and elections by timeout.
+    ScaleIn(scale_in::ScaleInArgs),
     /// Full snapshot and restore against etcdctl, delta replay rate, and write throughput with
     /// delta backups on vs. off, on one large database.
     Backup(backup::BackupArgs),
@@ -119,6 +126,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::ScaleOut(args) => scale_out(args).await,
+        Command::ScaleIn(args) => scale_in::run(args).await,
         Command::Backup(args) => backup::run(args).await,
         Command::Operator(args) => operator::run(args).await,
     }

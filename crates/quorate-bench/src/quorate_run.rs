@@ -13,7 +13,7 @@ use crate::observe::{LeaderMonitor, Writer, wait_for_voters};
 use crate::scale_out_report::{Method, RoundResult};
 
 /// Cluster name used in every round (each round has its own state directory).
-const NAME: &str = "bench";
+pub const NAME: &str = "bench";
 /// Bound on `quorate up -d`, passed as its `--timeout`.
 const UP_TIMEOUT: &str = "60s";
 /// Bound on any other quorate command.
@@ -113,42 +113,97 @@ async fn quorate(bin: &Path, state_dir: &Path, args: &[&str]) -> Result<String> 
     Ok(stdout)
 }
 
+/// A local cluster `quorate up -d` started in a private state directory; its processes are
+/// killed when it is dropped, whatever way the round ends.
+pub struct LocalCluster {
+    // Field order matters: the processes die before the directory is deleted.
+    guard: SupervisorGuard,
+    bin: PathBuf,
+    state: PathBuf,
+    file: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LocalCluster {
+    /// Starts `manifest` (named [`NAME`]) and waits until it is ready.
+    pub async fn up(bin: &Path, manifest: String) -> Result<LocalCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("quorate-bench-q-")
+            .tempdir()
+            .map_err(BenchError::io(
+                "create a temporary directory in",
+                &std::env::temp_dir(),
+            ))?;
+        let state = dir.path().join("state");
+        let file = dir.path().join("etcd.yaml");
+        std::fs::write(&file, manifest).map_err(BenchError::io("write", &file))?;
+        let mut cluster = LocalCluster {
+            guard: SupervisorGuard::new(&state),
+            bin: bin.to_path_buf(),
+            state,
+            file,
+            _dir: dir,
+        };
+        let up = cluster
+            .quorate(&[
+                "up",
+                "-d",
+                "-f",
+                &cluster.file_arg(),
+                "--timeout",
+                UP_TIMEOUT,
+            ])
+            .await;
+        cluster.guard.remember();
+        up.map(|_| cluster)
+    }
+
+    fn file_arg(&self) -> String {
+        self.file.display().to_string()
+    }
+
+    async fn quorate(&self, args: &[&str]) -> Result<String> {
+        quorate(&self.bin, &self.state, args).await
+    }
+
+    /// The members' client URLs, member 0 first.
+    pub async fn endpoints(&self) -> Result<Vec<String>> {
+        let printed = self.quorate(&["endpoints", NAME]).await?;
+        let urls: Vec<String> = printed
+            .trim()
+            .split(',')
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect();
+        if urls.is_empty() {
+            return Err(BenchError::failed("`quorate endpoints` printed no URL"));
+        }
+        Ok(urls)
+    }
+
+    /// `quorate apply` of `manifest`, without waiting.
+    pub async fn apply(&self, manifest: String) -> Result<()> {
+        std::fs::write(&self.file, manifest).map_err(BenchError::io("write", &self.file))?;
+        self.quorate(&["apply", "-f", &self.file_arg()])
+            .await
+            .map(|_| ())
+    }
+
+    /// `quorate down --purge`; a note when it failed (the guard kills the processes then).
+    pub async fn down(self) -> Option<String> {
+        self.quorate(&["down", NAME, "--purge"])
+            .await
+            .err()
+            .map(|e| format!("`down --purge` failed; killed the supervisor instead: {e}"))
+    }
+}
+
 /// One round with quorate in a fresh state directory (ports are chosen by quorate from the OS).
 pub async fn run_round(bin: &Path, round: u32) -> Result<RoundResult> {
-    let dir = tempfile::Builder::new()
-        .prefix("quorate-bench-q-")
-        .tempdir()
-        .map_err(BenchError::io(
-            "create a temporary directory in",
-            &std::env::temp_dir(),
-        ))?;
-    let state = dir.path().join("state");
-    let file = dir.path().join("etcd.yaml");
-    let file_arg = file.display().to_string();
-    let write_manifest = |replicas| {
-        std::fs::write(&file, manifest(NAME, replicas)).map_err(BenchError::io("write", &file))
-    };
-    write_manifest(1)?;
-
-    let mut guard = SupervisorGuard::new(&state);
     let up_started = Instant::now();
-    let up = quorate(
-        bin,
-        &state,
-        &["up", "-d", "-f", &file_arg, "--timeout", UP_TIMEOUT],
-    )
-    .await;
-    guard.remember();
-    up?;
+    let cluster = LocalCluster::up(bin, manifest(NAME, 1)).await?;
     let up_time = up_started.elapsed();
-    let endpoints = quorate(bin, &state, &["endpoints", NAME]).await?;
-    let url = endpoints
-        .trim()
-        .split(',')
-        .next()
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| BenchError::failed("`quorate endpoints` printed no URL"))?
-        .to_string();
+    let url = cluster.endpoints().await?.remove(0);
 
     let writer = Writer::start(&url).await?;
     let monitor = LeaderMonitor::start(&url).await?;
@@ -156,8 +211,7 @@ pub async fn run_round(bin: &Path, round: u32) -> Result<RoundResult> {
     let t0 = Instant::now();
     let writes_at_t0 = writer.counts();
     let procedure = async {
-        write_manifest(3)?;
-        quorate(bin, &state, &["apply", "-f", &file_arg]).await?;
+        cluster.apply(manifest(NAME, 3)).await?;
         Ok::<_, BenchError>(t0.elapsed())
     };
     let converge = wait_for_voters(&url, t0, 3, CONVERGE_TIMEOUT);
@@ -169,12 +223,7 @@ pub async fn run_round(bin: &Path, round: u32) -> Result<RoundResult> {
         format!("`up -d` (1 member) took {:.2} s", up_time.as_secs_f64()),
         format!("`apply` returned after {:.2} s", apply_time.as_secs_f64()),
     ];
-    if let Err(e) = quorate(bin, &state, &["down", NAME, "--purge"]).await {
-        notes.push(format!(
-            "`down --purge` failed; killed the supervisor instead: {e}"
-        ));
-    }
-    drop(guard);
+    notes.extend(cluster.down().await);
     Ok(
         RoundResult::new(Method::Quorate, round, t0, converged, leader)
             .with_writes(writes - writes_at_t0, write_errors)

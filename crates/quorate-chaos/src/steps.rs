@@ -216,12 +216,36 @@ pub(crate) async fn inject(
                 LocalCluster::signal(pid, Signal::SIGKILL);
             }
         }
-        Step::RollingUpdate => {
-            let quota = if quota_flip { "9Gi" } else { "8Gi" };
-            ctx.cluster.apply(&manifest(3, quota, ctx.bucket))?;
+        Step::RollingUpdate => ctx
+            .cluster
+            .apply(&manifest(3, quota(quota_flip), ctx.bucket))?,
+        Step::ScaleIn => {
+            ctx.cluster
+                .apply(&manifest(2, quota(quota_flip), ctx.bucket))?;
+            ctx.cluster
+                .apply(&manifest(3, quota(quota_flip), ctx.bucket))?;
+        }
+        Step::Hibernate => {
+            // No etcd runs while hibernated: what is tested is that nothing acknowledged before
+            // is lost across it, not how many writes time out meanwhile.
+            ctx.paused.store(true, Ordering::Relaxed);
+            let slept = ctx
+                .cluster
+                .apply(&manifest(0, quota(quota_flip), ctx.bucket));
+            let woke = slept.and_then(|()| {
+                ctx.cluster
+                    .apply(&manifest(3, quota(quota_flip), ctx.bucket))
+            });
+            ctx.paused.store(false, Ordering::Relaxed);
+            woke?;
         }
     }
     Ok(ended.unwrap_or_else(Instant::now))
+}
+
+/// The quota in effect: a rolling update flips it.
+fn quota(flipped: bool) -> &'static str {
+    if flipped { "9Gi" } else { "8Gi" }
 }
 
 /// The cluster's revision once the paused clients' last writes have returned (their timeout
@@ -271,7 +295,7 @@ async fn kill_etcd_after(data: PathBuf, after: Duration) {
     }
 }
 
-/// Corrupts the newest delta; a restore while it is corrupt must refuse and name it.
+/// Corrupts the newest object a restore reads; a restore while it is corrupt must refuse and name it.
 async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
     let manifest = std::fs::read_to_string(manifest_path(&ctx))
         .map_err(|e| RunError::Harness(format!("read the manifest: {e}")))?;
@@ -280,7 +304,7 @@ async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
         local_root: ctx.cluster.dir().join("backups"),
         secret_dir: secret_dir.is_dir().then_some(secret_dir),
     };
-    let corrupted = crate::faults::bucket::corrupt_newest_delta(&manifest, &options)
+    let corrupted = crate::faults::bucket::corrupt_newest_restored(&manifest, &options)
         .await
         .map_err(RunError::Harness)?;
     let scratch = tempfile::tempdir().map_err(|e| RunError::Harness(e.to_string()))?;

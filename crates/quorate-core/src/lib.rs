@@ -16,5 +16,6 @@ pub mod member_etcd_config;
 pub mod member_health;
 pub mod membership;
 pub mod reconcile_control;
+pub mod scale_plan;
 pub mod statefulset_step;
 pub mod status;

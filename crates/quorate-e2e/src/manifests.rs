@@ -122,9 +122,9 @@ spec:
 }
 
 /// The writer pod `<etcd>-canary`: `quorate canary` writing `canary/<n>` through the client
-/// Service every 100 ms, each write retried for up to 60 s before it counts as failed; its log
+/// Service every 100 ms, each write retried for up to `write_timeout` before it counts as failed; its log
 /// is one JSON line of running totals per second.
-pub fn canary_pod(image: &str, etcd: &str, namespace: &str) -> String {
+pub fn canary_pod(image: &str, etcd: &str, namespace: &str, write_timeout: &str) -> String {
     let endpoint = client_url(etcd, namespace);
     format!(
         r#"apiVersion: v1
@@ -138,7 +138,7 @@ spec:
   containers:
   - name: canary
     image: {image}
-    command: [quorate, canary, --endpoints={endpoint}, --prefix=canary/, --interval=100ms, --write-timeout=60s, --report-every=1s]
+    command: [quorate, canary, --endpoints={endpoint}, --prefix=canary/, --interval=100ms, --write-timeout={write_timeout}, --report-every=1s]
 "#
     )
 }

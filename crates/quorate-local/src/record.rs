@@ -47,10 +47,17 @@ impl ClusterRecord {
         }
     }
 
-    /// Members that are not desired but still in etcd's membership, in ordinal order.
+    /// Members that are not desired but still in etcd's membership, in ordinal order. Until the
+    /// leader's list was first read (a record written before quorate kept it), every member
+    /// that was ever given ports counts: never fewer members than etcd may have.
     pub fn leaving(&self, desired: &[String]) -> Vec<String> {
-        self.etcd_members
-            .iter()
+        let known: Vec<&String> = if self.etcd_members.is_empty() {
+            self.ports.keys().collect()
+        } else {
+            self.etcd_members.iter().collect()
+        };
+        known
+            .into_iter()
             .filter(|m| !desired.contains(m))
             .cloned()
             .collect()

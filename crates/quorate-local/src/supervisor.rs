@@ -179,7 +179,8 @@ impl Supervisor {
             return;
         }
         let now = jiff::Timestamp::now();
-        if record.etcd_members.is_empty() {
+        if record.bootstrap_members.is_empty() {
+            // The cluster never formed: there is nothing to snapshot or stop.
             record.hibernation = Some(Hibernation::Hibernated {
                 final_snapshot_revision: None,
                 warning: Some("no member had started: nothing to snapshot".into()),

@@ -92,11 +92,10 @@ async fn apply_manifest(
 
 /// Deletes an object; absent is fine. Dependents go in the background (pods of a deleted
 /// StatefulSet, for instance), PVCs stay, as in druid.
-pub async fn delete_if_present(
-    api: &Api<DynamicObject>,
-    kind: &str,
-    name: &str,
-) -> Result<(), Error> {
+pub async fn delete_if_present<K>(api: &Api<K>, kind: &str, name: &str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()

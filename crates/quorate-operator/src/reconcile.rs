@@ -203,22 +203,38 @@ async fn announce(etcd: &Etcd, ctx: &Context, outcome: &PassOutcome) {
     }
 }
 
-/// Warning events for what members decide about data, each when its condition turns True or
-/// changes: members waiting for evidence (`MembersWaiting`: what is missing, what overrides
-/// it) and a quorum-loss recovery (`LastQuorumRecovery`: which member, at which revision),
-/// where `kubectl describe etcd` shows them.
+/// Warning events for what members decide about data, each when its condition reaches the
+/// state below or its message changes: members waiting for evidence (`MembersWaiting`: what is
+/// missing, what overrides it), a quorum-loss recovery (`LastQuorumRecovery`: which member, at
+/// which revision), a hibernation held back because the final snapshot failed, and one that
+/// went ahead without a final snapshot, where `kubectl describe etcd` shows them.
 async fn announce_waits(etcd: &Etcd, ctx: &Context, new: &quorate_api::status::EtcdStatus) {
-    use quorate_core::conditions::{LAST_QUORUM_RECOVERY, MEMBERS_WAITING};
-    for (type_, reason) in [
-        (MEMBERS_WAITING, "MembersWaiting"),
-        (LAST_QUORUM_RECOVERY, "QuorumRecovered"),
+    use quorate_api::status::ConditionStatus::{False, True};
+    use quorate_core::conditions::{
+        LAST_QUORUM_RECOVERY, MEMBERS_WAITING, SCALE_OPERATION_COMPLETE,
+    };
+    for (type_, status, only_reason, reason) in [
+        (MEMBERS_WAITING, True, None, "MembersWaiting"),
+        (LAST_QUORUM_RECOVERY, True, None, "QuorumRecovered"),
+        (
+            SCALE_OPERATION_COMPLETE,
+            False,
+            Some("FinalSnapshotFailed"),
+            "HibernationBlocked",
+        ),
+        (
+            SCALE_OPERATION_COMPLETE,
+            True,
+            Some("HibernatedWithoutFinalSnapshot"),
+            "HibernatedWithoutFinalSnapshot",
+        ),
     ] {
-        let message_of = |status: Option<&quorate_api::status::EtcdStatus>| {
-            status?
-                .conditions
+        let message_of = |s: Option<&quorate_api::status::EtcdStatus>| {
+            s?.conditions
                 .iter()
                 .find(|c| c.type_ == type_)
-                .filter(|c| c.status == quorate_api::status::ConditionStatus::True)
+                .filter(|c| c.status == status)
+                .filter(|c| only_reason.is_none_or(|r| c.reason == r))
                 .map(|c| c.message.clone())
         };
         let Some(message) = message_of(Some(new)) else {
@@ -279,12 +295,14 @@ async fn update_status(
         .collect();
     let statefulset = caches.statefulset(namespace, name);
     let now = jiff::Timestamp::now();
+    let scale = crate::spec_flow::scale::scale_plan(etcd, ctx);
     let status = compute_status(StatusInputs {
         etcd,
         leases: &leases,
         backup,
         statefulset: statefulset.as_deref(),
         ready: &ready,
+        scale: Some(&scale),
         outcome,
         run_id: &ctx.run_id,
         now,

@@ -31,6 +31,8 @@ pub struct StatusInputs<'a> {
     pub statefulset: Option<&'a StatefulSet>,
     /// Readiness of the etcd container, by member lease name (pod readiness).
     pub ready: &'a BTreeMap<String, bool>,
+    /// Which member pods run and why (voters, hibernation), from `spec_flow::scale`.
+    pub scale: Option<&'a quorate_core::scale_plan::ScalePlan>,
     /// The spec flow's outcome.
     pub outcome: &'a PassOutcome,
     /// Identifies the operator process, for `lastOperation.runID`.
@@ -43,7 +45,7 @@ pub struct StatusInputs<'a> {
 ///
 /// Pod presence is not among the inputs yet, so members are judged from their leases and pod
 /// readiness ([`Presence::Unknown`]); etcd's alarms and member list are not observed by the
-/// operator yet either.
+/// operator yet either, except etcd's voting members as the leader's agent publishes them.
 pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
     let previous = i.etcd.status.clone().unwrap_or_default();
     let sts_status = i.statefulset.and_then(|s| s.status.as_ref());
@@ -77,8 +79,8 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         alarms: Vec::new(),
         unstarted: Vec::new(),
         backup: i.backup,
-        voters: None,
-        hibernation: None,
+        voters: i.scale.and_then(|p| p.voters.clone()),
+        hibernation: i.scale.and_then(|p| p.hibernation.clone()),
         outcome: i.outcome,
         pass_waits_for_members: true,
         run_id: i.run_id,
@@ -206,6 +208,7 @@ mod tests {
             backup: None,
             statefulset: sts,
             ready,
+            scale: None,
             outcome,
             run_id: "run-1",
             now: now(),

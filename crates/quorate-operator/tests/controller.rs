@@ -330,6 +330,7 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
             "QUORATE",
             "ALL MEMBERS READY",
             "BACKUP READY",
+            "SCALE",
             "AGE",
             "CLUSTER SIZE",
             "CURRENT REPLICAS",
@@ -337,8 +338,9 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
         ],
         "{stdout}"
     );
-    // NAME READY QUORATE ALL-MEMBERS-READY BACKUP-READY AGE SIZE CURRENT READY; BACKUP READY
-    // has no value before the first snapshot lease renewal.
+    // NAME READY QUORATE ALL-MEMBERS-READY BACKUP-READY SCALE AGE SIZE CURRENT READY; BACKUP
+    // READY has no value before the first snapshot lease renewal, SCALE says MembershipUnknown
+    // until a leader's agent publishes etcd's member list.
     assert_eq!(row[..4], ["etcd-main", "true", "True", "True"], "{stdout}");
     assert_eq!(row[row.len() - 3..], ["3", "3", "3"], "{stdout}");
 }
@@ -624,4 +626,286 @@ async fn deleting_the_etcd_removes_every_component_then_the_finalizer() {
         .filter_map(|c| c.metadata.name)
         .collect();
     assert_eq!(configmaps, ["bystander"]);
+}
+
+/// Publishes etcd's member list on `lease` as the leader's agent would (`quorate.io/etcd-members`).
+async fn publish_members(
+    client: &Client,
+    namespace: &str,
+    lease: &str,
+    members: &[String],
+    term: u64,
+) {
+    let published = serde_json::json!({
+        "clusterId": "4d5e6f",
+        "term": term,
+        "members": members.iter().map(|m| serde_json::json!({"name": m})).collect::<Vec<_>>(),
+    });
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        "quorate.io/etcd-members": published.to_string(),
+    }}});
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .patch(lease, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("publish the member list");
+}
+
+fn members(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("etcd-main-{i}")).collect()
+}
+
+async fn statefulset_replicas(client: &Client, namespace: &str) -> Option<i32> {
+    Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .get("etcd-main")
+        .await
+        .ok()?
+        .spec?
+        .replicas
+}
+
+/// The agents' configuration the operator wrote into the ConfigMap.
+async fn cluster_config(client: &Client, namespace: &str) -> serde_json::Value {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get("etcd-main-config")
+        .await
+        .expect("ConfigMap");
+    serde_json::from_str(&cm.data.unwrap()["cluster.json"]).expect("cluster.json")
+}
+
+fn condition_reason(etcd: &Etcd, type_: &str) -> Option<String> {
+    etcd.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.reason.clone())
+}
+
+/// A data volume as the StatefulSet controller would have created it for `pod`.
+async fn create_claim(client: &Client, namespace: &str, pod: &str) {
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("etcd-main-{pod}")},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap();
+    Api::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create a PVC");
+}
+
+async fn claim_names(client: &Client, namespace: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), namespace);
+    let mut names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .expect("list PVCs")
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_scale_in_shrinks_the_statefulset_only_after_the_leader_says_the_members_left() {
+    let Some((client, ns)) = setup("scale_in").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let mut five = manifest(CLUSTER, &ns);
+    five.spec.replicas = 5;
+    let api = create(&client, &five).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    for pod in 0..5 {
+        create_claim(&client, &ns, &format!("etcd-main-{pod}")).await;
+    }
+    publish_members(&client, &ns, "etcd-main-0", &members(5), 3).await;
+
+    let shrink = serde_json::json!({"spec": {"replicas": 3}});
+    api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(&shrink))
+        .await
+        .unwrap();
+    let etcd = eventually("the scale-in to be reported", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        (condition_reason(&etcd, "ScaleOperationComplete")? == "ScalingIn").then_some(etcd)
+    })
+    .await;
+    assert!(
+        etcd.status.unwrap().last_errors[0]
+            .description
+            .contains("etcd-main-3, etcd-main-4"),
+        "lastErrors names the members that still have to leave"
+    );
+    let config = cluster_config(&client, &ns).await;
+    assert_eq!(
+        config["leaving"],
+        serde_json::json!(["etcd-main-3", "etcd-main-4"])
+    );
+    assert_eq!(config["members"].as_array().unwrap().len(), 5);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        statefulset_replicas(&client, &ns).await,
+        Some(5),
+        "no pod stops while etcd still lists its member"
+    );
+
+    // The leader removed etcd-main-4: its pod may go, etcd-main-3's not yet.
+    publish_members(&client, &ns, "etcd-main-0", &members(4), 3).await;
+    eventually("four pods", WAIT, || async {
+        (statefulset_replicas(&client, &ns).await? == 4).then_some(())
+    })
+    .await;
+    // A former leader's older word (a lower term) changes nothing.
+    publish_members(&client, &ns, "etcd-main-1", &members(5), 2).await;
+    publish_members(&client, &ns, "etcd-main-0", &members(3), 4).await;
+    eventually("three pods", WAIT, || async {
+        (statefulset_replicas(&client, &ns).await? == 3).then_some(())
+    })
+    .await;
+    let etcd = eventually("the scale operation to complete", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        (condition(&etcd, "ScaleOperationComplete")? == "True").then_some(etcd)
+    })
+    .await;
+    assert_eq!(
+        condition_reason(&etcd, "ScaleOperationComplete").unwrap(),
+        "Complete"
+    );
+    eventually(
+        "the departed members' volumes and leases to go",
+        WAIT,
+        || async {
+            let claims = claim_names(&client, &ns).await;
+            let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+            let gone = leases.get_opt("etcd-main-3").await.ok()?.is_none()
+                && leases.get_opt("etcd-main-4").await.ok()?.is_none();
+            (gone
+                && claims
+                    == [
+                        "etcd-main-etcd-main-0",
+                        "etcd-main-etcd-main-1",
+                        "etcd-main-etcd-main-2",
+                    ])
+            .then_some(())
+        },
+    )
+    .await;
+    let pdb = pdb_api(&client, &ns).get("etcd-main").await.unwrap();
+    assert_eq!(
+        pdb.data["spec"]["minAvailable"], 2,
+        "the PDB follows the new size"
+    );
+    let config = cluster_config(&client, &ns).await;
+    assert!(config.get("leaving").is_none(), "{config}");
+}
+
+#[tokio::test]
+async fn hibernation_stops_the_pods_only_once_the_final_snapshot_is_reported() {
+    let Some((client, ns)) = setup("hibernation").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    for pod in 0..3 {
+        create_claim(&client, &ns, &format!("etcd-main-{pod}")).await;
+    }
+    publish_members(&client, &ns, "etcd-main-0", &members(3), 2).await;
+
+    let sleep = serde_json::json!({"spec": {"replicas": 0}});
+    api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(&sleep))
+        .await
+        .unwrap();
+    eventually("the hibernation request in the ConfigMap", WAIT, || async {
+        let config = cluster_config(&client, &ns).await;
+        (config["hibernationRequest"] == "2").then_some(())
+    })
+    .await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns);
+    let report = |value: serde_json::Value| {
+        serde_json::json!({"metadata": {"annotations": {
+            "quorate.io/final-snapshot": value.to_string(),
+        }}})
+    };
+    let failed =
+        report(serde_json::json!({"request": "2", "failures": 2, "error": "store refused"}));
+    leases
+        .patch(
+            "etcd-main-1",
+            &PatchParams::default(),
+            &Patch::Merge(&failed),
+        )
+        .await
+        .unwrap();
+    let etcd = eventually("the failed final snapshot to be reported", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        (condition_reason(&etcd, "ScaleOperationComplete")? == "FinalSnapshotFailed")
+            .then_some(etcd)
+    })
+    .await;
+    let message = &etcd
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ScaleOperationComplete")
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("store refused") && message.contains("hibernate-without-final-snapshot"),
+        "{message}"
+    );
+    assert_eq!(
+        statefulset_replicas(&client, &ns).await,
+        Some(3),
+        "the pods keep running"
+    );
+    eventually("a HibernationBlocked event", WAIT, || async {
+        let events = Api::<Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("HibernationBlocked"))
+            .then_some(())
+    })
+    .await;
+
+    let stored = report(serde_json::json!({"request": "2", "revision": 420}));
+    leases
+        .patch(
+            "etcd-main-1",
+            &PatchParams::default(),
+            &Patch::Merge(&stored),
+        )
+        .await
+        .unwrap();
+    eventually("no pod", WAIT, || async {
+        (statefulset_replicas(&client, &ns).await? == 0).then_some(())
+    })
+    .await;
+    let etcd = eventually("hibernated", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        (condition_reason(&etcd, "ScaleOperationComplete")? == "Hibernated").then_some(etcd)
+    })
+    .await;
+    assert_eq!(condition(&etcd, "ScaleOperationComplete").unwrap(), "True");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        claim_names(&client, &ns).await.len(),
+        3,
+        "hibernation keeps every volume"
+    );
+    assert!(
+        leases.get_opt("etcd-main-2").await.unwrap().is_some(),
+        "and the leases"
+    );
 }

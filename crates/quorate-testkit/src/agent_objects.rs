@@ -29,7 +29,7 @@ pub async fn create_agent_objects(client: &Client, etcd: &Etcd, config: AgentCon
         .await
         .expect("create RoleBinding");
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
-    let all = member_leases::build(etcd)
+    let all = member_leases::build(etcd, etcd.spec.replicas)
         .expect("member leases")
         .into_iter()
         .chain(snapshot_leases::build(etcd).expect("snapshot leases"));

@@ -287,7 +287,8 @@ mod tests {
         }))
         .unwrap();
         let mut config =
-            quorate_core::components::cluster_config::render_for_kubernetes(&etcd, None).unwrap();
+            quorate_core::components::cluster_config::render_for_kubernetes(&etcd, None, None)
+                .unwrap();
         if !peer_host.is_empty() {
             for m in &mut config.members {
                 m.peer_url = format!("http://{peer_host}:{}", m.peer_port);

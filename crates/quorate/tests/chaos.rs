@@ -59,6 +59,8 @@ fn every_fault_once_loses_nothing_acknowledged() {
         },
         Step::CorruptBackup,
         Step::RollingUpdate,
+        Step::ScaleIn,
+        Step::Hibernate,
         Step::SlowRestart {
             stopped: 1,
             wiped: 0,

@@ -325,6 +325,7 @@ impl Replay {
             backup: None,
             statefulset: None,
             ready: &ready,
+            scale: None,
             outcome: &PassOutcome::Succeeded,
             run_id: BASELINE_RUN_ID,
             now: jiff::Timestamp::now(),

@@ -1,6 +1,7 @@
-//! A corrupted backup object, for real: the newest delta snapshot in the cluster's bucket is
-//! read through quorate's own store client, one byte of its content flipped, and written back
-//! under the same name (validly compressed, so only the content is wrong); healing writes the
+//! A corrupted backup object, for real: the newest object a restore reads (the newest delta
+//! after the newest full snapshot, or that full snapshot when no delta follows it) is read
+//! through quorate's own store client, one byte of its content flipped, and written back under
+//! the same name (validly compressed, so only the content is wrong); healing writes the
 //! original back.
 
 use futures::{StreamExt, TryStreamExt};
@@ -15,8 +16,10 @@ pub struct Corrupted {
     original: Vec<u8>,
 }
 
-/// Corrupts the newest delta snapshot of the `Etcd` in `manifest`.
-pub async fn corrupt_newest_delta(
+/// Corrupts the newest object a restore of the `Etcd` in `manifest` reads. (The newest delta
+/// alone is not enough: a full snapshot taken after it, e.g. by a new backup leader, means a
+/// restore never reads it, and the soak once reported such a restore as an anomaly.)
+pub async fn corrupt_newest_restored(
     manifest: &str,
     options: &StoreOptions,
 ) -> Result<Corrupted, String> {
@@ -29,14 +32,20 @@ pub async fn corrupt_newest_delta(
         .as_ref()
         .ok_or("the manifest has no backup store")?;
     let store = SnapStore::open(spec, options).map_err(|e| e.to_string())?;
-    let newest = store
-        .list()
-        .await
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .filter(|s| s.name.kind == SnapshotKind::Incr)
+    let listed = store.list().await.map_err(|e| e.to_string())?;
+    let full = listed
+        .iter()
+        .filter(|s| s.name.kind == SnapshotKind::Full)
         .max_by_key(|s| s.name.last_revision)
-        .ok_or("no delta snapshot in the bucket yet")?;
+        .ok_or("no full snapshot in the bucket yet")?;
+    let newest = listed
+        .iter()
+        .filter(|s| {
+            s.name.kind == SnapshotKind::Incr && s.name.last_revision > full.name.last_revision
+        })
+        .max_by_key(|s| s.name.last_revision)
+        .unwrap_or(full)
+        .clone();
     let original = read(&store, &newest).await?;
     let mut damaged = original.clone();
     if damaged.is_empty() {

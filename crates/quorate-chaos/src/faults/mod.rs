@@ -33,7 +33,7 @@ pub enum Step {
         skew_s: i64,
         hold: Duration,
     },
-    /// The newest delta snapshot in the bucket corrupted; a restore must refuse it and name
+    /// The newest object a restore reads corrupted; a restore must refuse it and name
     /// it. Healed by putting the original back.
     CorruptBackup,
     /// `kill -9` of a member's process; the supervisor or agent restarts it.
@@ -79,6 +79,12 @@ pub enum Step {
     BackupLeaderChange,
     /// A configuration change every member restarts for, one at a time.
     RollingUpdate,
+    /// Scale-in 3 → 2 (member 2 leaves etcd's membership, then its process stops), then out to
+    /// 3 again (it joins as a new learner).
+    ScaleIn,
+    /// Hibernation (final snapshot, every member stopped) and waking at the same size, with the
+    /// clients paused meanwhile.
+    Hibernate,
 }
 
 impl Step {
@@ -123,6 +129,8 @@ impl Step {
             Step::TotalLossUnbacked => "control: total loss before the bucket caught up",
             Step::BackupLeaderChange => "backup leader change",
             Step::RollingUpdate => "rolling update",
+            Step::ScaleIn => "scale-in 3 → 2 → 3",
+            Step::Hibernate => "hibernate and wake",
         }
     }
 }
@@ -217,13 +225,12 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
             },
             10 => Step::QuorumLoss { survivor: member },
             11 => Step::TotalLoss,
-            12 => {
-                if rng.random_bool(0.5) {
-                    Step::BackupLeaderChange
-                } else {
-                    Step::RollingUpdate
-                }
-            }
+            12 => match rng.random_range(0..4) {
+                0 => Step::BackupLeaderChange,
+                1 => Step::RollingUpdate,
+                2 => Step::ScaleIn,
+                _ => Step::Hibernate,
+            },
             13 if caps.store => Step::Store {
                 fault: match rng.random_range(0..3) {
                     0 => store_proxy::StoreFault::Slow(Duration::from_millis(
@@ -289,6 +296,6 @@ mod tests {
         };
         let kinds: std::collections::BTreeSet<&str> =
             draw(1, all, 2_000).iter().map(Step::kind).collect();
-        assert_eq!(kinds.len(), 19, "every kind is drawn: {kinds:?}");
+        assert_eq!(kinds.len(), 21, "every kind is drawn: {kinds:?}");
     }
 }

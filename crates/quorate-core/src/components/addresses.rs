@@ -18,10 +18,9 @@ pub struct PodMember {
     pub host: String,
 }
 
-/// The members for every ordinal below `spec.replicas`, in ordinal order.
-pub fn pod_members(etcd: &Etcd, name: &str, namespace: &str) -> Vec<PodMember> {
-    let replicas = u32::try_from(etcd.spec.replicas).unwrap_or(0);
-    (0..replicas)
+/// The members for the first `count` ordinals, in ordinal order.
+pub fn pod_members(etcd: &Etcd, name: &str, namespace: &str, count: i32) -> Vec<PodMember> {
+    (0..u32::try_from(count).unwrap_or(0))
         .map(|ordinal| PodMember {
             ordinal,
             pod: pod_name(name, ordinal),
@@ -59,7 +58,7 @@ mod tests {
     fn members_are_addressed_through_the_peer_service() {
         let mut e = etcd("etcd-main", 2);
         e.spec.member_name_prefix = Some("seed".into());
-        let members = pod_members(&e, "etcd-main", "shoot");
+        let members = pod_members(&e, "etcd-main", "shoot", e.spec.replicas);
         assert_eq!(
             members[1],
             PodMember {

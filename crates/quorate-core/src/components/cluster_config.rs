@@ -148,6 +148,7 @@ pub fn adopts_foreign_backups(etcd: &Etcd) -> bool {
 pub fn render_for_kubernetes(
     etcd: &Etcd,
     bootstrap_members: Option<&[String]>,
+    running: Option<&crate::scale_plan::RunningMembers>,
 ) -> Result<ClusterConfig, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
     let spec = &etcd.spec;
@@ -156,7 +157,8 @@ pub fn render_for_kubernetes(
         spec.etcd.client_port(),
         spec.backup.port(),
     );
-    let members: Vec<PlacedMember> = pod_members(etcd, &id.name, &id.namespace)
+    let count = running.map_or(etcd.spec.replicas, |r| r.replicas);
+    let members: Vec<PlacedMember> = pod_members(etcd, &id.name, &id.namespace, count)
         .into_iter()
         .map(|m| PlacedMember {
             name: m.member,
@@ -170,6 +172,7 @@ pub fn render_for_kubernetes(
         Some(recorded) => recorded.to_vec(),
         None => members.iter().map(|m| m.name.clone()).collect(),
     };
+    let leaving = running.map(|r| r.leaving.clone()).unwrap_or_default();
     let placement = Placement {
         cluster_token: cluster_token(&id.name, &id.uid),
         namespace: id.namespace,
@@ -198,7 +201,7 @@ pub fn render_for_kubernetes(
         local_root: LOCAL_BACKUP_ROOT.to_string(),
         secret_dir: mounts_store_secret(etcd).then(|| BACKUP_SECRET_MOUNT.to_string()),
         cluster_uid: id.uid,
-        leaving: Vec::new(),
+        leaving,
     };
     Ok(assemble(etcd, placement, members))
 }
@@ -239,7 +242,7 @@ mod tests {
 
     #[test]
     fn members_use_dns_names_and_listen_everywhere() {
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), None).unwrap();
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), None, None).unwrap();
         assert_eq!(c.cluster_name, "etcd-main");
         assert_eq!(c.namespace, "shoot");
         assert_eq!(c.cluster_token, "etcd-main-0a1b2c3d");
@@ -270,9 +273,9 @@ mod tests {
     #[test]
     fn recorded_bootstrap_members_are_kept() {
         let recorded = vec!["etcd-main-0".to_string()];
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), Some(&recorded)).unwrap();
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), Some(&recorded), None).unwrap();
         assert_eq!(c.bootstrap_members, recorded);
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), Some(&[])).unwrap();
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), Some(&[]), None).unwrap();
         assert!(c.bootstrap_members.is_empty());
     }
 
@@ -283,7 +286,7 @@ mod tests {
             client_tls_secret_ref: Some(CoreSecretReference::default()),
             ..TlsConfig::default()
         });
-        let c = render_for_kubernetes(&e, None).unwrap();
+        let c = render_for_kubernetes(&e, None, None).unwrap();
         let tls = c.client_tls.unwrap();
         assert_eq!(tls.ca_file, "/var/etcd/ssl/ca/ca.crt");
         assert_eq!(tls.cert_file, "/var/etcd/ssl/server/tls.crt");
@@ -313,7 +316,10 @@ mod tests {
             ADOPT_BACKUPS.to_string(),
             "true".to_string(),
         )]));
-        let b = render_for_kubernetes(&e, None).unwrap().backup.unwrap();
+        let b = render_for_kubernetes(&e, None, None)
+            .unwrap()
+            .backup
+            .unwrap();
         assert_eq!(b.local_root, "/var/etcd/backups");
         assert_eq!(b.secret_dir.as_deref(), Some("/var/etcd-backup"));
         assert_eq!(b.full_snapshot_lease, "etcd-main-full-snap");
@@ -323,7 +329,10 @@ mod tests {
         if let Some(store) = e.spec.backup.store.as_mut() {
             store.provider = Some("Local".into());
         }
-        let b = render_for_kubernetes(&e, None).unwrap().backup.unwrap();
+        let b = render_for_kubernetes(&e, None, None)
+            .unwrap()
+            .backup
+            .unwrap();
         assert_eq!(b.secret_dir, None);
     }
 
@@ -331,7 +340,7 @@ mod tests {
     fn pods_find_their_member_even_with_a_prefix() {
         let mut e = etcd("etcd-main", 3);
         e.spec.member_name_prefix = Some("seed".into());
-        let c = render_for_kubernetes(&e, None).unwrap();
+        let c = render_for_kubernetes(&e, None, None).unwrap();
         assert_eq!(
             member_for_pod(&c, "etcd-main-1").map(|m| m.name.as_str()),
             Some("seed-etcd-main-1")

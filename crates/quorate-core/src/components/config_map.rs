@@ -26,7 +26,8 @@ pub const CLUSTER_CONFIG_KEY: &str = "cluster.json";
 /// The ConfigMap with both keys.
 pub fn build(etcd: &Etcd, ctx: &ComponentContext) -> Result<ConfigMap, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
-    let cluster = render_for_kubernetes(etcd, ctx.bootstrap_members.as_deref())?;
+    let cluster =
+        render_for_kubernetes(etcd, ctx.bootstrap_members.as_deref(), ctx.running.as_ref())?;
     let cluster_json =
         serde_json::to_string_pretty(&cluster).map_err(|e| ComponentError::Serialize {
             what: CLUSTER_CONFIG_KEY,
@@ -74,6 +75,7 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
     }
     let ctx = ComponentContext {
         bootstrap_members: Some(Vec::new()),
+        running: None,
         ..ctx.clone()
     };
     Ok(config_map_checksum(&build(&one, &ctx)?))

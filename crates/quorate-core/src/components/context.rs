@@ -1,6 +1,8 @@
 //! What the builders need that is not in the `Etcd`: the operator's images and settings, and
 //! the few facts the controller has observed (kept out of the builders so they stay pure).
 
+use crate::scale_plan::RunningMembers;
+
 /// Inputs to the component builders besides the `Etcd` itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ComponentContext {
@@ -22,6 +24,10 @@ pub struct ComponentContext {
     /// Host directory holding `Local` buckets: the `hostPath` key of the store Secret, read by
     /// the controller; `None` means [`super::paths::DEFAULT_LOCAL_BACKUP_HOST_PATH`].
     pub local_backup_host_path: Option<String>,
+    /// The member pods that run, when they are not exactly `spec.replicas` (members leaving in
+    /// a scale-in, a hibernation waiting for its final snapshot): decided by the controller
+    /// from the evidence (`crate::scale_plan`). `None`: the desired members.
+    pub running: Option<RunningMembers>,
 }
 
 impl ComponentContext {
@@ -33,7 +39,20 @@ impl ComponentContext {
             disable_service_account_automount: false,
             bootstrap_members: None,
             local_backup_host_path: None,
+            running: None,
         }
+    }
+
+    /// How many member pods run.
+    pub fn run_replicas(&self, etcd: &quorate_api::Etcd) -> i32 {
+        self.running
+            .as_ref()
+            .map_or(etcd.spec.replicas, |r| r.replicas)
+    }
+
+    /// The running members that are leaving.
+    pub fn leaving(&self) -> &[String] {
+        self.running.as_ref().map_or(&[], |r| r.leaving.as_slice())
     }
 
     /// The host directory of `Local` buckets.

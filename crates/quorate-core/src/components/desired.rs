@@ -171,7 +171,8 @@ impl DesiredComponents {
     }
 }
 
-/// Every component of `etcd`, each built once, with a StatefulSet of `spec.replicas` pods.
+/// Every component of `etcd`, each built once, with a StatefulSet of the pods that run (see
+/// [`ComponentContext::running`]).
 /// When the controller needs another size (a TLS change rolls out at the current size), it
 /// resizes that one with [`statefulset::resized`].
 pub fn desired_components(
@@ -180,16 +181,17 @@ pub fn desired_components(
 ) -> Result<DesiredComponents, ComponentError> {
     let config_map = config_map::build(etcd, ctx)?;
     let checksum = config_map::template_checksum(etcd, ctx)?;
+    let running = ctx.run_replicas(etcd);
     Ok(DesiredComponents {
         service_account: service_account::build(etcd, ctx)?,
         role: role::build(etcd)?,
         role_binding: role_binding::build(etcd)?,
-        member_leases: member_leases::build(etcd)?,
+        member_leases: member_leases::build(etcd, running)?,
         snapshot_leases: snapshot_leases::build(etcd)?,
-        pod_disruption_budget: pod_disruption_budget::build(etcd)?,
+        pod_disruption_budget: pod_disruption_budget::build(etcd, running)?,
         client_service: client_service::build(etcd)?,
         peer_service: peer_service::build(etcd)?,
-        statefulset: statefulset::build(etcd, ctx, etcd.spec.replicas, Some(&checksum))?,
+        statefulset: statefulset::build(etcd, ctx, running, Some(&checksum))?,
         config_map,
     })
 }

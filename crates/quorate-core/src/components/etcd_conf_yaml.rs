@@ -100,7 +100,7 @@ pub struct SecurityConfig {
 pub fn etcd_conf(etcd: &Etcd) -> Result<EtcdConfFile, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
     let spec = &etcd.spec;
-    let members = pod_members(etcd, &id.name, &id.namespace);
+    let members = pod_members(etcd, &id.name, &id.namespace, etcd.spec.replicas);
     let peer_port = spec.etcd.server_port();
     let client_port = spec.etcd.client_port();
     let peer_urls = |m: &PodMember| {

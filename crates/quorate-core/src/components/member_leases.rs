@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 use quorate_api::Etcd;
-use quorate_api::names::{component, member_lease_names};
+use quorate_api::names::{component, member_lease_name};
 
 use crate::last_operation::ErrorCode;
 
@@ -14,11 +14,14 @@ use super::meta::EtcdIdentity;
 /// The `lastErrors` code when a member lease cannot be created or updated.
 pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncMemberLease;
 
-/// One lease per ordinal below `spec.replicas`, in ordinal order. Surplus leases (after a
-/// scale-in) are not in this list; deleting them is the controller's decision.
-pub fn build(etcd: &Etcd) -> Result<Vec<Lease>, ComponentError> {
+/// One lease per member pod that runs (`running`, in ordinal order): the desired members and
+/// any still leaving. Surplus leases (after a scale-in) are not in this list; deleting them is
+/// the controller's decision.
+pub fn build(etcd: &Etcd, running: i32) -> Result<Vec<Lease>, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
-    Ok(member_lease_names(etcd)
+    Ok((0..u32::try_from(running).unwrap_or(0))
+        .map(|i| member_lease_name(etcd, i))
+        .collect::<Vec<_>>()
         .iter()
         .map(|name| Lease {
             metadata: id.object_meta(component::MEMBER_LEASE, name),
@@ -34,7 +37,7 @@ mod tests {
 
     #[test]
     fn one_lease_per_member_without_holder() {
-        let leases = build(&etcd("etcd-main", 3)).unwrap();
+        let leases = build(&etcd("etcd-main", 3), 3).unwrap();
         let names: Vec<_> = leases
             .iter()
             .map(|l| l.metadata.name.clone().unwrap())
@@ -50,7 +53,7 @@ mod tests {
     fn member_name_prefix_names_the_leases() {
         let mut e = etcd("etcd-main", 2);
         e.spec.member_name_prefix = Some("seed".into());
-        let names: Vec<_> = build(&e)
+        let names: Vec<_> = build(&e, 2)
             .unwrap()
             .into_iter()
             .map(|l| l.metadata.name.unwrap())
@@ -60,6 +63,6 @@ mod tests {
 
     #[test]
     fn hibernated_cluster_has_no_member_leases() {
-        assert!(build(&etcd("etcd-main", 0)).unwrap().is_empty());
+        assert!(build(&etcd("etcd-main", 0), 0).unwrap().is_empty());
     }
 }

@@ -46,8 +46,9 @@ pub fn min_available(replicas: i32) -> i32 {
     if replicas <= 1 { 0 } else { replicas / 2 + 1 }
 }
 
-/// The PodDisruptionBudget of the member pods (`policy/v1`).
-pub fn build(etcd: &Etcd) -> Result<PodDisruptionBudget, ComponentError> {
+/// The PodDisruptionBudget of the `running` member pods (`policy/v1`): a majority of the
+/// members that run, so a scale-in in progress is protected at its current size.
+pub fn build(etcd: &Etcd, running: i32) -> Result<PodDisruptionBudget, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
     let allow_unhealthy = etcd
         .metadata
@@ -60,7 +61,7 @@ pub fn build(etcd: &Etcd) -> Result<PodDisruptionBudget, ComponentError> {
             &pod_disruption_budget_name(&id.name),
         ),
         spec: Some(PodDisruptionBudgetSpec {
-            min_available: Some(IntOrString::Int(min_available(etcd.spec.replicas))),
+            min_available: Some(IntOrString::Int(min_available(running))),
             selector: Some(LabelSelector {
                 match_labels: Some(default_labels(&id.name)),
                 ..LabelSelector::default()
@@ -114,7 +115,7 @@ mod tests {
 
     #[test]
     fn selects_the_default_labels() {
-        let pdb = build(&etcd("etcd-main", 3)).unwrap();
+        let pdb = build(&etcd("etcd-main", 3), 3).unwrap();
         let spec = pdb.spec.unwrap();
         assert_eq!(spec.min_available, Some(IntOrString::Int(2)));
         assert_eq!(
@@ -135,7 +136,7 @@ mod tests {
             ALLOW_UNHEALTHY_POD_EVICTION.to_string(),
             String::new(),
         )]));
-        let pdb = build(&e).unwrap();
+        let pdb = build(&e, e.spec.replicas).unwrap();
         let spec = pdb.spec.as_ref().unwrap();
         assert_eq!(spec.min_available, Some(IntOrString::Int(3)));
         assert_eq!(

@@ -12,5 +12,6 @@ mod s4_total_loss;
 mod s5_controls;
 mod s6_delete;
 mod s7_quorum_loss;
+mod s8_scale_in_and_hibernation;
 
 pub use quorate_e2e::scenario::READY_TIMEOUT;

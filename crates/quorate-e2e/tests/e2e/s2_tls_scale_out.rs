@@ -98,7 +98,9 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
     );
 
     // The writer starts before the change and runs through it.
-    s.cluster.apply(&canary_pod(&env.image, name, &ns)).await;
+    s.cluster
+        .apply(&canary_pod(&env.image, name, &ns, "60s"))
+        .await;
     let canary = format!("{name}-canary");
     wait_for(
         "the canary writing",

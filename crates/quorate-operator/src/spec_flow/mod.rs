@@ -4,15 +4,19 @@
 //! 1. the finalizer, before anything is made ([`crate::finalizer`]);
 //! 2. dereference: read what the `Etcd` refers to, its ConfigMap and Secret
 //!    ([`references`]);
-//! 3. build every desired component, once ([`desired_components`]);
+//! 3. decide which member pods run ([`scale`]: members leaving in a scale-in keep their pods
+//!    until etcd's leader says they left; a hibernation keeps them until the final snapshot),
+//!    then build every desired component for them, once ([`desired_components`]);
 //! 4. apply them in druid's order, each failing with its own code ([`components`]);
-//! 5. the StatefulSet, one safe step per pass ([`statefulset`]).
+//! 5. the StatefulSet, one safe step per pass ([`statefulset`]);
+//! 6. after a scale-in, delete the volumes and leases of the members that left ([`scale`]).
 //!
 //! The `Etcd` was validated once, before the pass ([`ValidatedEtcd`]); the status flow runs
 //! after it whatever the outcome.
 
 mod components;
 mod references;
+pub mod scale;
 mod statefulset;
 
 use quorate_core::components::{desired_components, statefulset as statefulset_component};
@@ -41,11 +45,20 @@ async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepE
     let references = References::look_up(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::SyncConfigMap))?;
-    let component_ctx = references.component_context(&ctx.settings);
+    let mut component_ctx = references.component_context(&ctx.settings);
+    let plan = scale::scale_plan(etcd.etcd(), ctx);
+    component_ctx.running = Some(plan.running.clone());
     let desired = desired_components(etcd.etcd(), &component_ctx)
         .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
     components::apply_in_order(etcd, ctx, &desired).await?;
-    statefulset::sync(etcd, ctx, &desired.statefulset)
+    let outcome = statefulset::sync(etcd, ctx, &desired.statefulset, plan.running.replicas)
         .await
-        .map_err(StepError::tag(statefulset_component::SYNC_ERROR))
+        .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
+    scale::remove_departed(etcd.etcd(), ctx, &plan)
+        .await
+        .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
+    Ok(match (&outcome, plan.waits_for()) {
+        (PassOutcome::Succeeded, Some(why)) => PassOutcome::Requeue(why),
+        _ => outcome,
+    })
 }

@@ -19,14 +19,15 @@ use crate::error::Error;
 use crate::status::PassOutcome;
 use crate::validated::ValidatedEtcd;
 
-/// Takes the next step towards `desired` (built for `spec.replicas`).
+/// Takes the next step towards `desired` (built for the `running` member pods).
 pub async fn sync(
     etcd: &ValidatedEtcd,
     ctx: &Context,
     desired: &StatefulSet,
+    running: i32,
 ) -> Result<PassOutcome, Error> {
     let existing = ctx.caches.statefulset(etcd.namespace(), etcd.name());
-    let inputs = inputs(etcd, ctx, existing.as_deref(), desired);
+    let inputs = inputs(etcd, ctx, existing.as_deref(), desired, running);
     match next_statefulset_step(&inputs) {
         StatefulSetStep::Apply { replicas } => {
             let mut sts = statefulset::resized(desired, replicas);
@@ -39,10 +40,9 @@ pub async fn sync(
                 ctx.pdb_version,
             )
             .await?;
-            let wanted = etcd.etcd().spec.replicas;
-            Ok(if replicas < wanted {
+            Ok(if replicas < running {
                 PassOutcome::Requeue(format!(
-                    "peer TLS is being enabled at {replicas} member(s) before the cluster grows to {wanted}"
+                    "peer TLS is being enabled at {replicas} member(s) before the cluster grows to {running}"
                 ))
             } else {
                 PassOutcome::Succeeded
@@ -70,6 +70,7 @@ fn inputs(
     ctx: &Context,
     existing: Option<&StatefulSet>,
     desired: &StatefulSet,
+    running: i32,
 ) -> StatefulSetInputs {
     let observed = existing.map(|sts| ObservedStatefulSet {
         replicas: sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
@@ -92,7 +93,7 @@ fn inputs(
         })
         .collect();
     StatefulSetInputs {
-        desired_replicas: etcd.etcd().spec.replicas,
+        desired_replicas: running,
         desired_peer_tls: etcd.etcd().peer_tls_enabled(),
         observed,
         member_tls,
