@@ -88,6 +88,23 @@ impl ClusterDir {
         self.root.join("trash")
     }
 
+    /// Moves everything in `member`'s directory to a new directory in the trash; `None` when
+    /// there was nothing to move. The member directory itself may be a mount point (its own
+    /// disk), so its entries are moved, across file systems by copy and delete.
+    pub fn trash_member(&self, member: &str, now_unix: i64) -> std::io::Result<Option<PathBuf>> {
+        let from = self.member(member);
+        let entries: Vec<_> = std::fs::read_dir(&from)?.collect::<Result<_, _>>()?;
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let to = self.trash().join(format!("{member}-{now_unix}"));
+        std::fs::create_dir_all(&to)?;
+        for entry in entries {
+            move_path(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        Ok(Some(to))
+    }
+
     /// Names of the members that have a directory here.
     pub fn member_dirs(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.root.join("members"))
@@ -107,6 +124,35 @@ impl ClusterDir {
     }
 }
 
+/// Renames `from` to `to`, or copies it and deletes the original where a rename cannot cross
+/// file systems.
+fn move_path(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(nix::libc::EXDEV) => {
+            copy_recursively(from, to)?;
+            if from.is_dir() {
+                std::fs::remove_dir_all(from)
+            } else {
+                std::fs::remove_file(from)
+            }
+        }
+        other => other,
+    }
+}
+
+fn copy_recursively(from: &Path, to: &Path) -> std::io::Result<()> {
+    if from.is_dir() {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            copy_recursively(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        Ok(())
+    } else {
+        std::fs::copy(from, to).map(drop)
+    }
+}
+
 /// Names of the clusters under `state_dir`.
 pub fn list_clusters(state_dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(state_dir.join("clusters"))
@@ -118,4 +164,41 @@ pub fn list_clusters(state_dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_removed_members_files_go_to_the_trash_and_an_empty_directory_is_left_alone() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(state.path(), "c");
+        std::fs::create_dir_all(dir.member_data("c-3").join("member")).unwrap();
+        std::fs::write(dir.member_removed_marker("c-3"), "removed").unwrap();
+        let trash = dir.trash_member("c-3", 1700).unwrap().expect("moved");
+        assert_eq!(trash, dir.trash().join("c-3-1700"));
+        assert!(trash.join("data/member").is_dir());
+        assert!(trash.join("removed").is_file());
+        assert!(!dir.member_removed_marker("c-3").exists());
+        assert_eq!(
+            dir.trash_member("c-3", 1701).unwrap(),
+            None,
+            "nothing left to move"
+        );
+        assert!(!dir.trash().join("c-3-1701").exists());
+    }
+
+    #[test]
+    fn copying_keeps_the_tree() {
+        let root = tempfile::tempdir().unwrap();
+        let from = root.path().join("from");
+        std::fs::create_dir_all(from.join("a/b")).unwrap();
+        std::fs::write(from.join("a/b/f"), "x").unwrap();
+        copy_recursively(&from, &root.path().join("to")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("to/a/b/f")).unwrap(),
+            "x"
+        );
+    }
 }

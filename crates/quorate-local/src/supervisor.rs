@@ -210,16 +210,14 @@ impl Supervisor {
             if !self.dir.member_removed_marker(&member).exists() && !view.leader_lacks(&member) {
                 continue;
             }
-            let trash = self
+            match self
                 .dir
-                .trash()
-                .join(format!("{member}-{}", jiff::Timestamp::now().as_second()));
-            let moved = std::fs::create_dir_all(self.dir.trash())
-                .and_then(|()| std::fs::rename(self.dir.member(&member), &trash));
-            match moved {
-                Ok(()) => {
+                .trash_member(&member, jiff::Timestamp::now().as_second())
+            {
+                Ok(Some(trash)) => {
                     tracing::info!(%member, trash = %trash.display(), "member left the cluster; its data moved to the trash")
                 }
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(%member, error = %e, "moving a removed member's data to the trash failed")
                 }
