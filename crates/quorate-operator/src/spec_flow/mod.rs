@@ -54,10 +54,10 @@ async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepE
     let outcome = statefulset::sync(etcd, ctx, &desired.statefulset, plan.running.replicas)
         .await
         .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
-    scale::remove_departed(etcd.etcd(), ctx, &plan)
+    let cleanup = scale::remove_departed(etcd.etcd(), ctx, &plan)
         .await
         .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
-    Ok(match (&outcome, plan.waits_for()) {
+    Ok(match (&outcome, plan.waits_for().or(cleanup)) {
         (PassOutcome::Succeeded, Some(why)) => PassOutcome::Requeue(why),
         _ => outcome,
     })

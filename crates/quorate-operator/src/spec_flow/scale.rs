@@ -45,14 +45,18 @@ pub fn scale_plan(etcd: &Etcd, ctx: &Context) -> ScalePlan {
 /// After a scale-in: deletes the PersistentVolumeClaims and member leases of the ordinals at
 /// and above the running size, once the StatefulSet runs no pod there (never while
 /// hibernating, and not with [`KEEP_REMOVED_MEMBER_VOLUMES`]). Whether there is anything to do
-/// is read from the lease cache, so a settled cluster costs no API call.
-pub async fn remove_departed(etcd: &Etcd, ctx: &Context, plan: &ScalePlan) -> Result<(), Error> {
+/// is read from the lease cache, so a settled cluster costs no API call. `Some(why)` when it
+/// must wait for the StatefulSet to shrink first (the pass is requeued).
+pub async fn remove_departed(
+    etcd: &Etcd,
+    ctx: &Context,
+    plan: &ScalePlan,
+) -> Result<Option<String>, Error> {
     let running = plan.running.replicas;
     if etcd.spec.replicas <= 0
-        || statefulset_replicas(etcd, ctx) > running
         || annotation(etcd, KEEP_REMOVED_MEMBER_VOLUMES).as_deref() == Some("true")
     {
-        return Ok(());
+        return Ok(None);
     }
     let namespace = etcd.metadata.namespace.as_deref().unwrap_or_default();
     let name = etcd.metadata.name.as_deref().unwrap_or_default();
@@ -65,7 +69,13 @@ pub async fn remove_departed(etcd: &Etcd, ctx: &Context, plan: &ScalePlan) -> Re
         })
         .collect();
     if departed.is_empty() {
-        return Ok(());
+        return Ok(None);
+    }
+    if statefulset_replicas(etcd, ctx) > running {
+        return Ok(Some(format!(
+            "waiting for the StatefulSet to shrink to {running} before deleting the volumes of \
+             the members that left"
+        )));
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
     let template = volume_claim_template_name(etcd);
@@ -89,5 +99,5 @@ pub async fn remove_departed(etcd: &Etcd, ctx: &Context, plan: &ScalePlan) -> Re
     for i in departed {
         delete_if_present(&leases, "Lease", &member_lease_name(etcd, i)).await?;
     }
-    Ok(())
+    Ok(None)
 }
