@@ -198,6 +198,40 @@ pub async fn canary_totals(
         .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
 }
 
+/// Waits until the canary pod `pod` has had at least 10 writes acknowledged.
+pub async fn wait_canary_writing(cluster: &Cluster, namespace: &str, pod: &str) {
+    wait_for(
+        "the canary writing",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            match canary_totals(cluster, namespace, pod).await {
+                Some(t) if t["acknowledged"].as_u64().unwrap_or(0) >= 10 => Ok(()),
+                Some(t) => Err(t.to_string()),
+                None => Err(namespace_state(&cluster.client, namespace).await),
+            }
+        },
+    )
+    .await;
+}
+
+/// The store revision as member pod `pod` reports it (`etcdctl endpoint status`).
+pub async fn revision(cluster: &Cluster, namespace: &str, pod: &str) -> i64 {
+    let out = etcdctl(
+        cluster,
+        namespace,
+        pod,
+        &["endpoint", "status", "-w", "json"],
+    )
+    .await
+    .ok();
+    let status: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("endpoint status JSON: {e}: {out}"));
+    status[0]["Status"]["header"]["revision"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no revision in {out}"))
+}
+
 /// The UID of object `name`, if it exists.
 pub async fn uid_of<K>(api: &Api<K>, name: &str) -> Option<String>
 where

@@ -284,10 +284,24 @@ async fn etcd_webhook_refuses_what_local_mode_refuses_with_the_same_lines() {
         .await
         .expect("a valid Etcd is admitted");
 
-    // Lowering replicas is refused as `quorate apply` refuses it; growing and 0 are not.
-    let mut fewer = valid.clone();
+    // While a scale operation is unfinished, a replicas change is refused as `quorate apply`
+    // refuses it; once it finished, shrinking, growing and 0 are all let through.
+    let scaling = json!({ "status": { "conditions": [{
+        "type": "ScaleOperationComplete", "status": "False", "reason": "ScalingOut",
+        "message": "etcd-main-2 joins", "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "lastUpdateTime": "2026-01-01T00:00:00Z",
+    }]}});
+    let patched = etcds
+        .patch_status(
+            "etcd-main",
+            &PatchParams::default(),
+            &Patch::Merge(&scaling),
+        )
+        .await
+        .expect("set the status");
+    let mut fewer = patched.clone();
     fewer.spec.replicas = 1;
-    let local = quorate_api::validate_update(&valid, &fewer)
+    let local = quorate_api::validate_update(&patched, &fewer)
         .expect_err("local mode refuses it")
         .to_string();
     let status = refusal(
@@ -306,10 +320,19 @@ async fn etcd_webhook_refuses_what_local_mode_refuses_with_the_same_lines() {
         status.message
     );
     assert!(
-        local.starts_with("spec.replicas: cannot go from 3 to 1"),
+        local.starts_with("spec.replicas: cannot go from 3 to 1 while the scale operation"),
         "{local}"
     );
-    for replicas in [5, 0] {
+    let done = json!({ "status": { "conditions": [{
+        "type": "ScaleOperationComplete", "status": "True", "reason": "Complete",
+        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "lastUpdateTime": "2026-01-01T00:00:00Z",
+    }]}});
+    etcds
+        .patch_status("etcd-main", &PatchParams::default(), &Patch::Merge(&done))
+        .await
+        .expect("set the status");
+    for replicas in [1, 5, 0] {
         etcds
             .patch(
                 "etcd-main",

@@ -35,15 +35,7 @@ fn a_total_loss_is_recovered_from_an_s3_bucket() {
          endpointOverride: {}\n      secretRef:\n        name: s3-creds\n    deltaSnapshotPeriod: 1s\n",
         moto.bucket, moto.endpoint
     );
-    let secret = local.cluster_dir("cloud").join("secrets/s3-creds");
-    std::fs::create_dir_all(&secret).unwrap();
-    for (k, v) in [
-        ("accessKeyID", "testing"),
-        ("secretAccessKey", "testing"),
-        ("region", "us-east-1"),
-    ] {
-        std::fs::write(secret.join(k), v).unwrap();
-    }
+    local.s3_secret("cloud");
     total_loss_recovery(
         &local,
         "cloud",
@@ -195,15 +187,7 @@ fn an_unreachable_store_sets_backup_ready_false_while_etcd_serves() {
          endpointOverride: http://127.0.0.1:9\n      secretRef:\n        name: s3-creds\n    deltaSnapshotPeriod: 1s\n",
     );
     let path = local.manifest("c.yaml", &text);
-    let secret = local.cluster_dir("dark").join("secrets/s3-creds");
-    std::fs::create_dir_all(&secret).unwrap();
-    for (k, v) in [
-        ("accessKeyID", "AKIATEST"),
-        ("secretAccessKey", "secret"),
-        ("region", "us-east-1"),
-    ] {
-        std::fs::write(secret.join(k), v).unwrap();
-    }
+    local.s3_secret("dark");
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     let (status, message) =
         eventually("BackupReady to turn False", Duration::from_secs(60), || {

@@ -356,15 +356,7 @@ fn a_failing_store_keeps_the_cluster_running_until_overridden() {
             .replace("  namespace: default\n", &format!("  namespace: default\n{annotations}"))
     };
     let path = local.manifest("c.yaml", &text(1, ""));
-    let secret = local.cluster_dir("stuck").join("secrets/s3-creds");
-    std::fs::create_dir_all(&secret).unwrap();
-    for (k, v) in [
-        ("accessKeyID", "AKIATEST"),
-        ("secretAccessKey", "secret"),
-        ("region", "us-east-1"),
-    ] {
-        std::fs::write(secret.join(k), v).unwrap();
-    }
+    local.s3_secret("stuck");
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     let endpoints = local.endpoints("stuck");
     local.manifest("c.yaml", &text(0, ""));

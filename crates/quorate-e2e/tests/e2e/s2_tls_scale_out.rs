@@ -11,7 +11,8 @@ use quorate_api::Etcd;
 use quorate_e2e::etcd::fully_ready;
 use quorate_e2e::manifests::{EtcdShape, canary_pod};
 use quorate_e2e::members::{
-    PodIncarnations, canary_totals, count_prefix, member_list, wait_fully_ready,
+    PodIncarnations, canary_totals, count_prefix, member_list, wait_canary_writing,
+    wait_fully_ready,
 };
 use quorate_e2e::tls::peer_tls_secrets;
 use quorate_e2e::{E2eEnv, Scenario, namespace_state, status_summary, wait_for};
@@ -102,19 +103,7 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
         .apply(&canary_pod(&env.image, name, &ns, "60s"))
         .await;
     let canary = format!("{name}-canary");
-    wait_for(
-        "the canary writing",
-        Duration::from_secs(120),
-        Duration::from_secs(1),
-        || async {
-            match canary_totals(&s.cluster, &ns, &canary).await {
-                Some(t) if t["acknowledged"].as_u64().unwrap_or(0) >= 10 => Ok(()),
-                Some(t) => Err(t.to_string()),
-                None => Err(namespace_state(&s.cluster.client, &ns).await),
-            }
-        },
-    )
-    .await;
+    wait_canary_writing(&s.cluster, &ns, &canary).await;
 
     let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
     let statefulsets: Api<StatefulSet> = Api::namespaced(s.cluster.client.clone(), &ns);

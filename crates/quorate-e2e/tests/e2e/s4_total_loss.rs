@@ -6,30 +6,13 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use quorate_e2e::manifests::DELTA_PERIOD_SECONDS;
 use quorate_e2e::members::{
-    delete_pods_and_claims, etcdctl, local_value, wait_for_voters, wait_fully_ready,
+    delete_pods_and_claims, etcdctl, local_value, revision, wait_for_voters, wait_fully_ready,
 };
 use quorate_e2e::{E2eEnv, Scenario, wait_for};
 
 use crate::READY_TIMEOUT;
 
 const KEYS: usize = 5;
-
-/// The store revision after the last write, from `etcdctl endpoint status`.
-async fn revision(s: &Scenario, pod: &str) -> i64 {
-    let out = etcdctl(
-        &s.cluster,
-        &s.namespace,
-        pod,
-        &["endpoint", "status", "-w", "json"],
-    )
-    .await
-    .ok();
-    let status: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("endpoint status JSON: {e}: {out}"));
-    status[0]["Status"]["header"]["revision"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no revision in {out}"))
-}
 
 /// Writes older than one delta period survive the loss of every pod and every volume: member 0
 /// restores from the bucket, the others join it, and each member holds every such write.
@@ -55,7 +38,7 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
         .await
         .ok();
     }
-    let written = revision(&s, &pod0).await;
+    let written = revision(&s.cluster, &ns, &pod0).await;
 
     // The writes are older than one delta period once the delta snapshot lease has passed them.
     let leases: Api<Lease> = Api::namespaced(s.cluster.client.clone(), &ns);
@@ -109,7 +92,7 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
             );
         }
     }
-    let restored = revision(&s, &pod0).await;
+    let restored = revision(&s.cluster, &ns, &pod0).await;
     assert!(
         restored >= written,
         "the restored cluster is at revision {restored}, behind the backed-up {written}"

@@ -11,7 +11,8 @@ use quorate_api::Etcd;
 use quorate_e2e::etcd::{condition_status, fully_ready};
 use quorate_e2e::manifests::{EtcdShape, canary_pod};
 use quorate_e2e::members::{
-    canary_totals, count_prefix, etcdctl, local_value, member_list, wait_fully_ready,
+    canary_totals, count_prefix, etcdctl, local_value, member_list, revision, wait_canary_writing,
+    wait_fully_ready,
 };
 use quorate_e2e::{E2eEnv, Scenario, namespace_state, status_summary, wait_for};
 
@@ -71,19 +72,7 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
         .apply(&canary_pod(&env.image, name, &ns, "5s"))
         .await;
     let canary = format!("{name}-canary");
-    wait_for(
-        "the canary writing",
-        Duration::from_secs(120),
-        Duration::from_secs(1),
-        || async {
-            match canary_totals(&s.cluster, &ns, &canary).await {
-                Some(t) if t["acknowledged"].as_u64().unwrap_or(0) >= 10 => Ok(()),
-                Some(t) => Err(t.to_string()),
-                None => Err(namespace_state(&s.cluster.client, &ns).await),
-            }
-        },
-    )
-    .await;
+    wait_canary_writing(&s.cluster, &ns, &canary).await;
 
     let changed = Instant::now();
     let three = EtcdShape {
@@ -209,23 +198,6 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
     s.pass().await;
 }
 
-/// The store revision as member pod `pod` reports it.
-async fn revision(s: &Scenario, pod: &str) -> i64 {
-    let out = etcdctl(
-        &s.cluster,
-        &s.namespace,
-        pod,
-        &["endpoint", "status", "-w", "json"],
-    )
-    .await
-    .ok();
-    let status: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("endpoint status JSON: {e}: {out}"));
-    status[0]["Status"]["header"]["revision"]
-        .as_i64()
-        .unwrap_or_else(|| panic!("no revision in {out}"))
-}
-
 /// `spec.replicas: 0` takes a final full snapshot, then stops every pod and keeps the volumes;
 /// `spec.replicas: 3` wakes the members on their own data: same member IDs, same revision,
 /// every key.
@@ -249,7 +221,7 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
         .await
         .ok();
     }
-    let written = revision(&s, &pod0).await;
+    let written = revision(&s.cluster, &ns, &pod0).await;
     let mut ids: Vec<u64> = member_list(&s.cluster, &ns, &pod0)
         .await
         .expect("member list")
@@ -348,7 +320,11 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
         .collect();
     woke.sort();
     assert_eq!(woke, ids, "the members woke on their own data and IDs");
-    assert_eq!(revision(&s, &pod0).await, written, "same revision");
+    assert_eq!(
+        revision(&s.cluster, &ns, &pod0).await,
+        written,
+        "same revision"
+    );
     for i in 0..3 {
         for k in 0..5 {
             assert_eq!(

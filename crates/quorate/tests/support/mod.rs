@@ -89,6 +89,20 @@ impl Local {
         self.state.path().join("clusters").join(name)
     }
 
+    /// The store Secret `s3-creds` of cluster `name`, as local mode reads it (its keys as
+    /// files), with test credentials.
+    pub fn s3_secret(&self, name: &str) {
+        let secret = self.cluster_dir(name).join("secrets/s3-creds");
+        std::fs::create_dir_all(&secret).unwrap();
+        for (k, v) in [
+            ("accessKeyID", "testing"),
+            ("secretAccessKey", "testing"),
+            ("region", "us-east-1"),
+        ] {
+            std::fs::write(secret.join(k), v).unwrap();
+        }
+    }
+
     /// Client URLs of a cluster.
     pub fn endpoints(&self, name: &str) -> Vec<String> {
         self.ok(&["endpoints", name])
