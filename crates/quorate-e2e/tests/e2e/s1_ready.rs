@@ -62,19 +62,20 @@ async fn s1_three_members_with_local_backups_become_ready() {
     let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
     assert_eq!(
         header.join(" "),
-        "NAME READY QUORATE ALL MEMBERS READY BACKUP READY AGE CLUSTER SIZE CURRENT REPLICAS READY REPLICAS",
-        "druid's printer columns"
+        "NAME READY QUORATE ALL MEMBERS READY BACKUP READY SCALE AGE CLUSTER SIZE CURRENT REPLICAS READY REPLICAS",
+        "druid's printer columns and quorate's SCALE"
     );
     let row: Vec<&str> = lines.next().expect("a row").split_whitespace().collect();
-    assert_eq!(row.len(), 9, "one value per column: {row:?}");
+    assert_eq!(row.len(), 10, "one value per column: {row:?}");
     assert_eq!(row[0], name);
     assert_eq!(
         &row[1..5],
         ["true", "True", "True", "True"],
         "READY QUORATE ALL-MEMBERS-READY BACKUP-READY"
     );
+    assert_eq!(row[5], "Complete", "SCALE");
     assert_eq!(
-        &row[6..9],
+        &row[7..10],
         ["3", "3", "3"],
         "CLUSTER SIZE, CURRENT REPLICAS, READY REPLICAS"
     );
