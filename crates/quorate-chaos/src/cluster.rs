@@ -1,12 +1,15 @@
 //! A local quorate cluster driven through the real `quorate` binary, in a private state
 //! directory; every process it started is killed when it is dropped (also on panic).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+
+use crate::faults::network::MemberPorts;
 
 /// A `quorate` command failed.
 #[derive(Debug, thiserror::Error)]
@@ -182,14 +185,14 @@ impl LocalCluster {
         }
         // What `up` needs is the ports: the soak saw listening sockets outlive every process it
         // could still name (a process mid-exit, on a loaded machine). Wait for the ports.
-        let ports = self.ports();
-        while !ports.iter().all(|p| port_free(*p)) && Instant::now() < deadline {
+        let ports = self.member_ports();
+        while !ports.values().flatten().all(|p| port_free(*p)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    /// Every port the cluster record gives its members.
-    fn ports(&self) -> Vec<u16> {
+    /// Every member's ports (client, peer, agent), from the cluster record.
+    pub fn member_ports(&self) -> BTreeMap<String, MemberPorts> {
         let record: serde_json::Value = std::fs::read_to_string(self.dir().join("cluster.json"))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
@@ -197,10 +200,14 @@ impl LocalCluster {
         record["ports"]
             .as_object()
             .into_iter()
-            .flat_map(|m| m.values())
-            .flat_map(|p| ["client", "peer", "agent"].map(|k| p[k].as_u64()))
             .flatten()
-            .filter_map(|p| u16::try_from(p).ok())
+            .filter_map(|(member, p)| {
+                let port = |k: &str| p[k].as_u64().and_then(|v| u16::try_from(v).ok());
+                Some((
+                    member.clone(),
+                    [port("client")?, port("peer")?, port("agent")?],
+                ))
+            })
             .collect()
     }
 

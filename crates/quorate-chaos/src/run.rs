@@ -18,7 +18,7 @@ use crate::faults::network::Partitioner;
 use crate::faults::store_proxy::StoreProxy;
 use crate::faults::{Capabilities, Step, first_step, next_step};
 use crate::history::History;
-use crate::steps::{StepContext, inject, member_ports, wait_healthy, write_s3_secret};
+use crate::steps::{StepContext, inject, wait_healthy, write_s3_secret};
 use crate::watch::{final_watch, spawn_live_watchers};
 use crate::workload::{ClientRecord, WorkloadPlan, run_client};
 
@@ -282,7 +282,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         }
         let at_s = origin.elapsed().as_secs_f64();
         eprintln!("[chaos] {at_s:7.1}s step {index}: {step}");
-        let ports = member_ports(&cluster);
+        let ports = cluster.member_ports();
         let ctx = StepContext {
             cluster: &cluster,
             members: &members,

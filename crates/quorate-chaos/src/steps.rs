@@ -461,26 +461,6 @@ async fn answers_linearizable(url: &str) -> bool {
     .is_ok_and(|r| r.is_ok())
 }
 
-/// Every member's ports, from the cluster record.
-pub(crate) fn member_ports(cluster: &LocalCluster) -> BTreeMap<String, MemberPorts> {
-    let record: serde_json::Value = std::fs::read_to_string(cluster.dir().join("cluster.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default();
-    record["ports"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(member, p)| {
-            let port = |k: &str| p[k].as_u64().and_then(|v| u16::try_from(v).ok());
-            Some((
-                member.clone(),
-                [port("client")?, port("peer")?, port("agent")?],
-            ))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
