@@ -83,7 +83,7 @@ async fn etcd_crd_serves_the_example_and_kubectl_prints_druids_columns() {
         .collect();
     assert_eq!(
         header.join(" "),
-        "NAME READY QUORATE ALL MEMBERS READY BACKUP READY AGE CLUSTER SIZE CURRENT REPLICAS \
+        "NAME READY QUORATE ALL MEMBERS READY BACKUP READY SCALE AGE CLUSTER SIZE CURRENT REPLICAS \
          READY REPLICAS"
     );
     let row: Vec<&str> = lines
