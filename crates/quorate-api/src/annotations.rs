@@ -110,3 +110,7 @@ mod tests {
         assert!(are_components_protected(None));
     }
 }
+/// The etcd minor version a cluster runs (`"3.4"` or `"3.5"`). Absent: a new cluster gets
+/// [`crate::etcd_version::EtcdVersion::DEFAULT`], an existing one keeps the version it runs.
+/// Raising it upgrades the members one at a time; lowering it is refused.
+pub const ETCD_VERSION: &str = "quorate.io/etcd-version";

@@ -11,6 +11,7 @@ pub mod defaults;
 pub mod duration;
 pub mod enums;
 pub mod etcd;
+pub mod etcd_version;
 pub mod manifest;
 pub mod names;
 pub mod provider;
@@ -31,6 +32,7 @@ pub use enums::{
     TrafficDistribution,
 };
 pub use etcd::{Etcd, EtcdSpec, SchedulingConstraints, SharedConfig};
+pub use etcd_version::EtcdVersion;
 pub use manifest::{
     EtcdManifest, ManifestError, ParseError, parse_etcd_manifest, parse_etcd_manifests,
     read_etcd_manifests,

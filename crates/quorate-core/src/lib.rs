@@ -7,6 +7,7 @@ pub mod backup_ready;
 pub mod backup_schedule;
 pub mod cluster_config;
 pub mod components;
+pub mod etcd_version;
 pub mod conditions;
 pub mod gc;
 pub mod hibernation;

@@ -3,6 +3,7 @@
 //! own data). Pure, so "what would member i run with" is answerable without running anything.
 
 use crate::cluster_config::{ClusterConfig, MemberEndpoints, TlsFiles};
+use quorate_api::EtcdVersion;
 use thiserror::Error;
 
 /// How a member's etcd starts; decides `initial-cluster` and `initial-cluster-state`.
@@ -44,6 +45,8 @@ pub enum ConfigError {
 /// Flags that matter for a running member: when any of them changes, etcd must restart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeFlags {
+    /// Which etcd runs: the binary, and the flags that differ between versions.
+    pub etcd_version: EtcdVersion,
     /// `--name`.
     pub name: String,
     /// `--data-dir`.
@@ -164,6 +167,7 @@ fn runtime_flags(
     };
     let host = &cluster.listen_host;
     RuntimeFlags {
+        etcd_version: cluster.etcd_version,
         name: member.name.clone(),
         data_dir: data_dir.to_string(),
         listen_peer_urls: format!("{peer_scheme}://{host}:{}", member.peer_port),
@@ -217,6 +221,7 @@ impl MemberEtcdConfig {
             format!("--heartbeat-interval={}", r.raft_heartbeat_millis),
             format!("--election-timeout={}", r.election_timeout_millis),
         ];
+        args.extend(version_flags(r.etcd_version));
         if let Some(tls) = &r.client_tls {
             args.push(format!("--cert-file={}", tls.cert_file));
             args.push(format!("--key-file={}", tls.key_file));
@@ -233,6 +238,22 @@ impl MemberEtcdConfig {
             args.push("--force-new-cluster".to_string());
         }
         args
+    }
+}
+
+/// The flags one etcd version needs and the other does not know.
+fn version_flags(version: EtcdVersion) -> Vec<String> {
+    if version >= EtcdVersion::V3_5 {
+        vec![
+            // Compares the members' hashes after every compaction, so a corrupted member is
+            // found while its peers still hold the data (off by default in 3.5).
+            "--experimental-compact-hash-check-enabled=true".to_string(),
+            // A member being defragmented answers "unhealthy" instead of stalling its clients.
+            "--experimental-stop-grpc-service-on-defrag=true".to_string(),
+        ]
+    } else {
+        // 3.4 logs with the deprecated capnslog unless told otherwise; 3.5 uses zap already.
+        vec!["--logger=zap".to_string(), "--log-outputs=stderr".to_string()]
     }
 }
 
@@ -266,6 +287,7 @@ pub(crate) mod tests {
                 "etcd-main-2".into(),
             ],
             listen_host: "127.0.0.1".into(),
+            etcd_version: EtcdVersion::V3_4,
             etcd: EtcdSettings {
                 quota_backend_bytes: 8 << 30,
                 snapshot_count: 10_000,
@@ -356,6 +378,24 @@ pub(crate) mod tests {
             .to_args();
         assert!(args.contains(&"--listen-peer-urls=https://127.0.0.1:2380".to_string()));
         assert!(args.contains(&"--peer-trusted-ca-file=/ca".to_string()));
+    }
+
+    #[test]
+    fn each_version_gets_the_flags_it_knows_and_a_version_change_restarts() {
+        let mut c = three_members();
+        let v34 = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart).unwrap();
+        let args = v34.to_args();
+        assert!(args.contains(&"--logger=zap".to_string()), "{args:?}");
+        assert!(!args.iter().any(|a| a.contains("compact-hash-check")), "{args:?}");
+        c.etcd_version = EtcdVersion::V3_5;
+        let v35 = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart).unwrap();
+        let args = v35.to_args();
+        assert!(
+            args.contains(&"--experimental-compact-hash-check-enabled=true".to_string()),
+            "{args:?}"
+        );
+        assert!(!args.iter().any(|a| a.starts_with("--logger")), "{args:?}");
+        assert_ne!(v34.runtime, v35.runtime, "a version change must restart etcd");
     }
 
     #[test]

@@ -78,6 +78,12 @@ pub(super) fn check(etcd: &Etcd, p: &mut Problems) {
 }
 
 fn check_metadata(etcd: &Etcd, p: &mut Problems) {
+    if let Err(message) = crate::etcd_version::requested(etcd) {
+        p.add(
+            format!("metadata.annotations[{}]", crate::annotations::ETCD_VERSION),
+            message,
+        );
+    }
     match etcd.metadata.name.as_deref() {
         None | Some("") => p.add(
             "metadata.name",

@@ -14,6 +14,16 @@ pub(super) fn check(old: &Etcd, new: &Etcd, p: &mut Problems) {
     if let Err(e) = check_replicas_change(old, new) {
         p.errors.push(e);
     }
+    if let (Ok(Some(from)), Ok(Some(to))) = (
+        crate::etcd_version::requested(old),
+        crate::etcd_version::requested(new),
+    ) && let Err(message) = from.check_change(to)
+    {
+        p.add(
+            format!("metadata.annotations[{}]", crate::annotations::ETCD_VERSION),
+            message,
+        );
+    }
     if old.spec.storage_class != new.spec.storage_class {
         p.add(
             "spec.storageClass",

@@ -48,6 +48,8 @@ pub struct Placement {
     pub cluster_uid: String,
     /// Members placed beyond the desired ones that etcd still lists: they run until removed.
     pub leaving: Vec<String>,
+    /// The etcd version the members run (core `etcd_version::decide`).
+    pub etcd_version: quorate_api::EtcdVersion,
 }
 
 /// Where one member runs, as its environment decides: the host it is reached at and its ports.
@@ -104,6 +106,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         leaving: placement.leaving,
         bootstrap_members: placement.bootstrap_members,
         listen_host: placement.listen_host,
+        etcd_version: placement.etcd_version,
         etcd: EtcdSettings::from_etcd(etcd),
         client_tls: placement.client_tls,
         peer_tls: placement.peer_tls,
@@ -142,14 +145,15 @@ pub fn adopts_foreign_backups(etcd: &Etcd) -> bool {
         .is_some_and(|v| v == "true")
 }
 
-/// The configuration the agents of `etcd` read in Kubernetes. `bootstrap_members` is what
-/// the controller recorded when the cluster first ran; `None` (never ran) lets every desired
-/// member bootstrap it.
+/// The configuration the agents of `etcd` read in Kubernetes, from the facts the controller
+/// observed (`ctx`): the bootstrap set recorded when the cluster first ran (`None`, never ran,
+/// lets every desired member bootstrap it), the running members and the etcd version.
 pub fn render_for_kubernetes(
     etcd: &Etcd,
-    bootstrap_members: Option<&[String]>,
-    running: Option<&crate::scale_plan::RunningMembers>,
+    ctx: &super::ComponentContext,
 ) -> Result<ClusterConfig, ComponentError> {
+    let bootstrap_members = ctx.bootstrap_members.as_deref();
+    let running = ctx.running.as_ref();
     let id = EtcdIdentity::of(etcd)?;
     let spec = &etcd.spec;
     let (peer_port, client_port, agent_port) = (
@@ -202,6 +206,7 @@ pub fn render_for_kubernetes(
         secret_dir: mounts_store_secret(etcd).then(|| BACKUP_SECRET_MOUNT.to_string()),
         cluster_uid: id.uid,
         leaving,
+        etcd_version: ctx.etcd_version,
     };
     Ok(assemble(etcd, placement, members))
 }
@@ -240,9 +245,27 @@ mod tests {
     use quorate_api::{StoreSpec, TlsConfig};
     use std::collections::BTreeMap;
 
+    fn ctx() -> crate::components::ComponentContext {
+        crate::components::ComponentContext::new("quorate:test", "alpine:test")
+    }
+
+    fn recorded_ctx(bootstrap: Vec<String>) -> crate::components::ComponentContext {
+        let mut ctx = ctx();
+        ctx.bootstrap_members = Some(bootstrap);
+        ctx
+    }
+
+    #[test]
+    fn the_decided_etcd_version_is_what_the_members_run() {
+        let mut ctx = ctx();
+        ctx.etcd_version = quorate_api::EtcdVersion::V3_4;
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), &ctx).unwrap();
+        assert_eq!(c.etcd_version, quorate_api::EtcdVersion::V3_4);
+    }
+
     #[test]
     fn members_use_dns_names_and_listen_everywhere() {
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), None, None).unwrap();
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), &ctx()).unwrap();
         assert_eq!(c.cluster_name, "etcd-main");
         assert_eq!(c.namespace, "shoot");
         assert_eq!(c.cluster_token, "etcd-main-0a1b2c3d");
@@ -273,9 +296,10 @@ mod tests {
     #[test]
     fn recorded_bootstrap_members_are_kept() {
         let recorded = vec!["etcd-main-0".to_string()];
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), Some(&recorded), None).unwrap();
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), &recorded_ctx(recorded.clone()))
+            .unwrap();
         assert_eq!(c.bootstrap_members, recorded);
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), Some(&[]), None).unwrap();
+        let c = render_for_kubernetes(&etcd("etcd-main", 3), &recorded_ctx(Vec::new())).unwrap();
         assert!(c.bootstrap_members.is_empty());
     }
 
@@ -286,7 +310,7 @@ mod tests {
             client_tls_secret_ref: Some(CoreSecretReference::default()),
             ..TlsConfig::default()
         });
-        let c = render_for_kubernetes(&e, None, None).unwrap();
+        let c = render_for_kubernetes(&e, &ctx()).unwrap();
         let tls = c.client_tls.unwrap();
         assert_eq!(tls.ca_file, "/var/etcd/ssl/ca/ca.crt");
         assert_eq!(tls.cert_file, "/var/etcd/ssl/server/tls.crt");
@@ -316,7 +340,7 @@ mod tests {
             ADOPT_BACKUPS.to_string(),
             "true".to_string(),
         )]));
-        let b = render_for_kubernetes(&e, None, None)
+        let b = render_for_kubernetes(&e, &ctx())
             .unwrap()
             .backup
             .unwrap();
@@ -329,7 +353,7 @@ mod tests {
         if let Some(store) = e.spec.backup.store.as_mut() {
             store.provider = Some("Local".into());
         }
-        let b = render_for_kubernetes(&e, None, None)
+        let b = render_for_kubernetes(&e, &ctx())
             .unwrap()
             .backup
             .unwrap();
@@ -340,7 +364,7 @@ mod tests {
     fn pods_find_their_member_even_with_a_prefix() {
         let mut e = etcd("etcd-main", 3);
         e.spec.member_name_prefix = Some("seed".into());
-        let c = render_for_kubernetes(&e, None, None).unwrap();
+        let c = render_for_kubernetes(&e, &ctx()).unwrap();
         assert_eq!(
             member_for_pod(&c, "etcd-main-1").map(|m| m.name.as_str()),
             Some("seed-etcd-main-1")

@@ -27,7 +27,7 @@ pub const CLUSTER_CONFIG_KEY: &str = "cluster.json";
 pub fn build(etcd: &Etcd, ctx: &ComponentContext) -> Result<ConfigMap, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
     let cluster =
-        render_for_kubernetes(etcd, ctx.bootstrap_members.as_deref(), ctx.running.as_ref())?;
+        render_for_kubernetes(etcd, ctx)?;
     let cluster_json =
         serde_json::to_string_pretty(&cluster).map_err(|e| ComponentError::Serialize {
             what: CLUSTER_CONFIG_KEY,

@@ -28,6 +28,9 @@ pub struct ComponentContext {
     /// a scale-in, a hibernation waiting for its final snapshot): decided by the controller
     /// from the evidence (`crate::scale_plan`). `None`: the desired members.
     pub running: Option<RunningMembers>,
+    /// The etcd version the members run, decided by the controller from the `Etcd`'s request
+    /// and the version the cluster runs (`crate::etcd_version::decide`).
+    pub etcd_version: quorate_api::EtcdVersion,
 }
 
 impl ComponentContext {
@@ -40,6 +43,7 @@ impl ComponentContext {
             bootstrap_members: None,
             local_backup_host_path: None,
             running: None,
+            etcd_version: quorate_api::EtcdVersion::DEFAULT,
         }
     }
 

@@ -16,6 +16,7 @@ pub const CONFIG_HASH_ANNOTATION: &str = "quorate.io/etcd-config-hash";
 pub fn config_hash(cluster: &ClusterConfig) -> String {
     let shared = serde_json::json!({
         "etcd": cluster.etcd,
+        "etcdVersion": cluster.etcd_version,
         "clientTls": cluster.client_tls,
         "peerTls": cluster.peer_tls,
     });
