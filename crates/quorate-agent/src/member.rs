@@ -15,11 +15,13 @@ use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_
 use quorate_core::membership::MemberList;
 use quorate_core::membership::data_state::DataState;
 use quorate_core::membership::join::{JoinDecision, may_join};
-use quorate_core::membership::planner::Step;
+use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::RecoveryRecord;
-use quorate_core::membership::rollout::{RolloutPeer, config_hash, may_restart};
+use quorate_core::membership::rollout::{RolloutPeer, config_hash, handover_target, may_restart};
 use quorate_core::membership::start::Backups;
+use quorate_core::upgrade::{members_behind, snapshot_gate, snapshot_request};
 use quorate_etcd::MemberClient;
+use quorate_etcd::binaries::{EtcdBinaries, MissingEtcd};
 use quorate_etcd::data_dir;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -35,8 +37,8 @@ pub struct AgentOptions {
     pub data_dir: PathBuf,
     /// File etcd's output is appended to.
     pub etcd_log: PathBuf,
-    /// The etcd binary.
-    pub etcd_binary: PathBuf,
+    /// Where each etcd version's binary is; the cluster configuration says which version runs.
+    pub etcd_binaries: EtcdBinaries,
     /// How often the agent checks its configuration for changes.
     pub poll_interval: Duration,
     /// How often the agent probes etcd and retries a refused step ("unhealthy cluster",
@@ -63,6 +65,9 @@ pub enum AgentError {
     /// Coordination state is unreadable.
     #[error(transparent)]
     Coord(#[from] CoordError),
+    /// The etcd version the cluster runs is not installed here.
+    #[error(transparent)]
+    MissingEtcd(#[from] MissingEtcd),
 }
 
 /// How one run of etcd ended.
@@ -330,7 +335,8 @@ async fn run_etcd<C: Coordination>(
         source,
     })?;
     state.update(|s| s.hibernation_request = cluster.hibernation_request.clone());
-    let mut process = EtcdProcess::spawn(&opts.etcd_binary, &args, &opts.etcd_log)?;
+    let binary = opts.etcd_binaries.etcd(cluster.etcd_version)?;
+    let mut process = EtcdProcess::spawn(&binary, &args, &opts.etcd_log)?;
     tracing::info!(member = %me, pid = ?process.pid(), ?mode, "etcd started");
     state.update(|s| {
         s.phase = Phase::Running;
@@ -368,17 +374,31 @@ async fn run_etcd<C: Coordination>(
             _ = config_check.tick() => {
                 let latest = coord.cluster_config().await;
                 if let Ok(latest) = &latest {
-                    state.update(|s| s.hibernation_request = latest.hibernation_request.clone());
+                    let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
+                    state.update(|s| {
+                        s.hibernation_request = latest.hibernation_request.clone();
+                        s.upgrade_snapshot_request = upgrade;
+                    });
                 }
                 if let Ok(latest) = latest
                     && restart_needed(&config, &latest, me, &data_dir)
                     && let Some(client) = &member_client
                 {
-                    match restart_turn(coord, &latest, me, client).await {
-                        Ok(()) => {
+                    match restart_turn(coord, cluster, &latest, opts, client).await {
+                        Ok(None) => {
                             tracing::info!(member = %me, "configuration changed; restarting etcd");
                             process.stop(Duration::from_secs(10)).await;
                             return Ok(RunEnd::ConfigChanged);
+                        }
+                        Ok(Some((to, id))) => {
+                            let step = Step::MoveLeader {
+                                from: MemberRef { id: state.get().member_id.unwrap_or(0), name: me.clone() },
+                                to: MemberRef { id, name: to.clone() },
+                            };
+                            match Executor::new(&latest, me).apply(&step).await {
+                                Ok(_) => tracing::info!(member = %me, to = %to, "moved leadership to an updated member before restarting"),
+                                Err(w) => state.update(|s| s.message = format!("moving leadership to {to} before restarting: {}", String::from(w))),
+                            }
                         }
                         Err(reason) => state.update(|s| s.message = reason.into()),
                     }
@@ -439,6 +459,7 @@ async fn run_etcd<C: Coordination>(
                             s.cluster_id = Some(st.cluster_id);
                             s.is_learner = st.is_learner;
                             s.is_leader = st.leader_id == st.member_id;
+                            s.etcd_version = Some(st.version.clone());
                             s.healthy = st.leader_id != 0;
                             if s.healthy && s.message_is_quorum_wait {
                                 s.message.clear();
@@ -534,13 +555,21 @@ async fn promote_if_my_turn(cluster: &ClusterConfig, me: &str, client: &MemberCl
     }
 }
 
-/// Whether member `me` may restart now for a new configuration, from etcd's view of every member.
+/// Whether this member may restart now for a new configuration, from etcd's view of every
+/// member: `Ok(None)` restart now; `Ok(Some(follower))` this member leads, so leadership moves
+/// to that updated follower first; `Err` what it waits for.
 async fn restart_turn<C: Coordination>(
     coord: &C,
+    running: &ClusterConfig,
     latest: &ClusterConfig,
-    me: &str,
+    opts: &AgentOptions,
     client: &MemberClient,
-) -> Result<(), Wait> {
+) -> Result<Option<(String, u64)>, Wait> {
+    let me = opts.member.as_str();
+    // A restart onto a version this machine lacks would only stop the member.
+    opts.etcd_binaries
+        .etcd(latest.etcd_version)
+        .map_err(|missing| Wait::new(missing.to_string()))?;
     let list = client
         .member_list_of_cluster()
         .await
@@ -556,8 +585,27 @@ async fn restart_turn<C: Coordination>(
         .into_iter()
         .map(|(m, a)| (m.name, a))
         .collect();
+    snapshot_gate(running.etcd_version, latest, &leases).map_err(Wait::new)?;
     let peers = RolloutPeer::from_leases(latest, &leases, &answers);
-    may_restart(me, &peers, &config_hash(latest)).map_err(Wait::new)
+    let hash = config_hash(latest);
+    may_restart(me, &peers, &hash).map_err(Wait::new)?;
+    Ok(handover_target(me, &peers, &hash))
+}
+
+/// The full snapshot an etcd upgrade of `latest` waits for, while this member (running
+/// `running`) or, seen from the leader, any member's lease is not on `latest`'s version yet.
+async fn upgrade_snapshot_request<C: Coordination>(
+    coord: &C,
+    running: &ClusterConfig,
+    latest: &ClusterConfig,
+    state: &SharedState,
+) -> Option<String> {
+    latest.backup.as_ref()?;
+    let behind = running.etcd_version != latest.etcd_version
+        || (state.get().is_leader
+            && !members_behind(latest, &coord.member_leases().await.unwrap_or_default())
+                .is_empty());
+    behind.then(|| snapshot_request(latest.etcd_version))
 }
 
 /// Makes the cluster know this member by the peer URL it is configured with, as etcd keeps a

@@ -33,7 +33,11 @@ pub async fn data_facts(cluster: &ClusterConfig, opts: &AgentOptions) -> Result<
     let private = format!("{scheme}://127.0.0.1:{port}");
     config.runtime.listen_client_urls = private.clone();
     config.runtime.advertise_client_urls = private.clone();
-    let mut process = EtcdProcess::spawn(&opts.etcd_binary, &config.to_args(), &opts.etcd_log)
+    let binary = opts
+        .etcd_binaries
+        .etcd(cluster.etcd_version)
+        .map_err(|missing| Wait::new(missing.to_string()))?;
+    let mut process = EtcdProcess::spawn(&binary, &config.to_args(), &opts.etcd_log)
         .map_err(|e| Wait::new(e.to_string()))?;
     // The server certificate names the member's real address, not the private one.
     let tls = quorate_etcd::client_tls(cluster).map(|tls| EtcdTls {

@@ -12,6 +12,7 @@ use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, WAITING_ANNOTA
 use quorate_core::membership::published::MEMBERSHIP_ANNOTATION;
 use quorate_core::membership::recovery::RECOVERY_ANNOTATION;
 use quorate_core::membership::rollout::{CONFIG_HASH_ANNOTATION, config_hash};
+use quorate_core::upgrade::RUNNING_VERSION_ANNOTATION;
 
 /// Writes member `me`'s lease from `state`. With `renew`, the lease is renewed (etcd serves
 /// with a leader); without, holder and renew time stay as they are and only the evidence is
@@ -44,6 +45,11 @@ pub async fn publish<C: Coordination>(
             lease
                 .annotations
                 .insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash(cluster));
+            if let Some(version) = &s.etcd_version {
+                lease
+                    .annotations
+                    .insert(RUNNING_VERSION_ANNOTATION.to_string(), version.clone());
+            }
             lease
         }
         _ => match coord.member_lease(&lease_name).await {

@@ -160,6 +160,9 @@ pub enum RestoreMemberError {
     /// etcdctl is missing.
     #[error("etcdctl is needed to restore a snapshot; install etcd-client")]
     NoEtcdctl,
+    /// The cluster's etcd version is not installed here.
+    #[error(transparent)]
+    MissingEtcd(quorate_etcd::binaries::MissingEtcd),
     /// Reading the bucket's markers failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -196,10 +199,18 @@ pub async fn restore_member(
         initial_cluster: format!("{}={}", me.name, me.peer_url),
         cluster_token: cluster.cluster_token.clone(),
     };
-    let etcdctl = quorate_etcd::binaries::find_on_path("etcdctl")
-        .or_else(|| opts.etcd_binary.parent().map(|d| d.join("etcdctl")))
+    // The cluster's own version replays the snapshot, with the tools installed beside it.
+    let etcd = opts
+        .etcd_binaries
+        .etcd(cluster.etcd_version)
+        .map_err(RestoreMemberError::MissingEtcd)?;
+    let etcdctl = etcd
+        .parent()
+        .map(|d| d.join("etcdctl"))
+        .filter(|p| p.is_file())
+        .or_else(|| quorate_etcd::binaries::find_on_path("etcdctl"))
         .ok_or(RestoreMemberError::NoEtcdctl)?;
-    let tools = EtcdTools::new(&opts.etcd_binary, etcdctl);
+    let tools = EtcdTools::new(&etcd, etcdctl);
     tracing::warn!(member = %me.name, store = %store.describe(), "no member has data: restoring from the bucket");
     let chain = chain_record(&store).await?;
     let report =

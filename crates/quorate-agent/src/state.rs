@@ -62,6 +62,12 @@ pub struct MemberState {
     /// The hibernation the cluster configuration asks for (`hibernationRequest`), if any.
     #[serde(skip)]
     pub hibernation_request: Option<String>,
+    /// The full snapshot an etcd version upgrade waits for (core `upgrade::snapshot_request`),
+    /// while some member does not run the configured version yet.
+    #[serde(skip)]
+    pub upgrade_snapshot_request: Option<String>,
+    /// The etcd server version the member runs (etcd's status answer), e.g. `3.5.30`.
+    pub etcd_version: Option<String>,
     /// What this member, as backup leader, achieved for the final snapshot of a hibernation.
     pub final_snapshot: Option<FinalSnapshotReport>,
     /// `message` says why a scale-in this leader carries out waits; cleared once it moves on.
@@ -83,9 +89,13 @@ impl MemberState {
 }
 
 impl MemberState {
-    /// The hibernation request whose final snapshot is still to be taken, if any.
+    /// The request (a hibernation's, else an upgrade's) whose full snapshot is still to be
+    /// taken, if any.
     pub fn final_snapshot_due(&self) -> Option<String> {
-        let request = self.hibernation_request.clone()?;
+        let request = self
+            .hibernation_request
+            .clone()
+            .or_else(|| self.upgrade_snapshot_request.clone())?;
         let taken = self
             .final_snapshot
             .as_ref()

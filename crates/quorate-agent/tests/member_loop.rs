@@ -38,6 +38,7 @@ fn config(n: usize) -> ClusterConfig {
         bootstrap_members: members.iter().map(|m| m.name.clone()).collect(),
         members,
         listen_host: "127.0.0.1".into(),
+        etcd_version: quorate_api::EtcdVersion::V3_4,
         etcd: EtcdSettings {
             quota_backend_bytes: 1 << 30,
             snapshot_count: 10_000,
@@ -72,7 +73,7 @@ impl Agent {
             member: member.into(),
             data_dir: dir.join(member).join("data"),
             etcd_log: dir.join(format!("{member}.etcd.log")),
-            etcd_binary: etcd_binary(),
+            etcd_binaries: quorate_etcd::binaries::EtcdBinaries::with_pinned(Some(etcd_binary())),
             poll_interval: Duration::from_millis(500),
             retry_interval: Duration::from_millis(200),
         };

@@ -135,7 +135,11 @@ mod tests {
         assert_eq!(EtcdVersion::parse("3.5").unwrap(), EtcdVersion::V3_5);
         assert_eq!(EtcdVersion::parse("v3.4").unwrap(), EtcdVersion::V3_4);
         assert_eq!(EtcdVersion::parse("3.5.30").unwrap(), EtcdVersion::V3_5);
-        assert!(EtcdVersion::parse("three").unwrap_err().contains("MAJOR.MINOR"));
+        assert!(
+            EtcdVersion::parse("three")
+                .unwrap_err()
+                .contains("MAJOR.MINOR")
+        );
         assert!(EtcdVersion::parse("3").is_err());
     }
 
@@ -145,9 +149,15 @@ mod tests {
         assert!(v("3.4").check_change(v("3.4")).is_ok());
         assert!(v("3.4").check_change(v("3.5")).is_ok());
         let down = v("3.5").check_change(v("3.4")).unwrap_err();
-        assert!(down.contains("downgrading etcd from 3.5 to 3.4 is refused"), "{down}");
+        assert!(
+            down.contains("downgrading etcd from 3.5 to 3.4 is refused"),
+            "{down}"
+        );
         let skip = v("3.4").check_change(v("3.6")).unwrap_err();
-        assert!(skip.contains("skips a version") && skip.contains("to 3.5 first"), "{skip}");
+        assert!(
+            skip.contains("skips a version") && skip.contains("to 3.5 first"),
+            "{skip}"
+        );
         assert!(v("3.5").check_change(v("4.0")).is_err());
     }
 

@@ -175,6 +175,10 @@ pub struct EtcdMemberStatus {
     pub reason: String,
     /// When `status` last changed.
     pub last_transition_time: Time,
+    /// The etcd server version the member runs, as its agent last published it (quorate's
+    /// addition, e.g. `3.5.30`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
 }
 
 /// Raft role of a member as recorded in its lease.

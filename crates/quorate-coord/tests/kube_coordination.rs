@@ -233,7 +233,8 @@ async fn cluster_config_comes_from_the_config_map_and_follows_changes() {
     let Some(s) = setup("cluster_config_comes_from_the_config_map", 3, true).await else {
         return;
     };
-    let expected = render_for_kubernetes(&etcd(&s.namespace, 3), None, None).unwrap();
+    let ctx = quorate_core::components::ComponentContext::new("quorate:test", "alpine:test");
+    let expected = render_for_kubernetes(&etcd(&s.namespace, 3), &ctx).unwrap();
     assert_eq!(s.coord.cluster_config().await.expect("config"), expected);
 
     let mut changed = expected.clone();

@@ -39,6 +39,9 @@ mod tests {
         assert_eq!(decide(None, Some(V34)), Ok(V34));
         assert_eq!(decide(Some(V35), Some(V34)), Ok(V35));
         let refused = decide(Some(V34), Some(V35)).unwrap_err();
-        assert!(refused.starts_with("the cluster runs etcd 3.5: downgrading"), "{refused}");
+        assert!(
+            refused.starts_with("the cluster runs etcd 3.5: downgrading"),
+            "{refused}"
+        );
     }
 }

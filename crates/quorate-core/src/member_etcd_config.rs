@@ -253,7 +253,10 @@ fn version_flags(version: EtcdVersion) -> Vec<String> {
         ]
     } else {
         // 3.4 logs with the deprecated capnslog unless told otherwise; 3.5 uses zap already.
-        vec!["--logger=zap".to_string(), "--log-outputs=stderr".to_string()]
+        vec![
+            "--logger=zap".to_string(),
+            "--log-outputs=stderr".to_string(),
+        ]
     }
 }
 
@@ -386,7 +389,10 @@ pub(crate) mod tests {
         let v34 = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart).unwrap();
         let args = v34.to_args();
         assert!(args.contains(&"--logger=zap".to_string()), "{args:?}");
-        assert!(!args.iter().any(|a| a.contains("compact-hash-check")), "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.contains("compact-hash-check")),
+            "{args:?}"
+        );
         c.etcd_version = EtcdVersion::V3_5;
         let v35 = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart).unwrap();
         let args = v35.to_args();
@@ -395,7 +401,10 @@ pub(crate) mod tests {
             "{args:?}"
         );
         assert!(!args.iter().any(|a| a.starts_with("--logger")), "{args:?}");
-        assert_ne!(v34.runtime, v35.runtime, "a version change must restart etcd");
+        assert_ne!(
+            v34.runtime, v35.runtime,
+            "a version change must restart etcd"
+        );
     }
 
     #[test]

@@ -72,6 +72,10 @@ pub fn member_statuses(
                 status,
                 reason: reason.to_string(),
                 last_transition_time,
+                etcd_version: lease
+                    .annotations
+                    .get(crate::upgrade::RUNNING_VERSION_ANNOTATION)
+                    .cloned(),
             })
         })
         .collect()
@@ -280,6 +284,7 @@ mod tests {
                 status: Ready,
                 reason: "LeaseSucceeded".into(),
                 last_transition_time: Time(earlier),
+                etcd_version: None,
             },
             EtcdMemberStatus {
                 name: "etcd-1".into(),
@@ -288,6 +293,7 @@ mod tests {
                 status: Ready,
                 reason: "LeaseSucceeded".into(),
                 last_transition_time: Time(earlier),
+                etcd_version: None,
             },
         ];
         let leases = [

@@ -28,15 +28,16 @@ struct Running {
 pub struct Agents {
     dir: ClusterDir,
     quorate_bin: PathBuf,
-    etcd_bin: PathBuf,
+    etcd_bin: Option<PathBuf>,
     running: BTreeMap<String, Running>,
     /// Consecutive quick crashes per member, for backoff.
     crashes: BTreeMap<String, (u32, Instant)>,
 }
 
 impl Agents {
-    /// Agents of the cluster in `dir`, started from `quorate_bin` running `etcd_bin`.
-    pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: PathBuf) -> Self {
+    /// Agents of the cluster in `dir`, started from `quorate_bin`, with `etcd_bin` pinned for its
+    /// version when the user chose one.
+    pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: Option<PathBuf>) -> Self {
         Self {
             dir,
             quorate_bin,
@@ -80,12 +81,13 @@ impl Agents {
             .arg(self.dir.root())
             .arg("--member")
             .arg(member)
-            .arg("--etcd-binary")
-            .arg(&self.etcd_bin)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true);
+        if let Some(pinned) = &self.etcd_bin {
+            command.arg("--etcd-binary").arg(pinned);
+        }
         let cgroup_procs = member_cgroup_procs(self.dir.root(), member)?;
         // SAFETY: prctl, open and write are async-signal-safe; the path was prepared before the
         // fork, so nothing here allocates or touches memory shared with the parent.

@@ -5,7 +5,9 @@ use crate::ports;
 use crate::state_dir::{ClusterDir, list_clusters};
 use crate::supervisor::Supervisor;
 use crate::{LocalError, lock};
-use quorate_api::Etcd;
+use quorate_api::annotations::ETCD_VERSION;
+use quorate_api::{Etcd, EtcdVersion};
+use quorate_etcd::binaries::EtcdBinaries;
 use quorate_api::status::{ConditionStatus, EtcdStatus};
 use quorate_coord::json_file;
 use std::path::{Path, PathBuf};
@@ -19,11 +21,17 @@ pub struct LocalContext {
     pub state_dir: PathBuf,
     /// The `quorate` binary agents are started from.
     pub quorate_bin: PathBuf,
-    /// The `etcd` binary.
-    pub etcd_bin: PathBuf,
+    /// An etcd binary the user chose (`--etcd-binary`), used for its own version; other
+    /// versions come from the standard places (`quorate_etcd::binaries`).
+    pub etcd_bin: Option<PathBuf>,
 }
 
 impl LocalContext {
+    /// Where each etcd version's binary is found.
+    pub fn etcd_binaries(&self) -> EtcdBinaries {
+        EtcdBinaries::with_pinned(self.etcd_bin.clone())
+    }
+
     /// The directory of cluster `name`.
     pub fn cluster(&self, name: &str) -> ClusterDir {
         ClusterDir::new(&self.state_dir, name)
@@ -54,22 +62,58 @@ pub fn read_manifest(file: &Path) -> Result<Etcd, LocalError> {
     Ok(etcd)
 }
 
-fn check_etcd_binary(ctx: &LocalContext) -> Result<(), LocalError> {
-    if ctx.etcd_bin.is_file() {
-        Ok(())
-    } else {
-        Err(LocalError::EtcdMissing {
-            path: ctx.etcd_bin.display().to_string(),
-        })
+/// Decides the etcd version `etcd` runs (core `etcd_version::decide`, against the version the
+/// stored object records for an existing cluster), records it in `etcd`'s annotation, and
+/// checks that its binary is here: a refused version change or a missing or mismatched binary
+/// fails before anything is stored or started.
+fn settle_etcd_version(
+    ctx: &LocalContext,
+    dir: &ClusterDir,
+    etcd: &mut Etcd,
+) -> Result<EtcdVersion, LocalError> {
+    let name = etcd.metadata.name.clone().unwrap_or_default();
+    let running = dir.manifest().exists().then(|| {
+        load_object(dir)
+            .ok()
+            .and_then(|stored| quorate_api::etcd_version::requested(&stored).ok().flatten())
+            .unwrap_or(EtcdVersion::UNRECORDED)
+    });
+    let requested = quorate_api::etcd_version::requested(etcd).map_err(|reason| {
+        LocalError::EtcdVersion {
+            name: name.clone(),
+            reason,
+        }
+    })?;
+    let version = quorate_core::etcd_version::decide(requested, running)
+        .map_err(|reason| LocalError::EtcdVersion { name, reason })?;
+    if let Some(pinned) = &ctx.etcd_bin {
+        let found = quorate_etcd::binaries::binary_version(pinned);
+        if found != Some(version) {
+            return Err(LocalError::EtcdBinaryVersion {
+                path: pinned.display().to_string(),
+                found: found.map_or_else(|| "not a runnable etcd".to_string(), |v| format!("etcd {v}")),
+                version,
+            });
+        }
     }
+    ctx.etcd_binaries()
+        .etcd(version)
+        .map_err(|missing| LocalError::EtcdMissing {
+            path: missing.to_string(),
+        })?;
+    etcd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ETCD_VERSION.to_string(), version.to_string());
+    Ok(version)
 }
 
 /// Applies `etcd` to the state directory (creating the cluster if new) and checks that the ports
 /// of members that are not running yet are free. Nothing runs yet.
-pub fn prepare(ctx: &LocalContext, etcd: Etcd) -> Result<(ClusterDir, Applied), LocalError> {
-    check_etcd_binary(ctx)?;
+pub fn prepare(ctx: &LocalContext, mut etcd: Etcd) -> Result<(ClusterDir, Applied), LocalError> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
     let dir = ctx.cluster(&name);
+    settle_etcd_version(ctx, &dir, &mut etcd)?;
     let running = lock::running_supervisor(&dir).is_some();
     let applied = object::apply(&dir, etcd, jiff::Timestamp::now(), rand::random())?;
     if !running {
@@ -124,11 +168,12 @@ pub fn spawn_supervisor(ctx: &LocalContext, name: &str) -> Result<u32, LocalErro
         .arg(&ctx.state_dir)
         .arg("supervise")
         .arg(name)
-        .arg("--etcd-binary")
-        .arg(&ctx.etcd_bin)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(io)?)
         .stderr(log);
+    if let Some(pinned) = &ctx.etcd_bin {
+        command.arg("--etcd-binary").arg(pinned);
+    }
     use std::os::unix::process::CommandExt;
     // SAFETY: setsid is async-signal-safe; it detaches the supervisor from our terminal.
     unsafe {

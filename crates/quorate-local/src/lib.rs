@@ -81,13 +81,32 @@ pub enum LocalError {
         name: String,
     },
     /// The etcd binary is missing.
-    #[error(
-        "no etcd binary at {path}; install it with `apt-get install etcd-server etcd-client` \
-         (or scripts/install-deps.sh), or set QUORATE_ETCD_BIN / --etcd-binary"
-    )]
+    #[error("{path}")]
     EtcdMissing {
-        /// Where it was looked for.
+        /// What was looked for where, and what to do.
         path: String,
+    },
+    /// `--etcd-binary` is not the version the cluster runs.
+    #[error(
+        "--etcd-binary {path} is {found}, but the cluster runs etcd {version}; nothing was \
+         started. Give an etcd {version} binary, or leave --etcd-binary out (quorate finds each \
+         version's binary itself); change the version with the quorate.io/etcd-version annotation"
+    )]
+    EtcdBinaryVersion {
+        /// The binary given.
+        path: String,
+        /// What it is.
+        found: String,
+        /// The version the cluster runs.
+        version: quorate_api::EtcdVersion,
+    },
+    /// The requested etcd version change is refused.
+    #[error("cluster {name:?}: {reason}; nothing was changed")]
+    EtcdVersion {
+        /// The cluster.
+        name: String,
+        /// Why.
+        reason: String,
     },
     /// Something did not happen in time.
     #[error("{what} did not happen within {seconds}s; {hint}")]

@@ -68,6 +68,11 @@ pub fn render_cluster_config(
         secret_dir: store_secret_dir(etcd, dir),
         cluster_uid: record.uid.clone(),
         leaving,
+        // `quorate up`/`apply` record the decided version in the stored object.
+        etcd_version: quorate_api::etcd_version::requested(etcd)
+            .ok()
+            .flatten()
+            .unwrap_or(quorate_api::EtcdVersion::UNRECORDED),
     };
     Ok(assemble(etcd, placement, members))
 }

@@ -46,7 +46,7 @@ pub struct Supervisor {
 impl Supervisor {
     /// A supervisor for the cluster in `dir`, starting agents from `quorate_bin`. Must be
     /// called inside a Tokio runtime (etcd is polled in the background).
-    pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: PathBuf) -> Self {
+    pub fn new(dir: ClusterDir, quorate_bin: PathBuf, etcd_bin: Option<PathBuf>) -> Self {
         let coord = FileCoordination::new(dir.root());
         let status = json_file::read(&dir.status(), "cluster status")
             .ok()

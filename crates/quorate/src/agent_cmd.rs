@@ -25,10 +25,7 @@ const RESOLVE_INTERVAL: Duration = Duration::from_secs(2);
 /// Runs the agent in the mode its arguments select.
 pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
     let shutdown = shutdown_on_signals();
-    let etcd_binary = args
-        .etcd_binary
-        .clone()
-        .unwrap_or_else(quorate_etcd::binaries::etcd_binary);
+    let etcd_binaries = quorate_etcd::binaries::EtcdBinaries::with_pinned(args.etcd_binary.clone());
     match (
         args.kubernetes,
         args.cluster_dir,
@@ -42,7 +39,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
             let files = Files {
                 data_dir: args.data_dir.unwrap_or_else(|| member_dir.join("data")),
                 etcd_log: args.etcd_log.unwrap_or_else(|| member_dir.join("etcd.log")),
-                etcd_binary,
+                etcd_binaries: etcd_binaries.clone(),
             };
             run_local(cluster_dir, member, files, shutdown).await
         }
@@ -50,7 +47,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
             let files = Files {
                 data_dir: args.data_dir.ok_or("--kubernetes needs --data-dir")?,
                 etcd_log: args.etcd_log.unwrap_or_else(|| PathBuf::from(POD_ETCD_LOG)),
-                etcd_binary,
+                etcd_binaries: etcd_binaries.clone(),
             };
             let pod = Pod {
                 namespace,
@@ -72,7 +69,7 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
 struct Files {
     data_dir: PathBuf,
     etcd_log: PathBuf,
-    etcd_binary: PathBuf,
+    etcd_binaries: quorate_etcd::binaries::EtcdBinaries,
 }
 
 impl Files {
@@ -81,7 +78,7 @@ impl Files {
             member,
             data_dir: self.data_dir,
             etcd_log: self.etcd_log,
-            etcd_binary: self.etcd_binary,
+            etcd_binaries: self.etcd_binaries,
             poll_interval: Duration::from_secs(1),
             retry_interval: Duration::from_millis(200),
         }
@@ -286,9 +283,9 @@ mod tests {
             "spec": {"replicas": 2, "labels": {}, "etcd": {}, "backup": {}},
         }))
         .unwrap();
+        let ctx = quorate_core::components::ComponentContext::new("quorate:test", "alpine:test");
         let mut config =
-            quorate_core::components::cluster_config::render_for_kubernetes(&etcd, None, None)
-                .unwrap();
+            quorate_core::components::cluster_config::render_for_kubernetes(&etcd, &ctx).unwrap();
         if !peer_host.is_empty() {
             for m in &mut config.members {
                 m.peer_url = format!("http://{peer_host}:{}", m.peer_port);

@@ -139,9 +139,17 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
     let name = etcd.metadata.name.clone().unwrap_or_default();
     let store = open_cluster_store(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
     let member = quorate_api::names::member_name(&etcd, 0);
-    let etcdctl = quorate_etcd::binaries::find_on_path("etcdctl")
+    // The restored data is for the version the manifest's cluster will run.
+    let version =
+        quorate_core::etcd_version::decide(quorate_api::etcd_version::requested(&etcd)?, None)?;
+    let etcd_bin = ctx.etcd_binaries().etcd(version)?;
+    let etcdctl = etcd_bin
+        .parent()
+        .map(|d| d.join("etcdctl"))
+        .filter(|p| p.is_file())
+        .or_else(|| quorate_etcd::binaries::find_on_path("etcdctl"))
         .ok_or("etcdctl is needed to restore a snapshot: apt-get install etcd-client")?;
-    let tools = EtcdTools::new(&ctx.etcd_bin, etcdctl);
+    let tools = EtcdTools::new(&etcd_bin, etcdctl);
     let (data_dir, identity) = match (&args.data_dir, args.up) {
         (Some(dir), false) => {
             make_room(dir, args.force)?;

@@ -49,7 +49,8 @@ pub enum Command {
         /// How long --detach waits for the cluster.
         #[arg(long, default_value = "120s", value_parser = parse_duration)]
         timeout: std::time::Duration,
-        /// The etcd binary [default: $QUORATE_ETCD_BIN or etcd on the PATH].
+        /// An etcd binary for the version the cluster runs; it must be that version (default:
+        /// found per version, see the README's "etcd versions").
         #[arg(long)]
         etcd_binary: Option<PathBuf>,
     },
@@ -190,7 +191,7 @@ pub enum Command {
     Supervise {
         /// Cluster name.
         name: String,
-        /// The etcd binary.
+        /// An etcd binary pinned for its version.
         #[arg(long)]
         etcd_binary: Option<PathBuf>,
     },
@@ -242,7 +243,8 @@ pub struct AgentArgs {
     /// Kubernetes default: /dev/stderr, the container's log].
     #[arg(long)]
     pub etcd_log: Option<PathBuf>,
-    /// The etcd binary [default: $QUORATE_ETCD_BIN or etcd on the PATH].
+    /// An etcd binary to run for its own version (read from `etcd --version`); other versions
+    /// are looked up in the standard places (README, "etcd versions").
     #[arg(long)]
     pub etcd_binary: Option<PathBuf>,
 }

@@ -18,7 +18,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let context = |etcd_binary: Option<PathBuf>| LocalContext {
         state_dir: state_dir.clone(),
         quorate_bin: std::env::current_exe().expect("path of the running quorate binary"),
-        etcd_bin: etcd_binary.unwrap_or_else(quorate_etcd::binaries::etcd_binary),
+        etcd_bin: etcd_binary,
     };
     match cli.command {
         Command::Up {

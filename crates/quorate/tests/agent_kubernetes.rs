@@ -46,7 +46,8 @@ fn etcd(namespace: &str) -> Etcd {
 /// The operator's configuration for the pod, moved to loopback: free ports, 127.0.0.1
 /// instead of the pod's DNS name, the bucket in `local_root`, a 500 ms lease heartbeat.
 fn loopback_config(etcd: &Etcd, local_root: &Path) -> ClusterConfig {
-    let mut config = render_for_kubernetes(etcd, None, None).expect("cluster config");
+    let ctx = quorate_core::components::ComponentContext::new("quorate:test", "alpine:test");
+    let mut config = render_for_kubernetes(etcd, &ctx).expect("cluster config");
     config.listen_host = "127.0.0.1".into();
     config.heartbeat_millis = 500;
     for m in &mut config.members {

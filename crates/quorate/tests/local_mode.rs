@@ -400,7 +400,8 @@ fn missing_etcd_binary_is_actionable() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("/nonexistent/etcd") && stderr.contains("apt-get install etcd-server"),
+        stderr.contains("/nonexistent/etcd is not a runnable etcd")
+            && stderr.contains("nothing was started"),
         "{stderr}"
     );
 }

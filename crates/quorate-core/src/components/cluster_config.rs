@@ -296,8 +296,8 @@ mod tests {
     #[test]
     fn recorded_bootstrap_members_are_kept() {
         let recorded = vec!["etcd-main-0".to_string()];
-        let c = render_for_kubernetes(&etcd("etcd-main", 3), &recorded_ctx(recorded.clone()))
-            .unwrap();
+        let c =
+            render_for_kubernetes(&etcd("etcd-main", 3), &recorded_ctx(recorded.clone())).unwrap();
         assert_eq!(c.bootstrap_members, recorded);
         let c = render_for_kubernetes(&etcd("etcd-main", 3), &recorded_ctx(Vec::new())).unwrap();
         assert!(c.bootstrap_members.is_empty());
@@ -340,10 +340,7 @@ mod tests {
             ADOPT_BACKUPS.to_string(),
             "true".to_string(),
         )]));
-        let b = render_for_kubernetes(&e, &ctx())
-            .unwrap()
-            .backup
-            .unwrap();
+        let b = render_for_kubernetes(&e, &ctx()).unwrap().backup.unwrap();
         assert_eq!(b.local_root, "/var/etcd/backups");
         assert_eq!(b.secret_dir.as_deref(), Some("/var/etcd-backup"));
         assert_eq!(b.full_snapshot_lease, "etcd-main-full-snap");
@@ -353,10 +350,7 @@ mod tests {
         if let Some(store) = e.spec.backup.store.as_mut() {
             store.provider = Some("Local".into());
         }
-        let b = render_for_kubernetes(&e, &ctx())
-            .unwrap()
-            .backup
-            .unwrap();
+        let b = render_for_kubernetes(&e, &ctx()).unwrap().backup.unwrap();
         assert_eq!(b.secret_dir, None);
     }
 

@@ -26,8 +26,7 @@ pub const CLUSTER_CONFIG_KEY: &str = "cluster.json";
 /// The ConfigMap with both keys.
 pub fn build(etcd: &Etcd, ctx: &ComponentContext) -> Result<ConfigMap, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
-    let cluster =
-        render_for_kubernetes(etcd, ctx)?;
+    let cluster = render_for_kubernetes(etcd, ctx)?;
     let cluster_json =
         serde_json::to_string_pretty(&cluster).map_err(|e| ComponentError::Serialize {
             what: CLUSTER_CONFIG_KEY,

@@ -28,6 +28,7 @@ pub(crate) fn member(name: &str, status: EtcdMemberConditionStatus) -> EtcdMembe
         status,
         reason: String::new(),
         last_transition_time: Time(earlier()),
+        etcd_version: None,
     }
 }
 

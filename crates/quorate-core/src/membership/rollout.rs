@@ -111,6 +111,29 @@ pub fn may_restart(me: &str, members: &[RolloutPeer], desired_hash: &str) -> Res
     Ok(())
 }
 
+/// When `me` leads and its turn to restart came, the follower leadership moves to first: the
+/// first (in desired order) that answers in the same cluster and already runs `desired_hash`,
+/// so the new leader is an updated, healthy member and no election waits for a timeout.
+/// `None` when `me` does not lead or no such follower exists (a one-member cluster).
+pub fn handover_target(
+    me: &str,
+    members: &[RolloutPeer],
+    desired_hash: &str,
+) -> Option<(String, u64)> {
+    let mine = members.iter().find(|m| m.name == me)?.answer?;
+    if mine.leader_id != mine.member_id {
+        return None;
+    }
+    members
+        .iter()
+        .filter(|m| m.name != me && m.config_hash.as_deref() == Some(desired_hash))
+        .find_map(|m| {
+            let a = m.answer?;
+            (a.cluster_id == mine.cluster_id && a.leader_id == mine.member_id)
+                .then(|| (m.name.clone(), a.member_id))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +166,29 @@ mod tests {
 
         let view = [peer(0, "old"), peer(1, "new"), peer(2, "new")];
         assert_eq!(may_restart("etcd-main-0", &view, "new"), Ok(()));
+    }
+
+    #[test]
+    fn the_leader_hands_over_to_an_updated_follower_first() {
+        let view = [peer(0, "old"), peer(1, "new"), peer(2, "new")];
+        assert_eq!(
+            handover_target("etcd-main-0", &view, "new"),
+            Some(("etcd-main-1".to_string(), 2))
+        );
+        assert_eq!(
+            handover_target("etcd-main-1", &view, "new"),
+            None,
+            "not the leader"
+        );
+        let view = [peer(0, "old"), peer(1, "old"), peer(2, "new")];
+        assert_eq!(
+            handover_target("etcd-main-0", &view, "new"),
+            Some(("etcd-main-2".to_string(), 3))
+        );
+        assert_eq!(
+            handover_target("etcd-main-0", &[peer(0, "old")], "new"),
+            None
+        );
     }
 
     /// A crashed peer's lease stays fresh for a few heartbeats; its etcd does not answer. The

@@ -52,6 +52,7 @@ pub fn observed_members(o: &ObservedCluster<'_>) -> Vec<EtcdMemberStatus> {
             role: None,
             status,
             reason: REASON_MEMBER_NEVER_STARTED.to_string(),
+            etcd_version: None,
         });
     }
     members
