@@ -266,7 +266,7 @@ impl<C: Coordination> Leader<'_, C> {
                 from_revision
             }
             StartupAction::TakeFullSnapshot => {
-                let is_final = self.state.get().final_snapshot_due().is_some();
+                let is_final = self.state.get().marks_final();
                 self.take_full(&store, is_final).await?.name.last_revision + 1
             }
         };
@@ -338,8 +338,8 @@ impl<C: Coordination> Leader<'_, C> {
                             lost = true;
                             handle.stop().await;
                         } else if full_after.is_none() && self.state.get().final_snapshot_due().is_some() {
-                            // A hibernation was asked for: its final snapshot, now.
-                            full_after = Some((true, None));
+                            // A hibernation or an upgrade was asked for: its snapshot, now.
+                            full_after = Some((self.state.get().marks_final(), None));
                             handle.stop().await;
                         }
                     }
@@ -449,9 +449,8 @@ impl<C: Coordination> Leader<'_, C> {
                     reason: e.to_string(),
                 })?;
         tracing::info!(member = %self.me, snapshot = %stored.path, size = stored.size, "full snapshot stored");
-        if is_final {
-            record_final_snapshot(self.state, Ok(snapshot.revision));
-        }
+        // Any full snapshot answers a request that is due (a hibernation's, an upgrade's).
+        record_final_snapshot(self.state, Ok(snapshot.revision));
         self.record(&self.backup.full_snapshot_lease, snapshot.revision)
             .await;
         // A full snapshot also covers everything a delta would have.

@@ -97,7 +97,7 @@ pub async fn publish<C: Coordination>(
     match s
         .final_snapshot
         .as_ref()
-        .filter(|r| s.hibernation_request.as_ref() == Some(&r.request))
+        .filter(|r| s.snapshot_request().as_ref() == Some(&r.request))
     {
         Some(report) => {
             annotations.insert(FINAL_SNAPSHOT_ANNOTATION.into(), report.to_annotation());

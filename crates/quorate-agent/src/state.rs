@@ -89,13 +89,23 @@ impl MemberState {
 }
 
 impl MemberState {
+    /// The request a full snapshot is asked for: a hibernation's, else an upgrade's.
+    pub fn snapshot_request(&self) -> Option<String> {
+        self.hibernation_request
+            .clone()
+            .or_else(|| self.upgrade_snapshot_request.clone())
+    }
+
+    /// Whether the due snapshot is a hibernation's, the last of its chain (named `.final`); an
+    /// upgrade's is an ordinary full snapshot.
+    pub fn marks_final(&self) -> bool {
+        self.hibernation_request.is_some() && self.final_snapshot_due().is_some()
+    }
+
     /// The request (a hibernation's, else an upgrade's) whose full snapshot is still to be
     /// taken, if any.
     pub fn final_snapshot_due(&self) -> Option<String> {
-        let request = self
-            .hibernation_request
-            .clone()
-            .or_else(|| self.upgrade_snapshot_request.clone())?;
+        let request = self.snapshot_request()?;
         let taken = self
             .final_snapshot
             .as_ref()

@@ -6,10 +6,10 @@ use crate::state_dir::{ClusterDir, list_clusters};
 use crate::supervisor::Supervisor;
 use crate::{LocalError, lock};
 use quorate_api::annotations::ETCD_VERSION;
-use quorate_api::{Etcd, EtcdVersion};
-use quorate_etcd::binaries::EtcdBinaries;
 use quorate_api::status::{ConditionStatus, EtcdStatus};
+use quorate_api::{Etcd, EtcdVersion};
 use quorate_coord::json_file;
+use quorate_etcd::binaries::EtcdBinaries;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -78,12 +78,11 @@ fn settle_etcd_version(
             .and_then(|stored| quorate_api::etcd_version::requested(&stored).ok().flatten())
             .unwrap_or(EtcdVersion::UNRECORDED)
     });
-    let requested = quorate_api::etcd_version::requested(etcd).map_err(|reason| {
-        LocalError::EtcdVersion {
+    let requested =
+        quorate_api::etcd_version::requested(etcd).map_err(|reason| LocalError::EtcdVersion {
             name: name.clone(),
             reason,
-        }
-    })?;
+        })?;
     let version = quorate_core::etcd_version::decide(requested, running)
         .map_err(|reason| LocalError::EtcdVersion { name, reason })?;
     if let Some(pinned) = &ctx.etcd_bin {
@@ -91,7 +90,10 @@ fn settle_etcd_version(
         if found != Some(version) {
             return Err(LocalError::EtcdBinaryVersion {
                 path: pinned.display().to_string(),
-                found: found.map_or_else(|| "not a runnable etcd".to_string(), |v| format!("etcd {v}")),
+                found: found.map_or_else(
+                    || "not a runnable etcd".to_string(),
+                    |v| format!("etcd {v}"),
+                ),
                 version,
             });
         }

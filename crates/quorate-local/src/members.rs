@@ -1,5 +1,5 @@
-//! `quorate members`: etcd's own view of the membership, with each member's health and the
-//! leader, asked of the members themselves.
+//! `quorate members`: etcd's own view of the membership, with each member's health, the
+//! leader and the etcd version it runs, asked of the members themselves.
 
 use crate::LocalError;
 use crate::commands::LocalContext;
@@ -26,6 +26,7 @@ pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, Loc
             "LEADER",
             "LEARNER",
             "HEALTHY",
+            "VERSION",
         ]
         .map(String::from)
         .to_vec(),
@@ -44,9 +45,12 @@ pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, Loc
         {
             leader = Some(s.leader_id);
         }
-        health.push(status.is_some_and(|s| s.leader_id != 0));
+        health.push((
+            status.as_ref().is_some_and(|s| s.leader_id != 0),
+            status.map_or_else(|| "-".to_string(), |s| s.version),
+        ));
     }
-    for (m, healthy) in members.iter().zip(health) {
+    for (m, (healthy, version)) in members.iter().zip(health) {
         rows.push(vec![
             format!("{:x}", m.id),
             if m.name.is_empty() {
@@ -59,6 +63,7 @@ pub async fn members_table(ctx: &LocalContext, name: &str) -> Result<String, Loc
             (leader == Some(m.id)).to_string(),
             m.is_learner.to_string(),
             healthy.to_string(),
+            version,
         ]);
     }
     Ok(crate::table::format_columns(&rows))

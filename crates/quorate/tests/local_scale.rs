@@ -5,97 +5,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use quorate_testkit::ChildGuard;
+use support::canary::{
+    Canary, leadership_transfers, newest_full_snapshot, raft_term, with_backups,
+};
 use support::{Local, condition, dump, eventually, manifest, path_str, put_keys, runtime};
-
-/// `quorate canary` against `endpoints` with a 5 s write timeout; stopped by [`Canary::finish`].
-struct Canary {
-    child: ChildGuard,
-    reader: std::thread::JoinHandle<Option<serde_json::Value>>,
-}
-
-impl Canary {
-    fn start(endpoints: &[String]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
-        command
-            .args([
-                "canary",
-                "--endpoints",
-                &endpoints.join(","),
-                "--prefix",
-                "c/",
-            ])
-            .args(["--interval", "20ms", "--report-every", "500ms"])
-            .args(["--write-timeout", "5s"])
-            .env("QUORATE_LOG", "warn")
-            .stdout(Stdio::piped());
-        let mut child = ChildGuard::spawn(&mut command).expect("start quorate canary");
-        let stdout = child
-            .std_child()
-            .and_then(|c| c.stdout.take())
-            .expect("piped stdout");
-        let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| serde_json::from_str(&l).ok())
-                .last()
-        });
-        Self { child, reader }
-    }
-
-    /// Stops the canary; its last line.
-    fn finish(mut self) -> serde_json::Value {
-        self.child
-            .signal(nix::sys::signal::Signal::SIGTERM)
-            .expect("signal the canary");
-        self.child
-            .wait_timeout(Duration::from_secs(30))
-            .expect("waiting for the canary")
-            .expect("the canary stops on SIGTERM");
-        self.reader
-            .join()
-            .expect("reader thread")
-            .expect("a final line")
-    }
-}
-
-/// The raft term as the member at `url` reports it: it grows by one per election, planned
-/// (a leadership transfer) or not.
-async fn raft_term(url: &str) -> u64 {
-    let mut client = etcd_client::Client::connect([url], None)
-        .await
-        .expect("connect");
-    client.status().await.expect("status").raft_term()
-}
-
-/// How many leadership transfers etcd started, by its own logs (`starts to transfer
-/// leadership`), over every member's etcd log (removed members' logs are in the trash).
-fn leadership_transfers(cluster_dir: &Path) -> usize {
-    let mut logs = Vec::new();
-    for sub in ["members", "trash"] {
-        for entry in std::fs::read_dir(cluster_dir.join(sub))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            logs.push(entry.path().join("etcd.log"));
-        }
-    }
-    logs.iter()
-        .map(|log| {
-            std::fs::read_to_string(log)
-                .unwrap_or_default()
-                .matches("starts to transfer leadership")
-                .count()
-        })
-        .sum()
-}
 
 fn member_names(local: &Local, name: &str) -> Vec<String> {
     let mut names: Vec<String> = local
@@ -217,35 +134,6 @@ fn five_to_three_to_one_to_three_under_a_canary_loses_nothing() {
             );
         }
     });
-}
-
-/// Backups to the Local provider, a delta every second.
-fn with_backups(name: &str, replicas: u32) -> String {
-    manifest(name, replicas, "").replace(
-        "  backup: {}\n",
-        "  backup:\n    store:\n      provider: Local\n      container: bucket\n      prefix: main\n    \
-         deltaSnapshotPeriod: 1s\n",
-    )
-}
-
-/// `(lastRevision, isFinal)` of the newest full snapshot in the cluster's Local bucket, from
-/// the snapshot names (`Full-<start>-<last>-<unix>[.gz][.final]`).
-fn newest_full_snapshot(local: &Local, name: &str) -> Option<(i64, bool)> {
-    let dir = local.cluster_dir(name).join("backups/bucket/main/v2");
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let last = file
-                .strip_prefix("Full-")?
-                .split('-')
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((last, file.ends_with(".final")))
-        })
-        .max()
 }
 
 #[test]

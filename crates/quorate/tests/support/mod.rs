@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod canary;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -21,15 +23,20 @@ impl Local {
         }
     }
 
-    /// Runs `quorate --state-dir <state> ARGS`.
-    pub fn quorate(&self, args: &[&str]) -> Output {
-        Command::new(&self.bin)
+    /// The command `quorate --state-dir <state> ARGS`, for a test that adds to it.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.bin);
+        command
             .arg("--state-dir")
             .arg(self.state.path())
             .args(args)
-            .env("QUORATE_LOG", "warn")
-            .output()
-            .expect("run quorate")
+            .env("QUORATE_LOG", "warn");
+        command
+    }
+
+    /// Runs `quorate --state-dir <state> ARGS`.
+    pub fn quorate(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run quorate")
     }
 
     /// Like [`Self::quorate`], panicking with the output unless it succeeds.
