@@ -16,6 +16,7 @@ pub mod lease;
 pub mod member_etcd_config;
 pub mod member_health;
 pub mod membership;
+pub mod pod_rollout;
 pub mod reconcile_control;
 pub mod scale_plan;
 pub mod statefulset_step;

@@ -26,6 +26,9 @@ pub enum Error {
     /// The desired objects could not be built from the `Etcd`.
     #[error("rendering the components: {0}")]
     Render(#[from] ComponentError),
+    /// The `Etcd` asks for an etcd version change that is refused; nothing is changed.
+    #[error("{0}; nothing was changed")]
+    EtcdVersion(String),
     /// The `Etcd` has no name or namespace (never true for an object from the API).
     #[error("the Etcd object lacks {0}")]
     Incomplete(&'static str),

@@ -89,6 +89,8 @@ pub struct EtcdMemberConfig {
     /// Raft timing; `None` keeps etcd's own defaults.
     pub timing: Option<RaftTiming>,
     /// Further flags appended verbatim.
+    /// The etcd binary to run instead of [`etcd_binary`] (e.g. another version's).
+    pub binary: Option<PathBuf>,
     pub extra_args: Vec<String>,
 }
 
@@ -111,6 +113,7 @@ impl EtcdMemberConfig {
             peer_tls: None,
             timing: Some(RaftTiming::FAST),
             extra_args: Vec::new(),
+            binary: None,
         };
         config.initial_cluster = vec![(config.name.clone(), config.peer_url())];
         config
@@ -375,7 +378,7 @@ fn spawn_etcd(config: &EtcdMemberConfig) -> io::Result<ChildGuard> {
         .create(true)
         .append(true)
         .open(&config.log_file)?;
-    let mut cmd = Command::new(etcd_binary());
+    let mut cmd = Command::new(config.binary.clone().unwrap_or_else(etcd_binary));
     cmd.args(config.args())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -80,8 +80,10 @@ pub fn build(
             },
             service_name: Some(peer_service_name(&id.name)),
             pod_management_policy: Some("Parallel".to_string()),
+            // quorate replaces the pods itself, one member at a time by etcd's health, the
+            // leader last (`crate::pod_rollout`); the StatefulSet controller only recreates.
             update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".to_string()),
+                type_: Some("OnDelete".to_string()),
                 ..StatefulSetUpdateStrategy::default()
             }),
             template: PodTemplateSpec {

@@ -45,7 +45,9 @@ async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepE
     let references = References::look_up(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::SyncConfigMap))?;
-    let mut component_ctx = references.component_context(&ctx.settings);
+    let mut component_ctx = references
+        .component_context(etcd.etcd(), &ctx.settings)
+        .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
     let plan = scale::scale_plan(etcd.etcd(), ctx);
     component_ctx.running = Some(plan.running.clone());
     let desired = desired_components(etcd.etcd(), &component_ctx)

@@ -5,8 +5,8 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
-use quorate_api::Etcd;
 use quorate_api::names::config_map_name;
+use quorate_api::{Etcd, EtcdVersion};
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::components::ComponentContext;
 use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
@@ -25,6 +25,8 @@ pub struct References {
     pub bootstrap_members: Option<Vec<String>>,
     /// The `hostPath` of a `Local` store's Secret.
     pub local_backup_host_path: Option<String>,
+    /// The etcd version the members were last configured with; see [`running_etcd_version`].
+    pub running_etcd_version: Option<EtcdVersion>,
 }
 
 impl References {
@@ -47,17 +49,27 @@ impl References {
         Ok(References {
             bootstrap_members: bootstrap_members(config_map.as_ref(), ran_before),
             local_backup_host_path: secret.as_ref().and_then(host_path),
+            running_etcd_version: running_etcd_version(config_map.as_ref(), ran_before),
         })
     }
 
-    /// The builders' context: the operator's images and settings, and these facts.
-    pub fn component_context(self, settings: &OperatorSettings) -> ComponentContext {
+    /// The builders' context: the operator's images and settings, these facts, and the etcd
+    /// version the members run after this pass (core `etcd_version::decide`); `Err` when the
+    /// `Etcd` asks for a version change that is refused (a downgrade, a skip).
+    pub fn component_context(
+        self,
+        etcd: &Etcd,
+        settings: &OperatorSettings,
+    ) -> Result<ComponentContext, Error> {
+        let requested = quorate_api::etcd_version::requested(etcd).map_err(Error::EtcdVersion)?;
         let mut ctx =
             ComponentContext::new(settings.images.member.clone(), settings.images.init.clone());
+        ctx.etcd_version = quorate_core::etcd_version::decide(requested, self.running_etcd_version)
+            .map_err(Error::EtcdVersion)?;
         ctx.disable_service_account_automount = settings.disable_service_account_automount;
         ctx.bootstrap_members = self.bootstrap_members;
         ctx.local_backup_host_path = self.local_backup_host_path;
-        ctx
+        Ok(ctx)
     }
 }
 
@@ -89,6 +101,18 @@ fn bootstrap_members(config_map: Option<&ConfigMap>, ran_before: bool) -> Option
         None if ran_before => Some(Vec::new()),
         None => None,
     }
+}
+
+/// The etcd version in quorate's existing ConfigMap (what the agents were told to run); etcd
+/// 3.4 for a cluster that ran before without one (druid's, or quorate's before versions);
+/// `None` for a cluster that never ran.
+fn running_etcd_version(config_map: Option<&ConfigMap>, ran_before: bool) -> Option<EtcdVersion> {
+    let recorded = config_map
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|data| data.get(CLUSTER_CONFIG_KEY))
+        .and_then(|json| serde_json::from_str::<ClusterConfig>(json).ok())
+        .map(|config| config.etcd_version);
+    recorded.or(ran_before.then_some(EtcdVersion::UNRECORDED))
 }
 
 /// The Secret of a `Local` store, the only kind whose Secret the builders need.
@@ -152,6 +176,43 @@ mod tests {
         assert_eq!(
             bootstrap_members(Some(&recorded), true),
             Some(vec!["main-0".to_string()])
+        );
+    }
+
+    #[test]
+    fn the_running_version_is_the_configmaps_or_3_4_for_a_cluster_that_ran_without_one() {
+        assert_eq!(running_etcd_version(None, false), None);
+        assert_eq!(running_etcd_version(None, true), Some(EtcdVersion::V3_4));
+        let mut etcd = Etcd::new("main", Default::default());
+        etcd.spec.replicas = 1;
+        etcd.metadata.namespace = Some("shoot".into());
+        etcd.metadata.uid = Some("uid-1".into());
+        let ctx = ComponentContext::new("q", "a");
+        let recorded = quorate_core::components::config_map::build(&etcd, &ctx).unwrap();
+        assert_eq!(
+            running_etcd_version(Some(&recorded), true),
+            Some(EtcdVersion::V3_5)
+        );
+        // A downgrade request against it is refused by the pass, naming both versions.
+        let mut old = etcd.clone();
+        old.metadata.annotations = Some(
+            [(
+                quorate_api::annotations::ETCD_VERSION.to_string(),
+                "3.4".to_string(),
+            )]
+            .into(),
+        );
+        let references = References {
+            running_etcd_version: Some(EtcdVersion::V3_5),
+            ..References::default()
+        };
+        let settings = crate::context::OperatorSettings::default();
+        let refused = references.component_context(&old, &settings).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("downgrading etcd from 3.5 to 3.4 is refused"),
+            "{refused}"
         );
     }
 
