@@ -27,7 +27,8 @@ pub struct MemberPod {
 /// What the rollout does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RolloutStep {
-    /// Every pod runs the current template.
+    /// No existing pod runs an older template (missing pods are the StatefulSet
+    /// controller's to create, from the current one).
     Complete,
     /// Delete this pod; the StatefulSet controller recreates it from the new template.
     Replace {
@@ -49,7 +50,7 @@ pub enum RolloutStep {
 
 /// The next step over `pods` (in ordinal order) of a StatefulSet of `replicas`.
 pub fn next_step(pods: &[MemberPod], replicas: usize) -> RolloutStep {
-    if pods.len() == replicas && pods.iter().all(|p| p.updated && !p.terminating) {
+    if pods.iter().all(|p| p.updated && !p.terminating) {
         return RolloutStep::Complete;
     }
     if let Some(p) = pods.iter().find(|p| p.terminating) {
@@ -144,6 +145,11 @@ mod tests {
         assert!(
             matches!(next_step(&pods[..2], 3), RolloutStep::Wait(_)),
             "a pod is missing"
+        );
+        assert_eq!(
+            next_step(&[pod(1, true)], 3),
+            RolloutStep::Complete,
+            "none outdated"
         );
         pods[1].terminating = false;
         pods[1].ready = false;

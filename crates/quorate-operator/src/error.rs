@@ -26,6 +26,14 @@ pub enum Error {
     /// The desired objects could not be built from the `Etcd`.
     #[error("rendering the components: {0}")]
     Render(#[from] ComponentError),
+    /// A member pod replaced in a rolling update did not come back; the rollout stops.
+    #[error("the rolling update stopped at {pod}: {why}")]
+    RolloutStopped {
+        /// The pod.
+        pod: String,
+        /// What its containers and its member report.
+        why: String,
+    },
     /// The `Etcd` asks for an etcd version change that is refused; nothing is changed.
     #[error("{0}; nothing was changed")]
     EtcdVersion(String),

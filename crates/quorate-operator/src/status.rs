@@ -89,15 +89,24 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
 }
 
 /// The rollout facts of a StatefulSet.
+/// With `OnDelete` the StatefulSet controller never moves `currentRevision`; every replica
+/// updated is the rollout's end.
 fn rollout_of(sts: &StatefulSet) -> StatefulSetRollout {
     let status = sts.status.as_ref();
+    let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+    let updated_replicas = status.and_then(|s| s.updated_replicas).unwrap_or(0);
+    let update_revision = status.and_then(|s| s.update_revision.clone());
     StatefulSetRollout {
         generation: sts.metadata.generation,
         observed_generation: status.and_then(|s| s.observed_generation),
-        replicas: sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
-        updated_replicas: status.and_then(|s| s.updated_replicas).unwrap_or(0),
-        current_revision: status.and_then(|s| s.current_revision.clone()),
-        update_revision: status.and_then(|s| s.update_revision.clone()),
+        replicas,
+        updated_replicas,
+        current_revision: if updated_replicas == replicas {
+            update_revision.clone()
+        } else {
+            status.and_then(|s| s.current_revision.clone())
+        },
+        update_revision,
     }
 }
 

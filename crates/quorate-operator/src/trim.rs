@@ -4,15 +4,15 @@
 //!
 //! Dropped everywhere: `metadata.managedFields` (server-side apply's field owners, often more
 //! than half of an object) and kubectl's `last-applied-configuration` annotation (a second
-//! copy of the object as last applied). Pods keep only their metadata and their containers'
-//! names and readiness, the one thing the status flow reads of them. `Etcd` objects,
+//! copy of the object as last applied). Pods keep only their metadata, their Ready condition and
+//! their containers' names, readiness, restarts and waiting reason. `Etcd` objects,
 //! StatefulSets and Leases keep everything else: the spec flow reads the `Etcd` whole, the
 //! StatefulSet's pod volumes, selector, claim templates and rollout status, and the leases'
 //! holder, renewal, annotations and creation time.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use quorate_api::Etcd;
 
@@ -42,18 +42,29 @@ pub fn lease(lease: &mut Lease) {
     metadata(&mut lease.metadata);
 }
 
-/// A Pod as the controller caches it: its metadata, and the name and readiness of each
-/// container (what `container_ready` reads); no spec, no other status.
+/// A Pod as the controller caches it: its metadata, its Ready condition, and each
+/// container's name, readiness, restart count and waiting reason (what the status flow and the
+/// rolling update read); no spec, no other status.
 pub fn pod(pod: &mut Pod) {
     metadata(&mut pod.metadata);
     pod.spec = None;
     pod.status = pod.status.take().map(|status| PodStatus {
+        // The Ready condition: a rolling update goes on only while every member pod is ready.
+        conditions: status
+            .conditions
+            .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
         container_statuses: status.container_statuses.map(|statuses| {
             statuses
                 .into_iter()
                 .map(|c| ContainerStatus {
                     name: c.name,
                     ready: c.ready,
+                    // A restart or a crash loop stops a rolling update at this member.
+                    restart_count: c.restart_count,
+                    state: c.state.map(|s| ContainerState {
+                        waiting: s.waiting,
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 })
                 .collect()

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -553,6 +553,8 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
     })
     .await;
     assert_eq!(template_checksum(&sts), checksum_with_tls);
+    // The StatefulSet controller's part: it saw the grown StatefulSet.
+    set_ready(&client, &ns, "etcd-single", 3).await;
     wait_observed(&api, "etcd-single", 2).await;
     let pdb = pdb_api(&client, &ns).get("etcd-single").await.unwrap();
     assert_eq!(pdb.data["spec"]["minAvailable"], 2);
@@ -908,4 +910,204 @@ async fn hibernation_stops_the_pods_only_once_the_final_snapshot_is_reported() {
         leases.get_opt("etcd-main-2").await.unwrap().is_some(),
         "and the leases"
     );
+}
+
+/// Plays the StatefulSet controller of an `OnDelete` StatefulSet: it saw the current template
+/// (revision `update`), and `updated` pods run it.
+async fn set_revision(client: &Client, namespace: &str, name: &str, update: &str, updated: i32) {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let sts = api.get(name).await.expect("StatefulSet");
+    let replicas = sts.spec.and_then(|s| s.replicas).unwrap_or(0);
+    let patch = serde_json::json!({"status": {
+        "observedGeneration": sts.metadata.generation,
+        "replicas": replicas,
+        "readyReplicas": replicas,
+        "updatedReplicas": updated,
+        "currentRevision": format!("{name}-1"),
+        "updateRevision": update,
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch StatefulSet status");
+}
+
+/// Plays the StatefulSet controller and the kubelet: member pod `pod` of `revision`, ready or
+/// not, its container restarted `restarts` times (crash-looping when it restarted).
+async fn member_pod(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    revision: &str,
+    ready: bool,
+    restarts: i32,
+) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    if api.get_opt(pod).await.unwrap().is_none() {
+        let new: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": pod, "labels": {
+                "app.kubernetes.io/managed-by": "etcd-druid",
+                "controller-revision-hash": revision,
+            }},
+            "spec": {
+                "serviceAccountName": "etcd-main",
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "etcd", "image": "quorate:test"}],
+            },
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &new)
+            .await
+            .expect("create the pod");
+    }
+    let waiting =
+        (restarts > 0).then(|| serde_json::json!({"waiting": {"reason": "CrashLoopBackOff"}}));
+    let patch = serde_json::json!({"status": {
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+        "containerStatuses": [{
+            "name": "etcd", "ready": ready, "restartCount": restarts,
+            "image": "quorate:test", "imageID": "", "state": waiting.unwrap_or(serde_json::json!({"running": {}})),
+        }],
+    }});
+    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("pod status");
+}
+
+/// Waits until the controller deleted `pod` (no kubelet holds it: deletion is immediate).
+async fn deleted(client: &Client, namespace: &str, pod: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    eventually(&format!("{pod} deleted by the rollout"), WAIT, || async {
+        api.get_opt(pod).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
+async fn pod_names(client: &Client, namespace: &str) -> Vec<String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_template_change_replaces_one_member_pod_at_a_time_the_leader_last() {
+    let Some((client, ns)) = setup("rolling_update").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    for (i, role) in ["Member", "Member", "Leader"].iter().enumerate() {
+        renew(&client, &ns, &format!("etcd-main-{i}"), role, false).await;
+    }
+    set_revision(&client, &ns, "etcd-main", "etcd-main-1", 3).await;
+    for i in 0..3 {
+        member_pod(
+            &client,
+            &ns,
+            &format!("etcd-main-{i}"),
+            "etcd-main-1",
+            true,
+            0,
+        )
+        .await;
+    }
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
+    let strategy = statefulsets
+        .get("etcd-main")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .update_strategy;
+    assert_eq!(strategy.and_then(|s| s.type_).as_deref(), Some("OnDelete"));
+
+    // A new pod template (more CPU for etcd).
+    let more_cpu =
+        serde_json::json!({"spec": {"etcd": {"resources": {"requests": {"cpu": "300m"}}}}});
+    api.patch(
+        "etcd-main",
+        &PatchParams::default(),
+        &Patch::Merge(&more_cpu),
+    )
+    .await
+    .unwrap();
+    eventually("the new template applied", WAIT, || async {
+        let sts = statefulsets.get("etcd-main").await.ok()?;
+        (sts.metadata.generation? > 1).then_some(())
+    })
+    .await;
+    set_revision(&client, &ns, "etcd-main", "etcd-main-2", 0).await;
+
+    // Followers first, in ordinal order (etcd-main-2 leads): etcd-main-0. Its replacement comes back not ready
+    // and crash-loops: the rollout stops there, and says so.
+    deleted(&client, &ns, "etcd-main-0").await;
+    member_pod(&client, &ns, "etcd-main-0", "etcd-main-2", false, 2).await;
+    let stopped = eventually("the rollout stops at etcd-main-0", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        let errors = etcd.status?.last_errors;
+        errors
+            .iter()
+            .find(|e| {
+                e.description
+                    .contains("rolling update stopped at etcd-main-0")
+            })
+            .map(|e| e.description.clone())
+    })
+    .await;
+    assert!(stopped.contains("CrashLoopBackOff"), "{stopped}");
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    eventually("a RolloutStopped event", WAIT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RolloutStopped"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        pod_names(&client, &ns).await,
+        ["etcd-main-0", "etcd-main-1", "etcd-main-2"],
+        "nobody else was replaced"
+    );
+
+    // Once it is ready, the next follower, then the leader last.
+    member_pod(&client, &ns, "etcd-main-0", "etcd-main-2", true, 2).await;
+    set_revision(&client, &ns, "etcd-main", "etcd-main-2", 1).await;
+    deleted(&client, &ns, "etcd-main-1").await;
+    assert!(
+        pod_names(&client, &ns)
+            .await
+            .contains(&"etcd-main-2".to_string())
+    );
+    let etcd = api.get("etcd-main").await.unwrap();
+    let updated = etcd
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "AllMembersUpdated")
+        .unwrap();
+    assert_eq!(
+        updated.message,
+        "1 of 3 members run the latest pod template"
+    );
+    member_pod(&client, &ns, "etcd-main-1", "etcd-main-2", true, 0).await;
+    set_revision(&client, &ns, "etcd-main", "etcd-main-2", 2).await;
+    deleted(&client, &ns, "etcd-main-2").await;
+    member_pod(&client, &ns, "etcd-main-2", "etcd-main-2", true, 0).await;
+    set_revision(&client, &ns, "etcd-main", "etcd-main-2", 3).await;
+    let etcd = eventually("AllMembersUpdated", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        (condition(&etcd, "AllMembersUpdated").as_deref() == Some("True")).then_some(etcd)
+    })
+    .await;
+    assert_eq!(etcd.status.unwrap().observed_generation, Some(2));
 }

@@ -9,13 +9,16 @@
 //!    then build every desired component for them, once ([`desired_components`]);
 //! 4. apply them in druid's order, each failing with its own code ([`components`]);
 //! 5. the StatefulSet, one safe step per pass ([`statefulset`]);
-//! 6. after a scale-in, delete the volumes and leases of the members that left ([`scale`]).
+//! 6. the rolling update: the StatefulSet is `OnDelete`, so quorate replaces one outdated
+//!    member pod per pass, the leader last, only while every member is ready ([`rollout`]);
+//! 7. after a scale-in, delete the volumes and leases of the members that left ([`scale`]).
 //!
 //! The `Etcd` was validated once, before the pass ([`ValidatedEtcd`]); the status flow runs
 //! after it whatever the outcome.
 
 mod components;
 mod references;
+mod rollout;
 pub mod scale;
 mod statefulset;
 
@@ -56,6 +59,13 @@ async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepE
     let outcome = statefulset::sync(etcd, ctx, &desired.statefulset, plan.running.replicas)
         .await
         .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
+    let rolled = rollout::sync(etcd, ctx)
+        .await
+        .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
+    let outcome = match outcome {
+        PassOutcome::Succeeded => rolled,
+        waiting => waiting,
+    };
     let cleanup = scale::remove_departed(etcd.etcd(), ctx, &plan)
         .await
         .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
