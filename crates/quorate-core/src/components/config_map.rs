@@ -64,17 +64,21 @@ pub fn config_map_checksum(config_map: &ConfigMap) -> String {
 /// restarted for, but not with the member list. Scaling therefore never rolls the running
 /// pods (druid's checksum covers `initial-cluster` and rolls them, the second restart of its
 /// TLS-then-scale sequence); joining members learn the list through the API. Requests the
-/// agents carry out while running (recovery, a new backup chain) do not restart pods either.
+/// agents carry out while running (recovery, a new backup chain) do not restart pods either,
+/// nor does an etcd version upgrade: the agents restart etcd in place onto the new version,
+/// one at a time (`crate::membership::rollout`), and the image carries every version.
 pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, ComponentError> {
     let mut one = etcd.clone();
     one.spec.replicas = 1;
     if let Some(annotations) = one.metadata.annotations.as_mut() {
         annotations.remove(quorate_api::annotations::RECOVER);
         annotations.remove(quorate_api::annotations::NEW_BACKUP_CHAIN);
+        annotations.remove(quorate_api::annotations::ETCD_VERSION);
     }
     let ctx = ComponentContext {
         bootstrap_members: Some(Vec::new()),
         running: None,
+        etcd_version: quorate_api::EtcdVersion::DEFAULT,
         ..ctx.clone()
     };
     Ok(config_map_checksum(&build(&one, &ctx)?))
@@ -154,5 +158,25 @@ mod tests {
         let mut quota = scaled.clone();
         quota.spec.etcd.client_port = Some(12379);
         assert_ne!(one, template_checksum(&quota, &ctx()).unwrap());
+    }
+
+    /// An upgrade is an in-place restart by the agents: no pod is replaced for it.
+    #[test]
+    fn the_template_checksum_ignores_the_etcd_version() {
+        let mut e = etcd("etcd-main", 3);
+        let mut v34 = ctx();
+        v34.etcd_version = quorate_api::EtcdVersion::V3_4;
+        let before = template_checksum(&e, &v34).unwrap();
+        e.metadata.annotations = Some(
+            [(quorate_api::annotations::ETCD_VERSION.to_string(), "3.5".to_string())].into(),
+        );
+        let mut v35 = ctx();
+        v35.etcd_version = quorate_api::EtcdVersion::V3_5;
+        assert_eq!(before, template_checksum(&e, &v35).unwrap());
+        assert_ne!(
+            build(&e, &v34).unwrap().data,
+            build(&e, &v35).unwrap().data,
+            "the agents' configuration does change"
+        );
     }
 }
