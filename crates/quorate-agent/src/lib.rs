@@ -15,6 +15,7 @@ pub mod publish;
 pub mod recovery;
 pub mod restore;
 mod scale_in;
+pub mod secret_files;
 pub mod start;
 pub mod state;
 pub mod wait;

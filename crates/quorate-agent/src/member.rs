@@ -28,6 +28,10 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::watch;
 
+/// How often a running member writes its TLS Secrets' files again, so a rotated certificate
+/// reaches etcd.
+const SECRET_REFRESH: Duration = Duration::from_secs(60);
+
 /// Settings of one agent.
 #[derive(Clone, Debug)]
 pub struct AgentOptions {
@@ -112,6 +116,10 @@ pub async fn run_agent<C: Coordination>(
             }
             Err(e) => return Err(e.into()),
         };
+        if let Err(reason) = crate::secret_files::write_secret_files(&coord, &cluster).await {
+            wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
+            continue;
+        }
         let mode = match next_mode.take() {
             Some(mode) => mode,
             None => match prepare_start(&coord, &cluster, &opts, &state).await {
@@ -359,6 +367,7 @@ async fn run_etcd<C: Coordination>(
     let mut quorum_check = tokio::time::interval(opts.poll_interval);
     let mut last_drop_check: Option<Instant> = None;
     let mut last_scale_in_check: Option<Instant> = None;
+    let mut secrets_written = Instant::now();
     loop {
         tokio::select! {
             status = process.wait() => {
@@ -373,6 +382,14 @@ async fn run_etcd<C: Coordination>(
             }
             _ = config_check.tick() => {
                 let latest = coord.cluster_config().await;
+                if let Ok(latest) = &latest
+                    && secrets_written.elapsed() >= SECRET_REFRESH
+                {
+                    secrets_written = Instant::now();
+                    if let Err(reason) = crate::secret_files::write_secret_files(coord, latest).await {
+                        tracing::warn!(member = %me, %reason, "refreshing the TLS files failed");
+                    }
+                }
                 if let Ok(latest) = &latest {
                     let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
                     state.update(|s| {
@@ -566,10 +583,12 @@ async fn restart_turn<C: Coordination>(
     client: &MemberClient,
 ) -> Result<Option<(String, u64)>, Wait> {
     let me = opts.member.as_str();
-    // A restart onto a version this machine lacks would only stop the member.
+    // A restart onto a version this machine lacks, or without the TLS files the new
+    // configuration names, would only stop the member.
     opts.etcd_binaries
         .etcd(latest.etcd_version)
         .map_err(|missing| Wait::new(missing.to_string()))?;
+    crate::secret_files::write_secret_files(coord, latest).await?;
     let list = client
         .member_list_of_cluster()
         .await

@@ -60,6 +60,14 @@ fn remove_if_exists(path: &Path) -> Result<(), CoordError> {
 }
 
 impl Coordination for FileCoordination {
+    /// Local TLS files are files already: a local configuration names no Secret.
+    async fn secret_data(
+        &self,
+        _name: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, CoordError> {
+        Ok(None)
+    }
+
     async fn cluster_config(&self) -> Result<ClusterConfig, CoordError> {
         let path = self.config_path();
         json_file::read(&path, "cluster configuration")?.ok_or(CoordError::NoConfig {

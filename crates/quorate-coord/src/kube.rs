@@ -214,6 +214,30 @@ impl Coordination for KubeCoordination {
             .await
     }
 
+    async fn secret_data(
+        &self,
+        name: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, CoordError> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let secret = retrying(|| secrets.get_opt(name)).await.map_err(|e| {
+            CoordError::from(ApiFailure::from_kube(
+                &self.target(),
+                "get",
+                "secrets",
+                name,
+                &e,
+            ))
+        })?;
+        Ok(secret.map(|s| {
+            s.data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect()
+        }))
+    }
+
     async fn snapshot_lease(&self, name: &str) -> Result<Option<SnapshotLease>, CoordError> {
         Ok(self
             .get_lease(name)

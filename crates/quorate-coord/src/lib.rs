@@ -129,4 +129,12 @@ pub trait Coordination: Send + Sync + 'static {
         &self,
         lease: &SnapshotLease,
     ) -> impl Future<Output = Result<(), CoordError>> + Send;
+    /// The keys of a Secret the configuration names in `secretFiles`, `None` when it does not
+    /// exist (the agent writes them as files; locally the files exist and nothing is named).
+    fn secret_data(
+        &self,
+        name: &str,
+    ) -> impl Future<
+        Output = Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, CoordError>,
+    > + Send;
 }

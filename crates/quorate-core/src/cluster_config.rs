@@ -39,6 +39,10 @@ pub struct ClusterConfig {
     /// Peer TLS, when `spec.etcd.peerUrlTls` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_tls: Option<TlsFiles>,
+    /// Secrets the agent writes as files before etcd uses them (Kubernetes: the TLS Secrets,
+    /// read through the API; locally the files exist already and this is empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_files: Vec<SecretFiles>,
     /// How often an agent renews its member lease, in milliseconds.
     pub heartbeat_millis: u64,
     /// Backups, when `spec.backup.store` is set.
@@ -198,4 +202,14 @@ impl EtcdSettings {
 
 fn unrecorded_version() -> quorate_api::EtcdVersion {
     quorate_api::EtcdVersion::UNRECORDED
+}
+
+/// One Secret whose every key the agent writes as the file `<dir>/<key>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretFiles {
+    /// The Secret's name (in the cluster's namespace).
+    pub secret: String,
+    /// The directory its keys go to.
+    pub dir: String,
 }

@@ -69,6 +69,8 @@ pub fn render_cluster_config(
         cluster_uid: record.uid.clone(),
         leaving,
         // `quorate up`/`apply` record the decided version in the stored object.
+        // Local TLS files are files in the state directory already.
+        secret_files: Vec::new(),
         etcd_version: quorate_api::etcd_version::requested(etcd)
             .ok()
             .flatten()

@@ -506,7 +506,7 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
     renew(&client, &ns, "etcd-single-0", "Leader", false).await;
     set_ready(&client, &ns, "etcd-single", 1).await;
     let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
-    assert!(peer_tls_volumes(&statefulsets.get("etcd-single").await.unwrap()).is_empty());
+    let checksum_before = template_checksum(&statefulsets.get("etcd-single").await.unwrap());
 
     let grow = serde_json::json!({"spec": {"replicas": 3, "etcd": {"peerUrlTls": {
         "tlsCASecretRef": {"name": "peer-ca", "dataKey": "ca.crt"},
@@ -515,14 +515,24 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
     api.patch("etcd-single", &PatchParams::default(), &Patch::Merge(&grow))
         .await
         .unwrap();
-    // Step 1: the TLS mounts, at one replica; the pass asks to be requeued.
-    let sts = eventually("peer TLS mounts at one replica", WAIT, || async {
-        let sts = statefulsets.get("etcd-single").await.ok()?;
-        (!peer_tls_volumes(&sts).is_empty()).then_some(sts)
+    // Step 1: the agents' configuration asks for peer TLS (the agent restarts etcd in place
+    // with the Secrets' files it writes itself); the StatefulSet keeps one replica and its
+    // pod template, so no pod is replaced; the pass asks to be requeued.
+    eventually("peer TLS in the agents' configuration", WAIT, || async {
+        let config = cluster_config(&client, &ns, "etcd-single").await;
+        let secrets = config["secretFiles"].as_array()?;
+        (config["peerTls"].is_object() && secrets.iter().any(|s| s["secret"] == "peer-server"))
+            .then_some(())
     })
     .await;
+    let sts = statefulsets.get("etcd-single").await.unwrap();
     assert_eq!(sts.spec.as_ref().unwrap().replicas, Some(1));
-    let checksum_with_tls = template_checksum(&sts);
+    assert!(peer_tls_volumes(&sts).is_empty(), "no Secret is mounted");
+    assert_eq!(
+        template_checksum(&sts),
+        checksum_before,
+        "the pod is not replaced"
+    );
     let etcd = eventually("lastOperation Requeue", WAIT, || async {
         let etcd = api.get("etcd-single").await.ok()?;
         let op = etcd.status.as_ref()?.last_operation.clone()?;
@@ -552,7 +562,7 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
         (sts.spec.as_ref()?.replicas == Some(3)).then_some(sts)
     })
     .await;
-    assert_eq!(template_checksum(&sts), checksum_with_tls);
+    assert_eq!(template_checksum(&sts), checksum_before);
     // The StatefulSet controller's part: it saw the grown StatefulSet.
     set_ready(&client, &ns, "etcd-single", 3).await;
     wait_observed(&api, "etcd-single", 2).await;
@@ -666,9 +676,9 @@ async fn statefulset_replicas(client: &Client, namespace: &str) -> Option<i32> {
 }
 
 /// The agents' configuration the operator wrote into the ConfigMap.
-async fn cluster_config(client: &Client, namespace: &str) -> serde_json::Value {
+async fn cluster_config(client: &Client, namespace: &str, etcd: &str) -> serde_json::Value {
     let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get("etcd-main-config")
+        .get(&format!("{etcd}-config"))
         .await
         .expect("ConfigMap");
     serde_json::from_str(&cm.data.unwrap()["cluster.json"]).expect("cluster.json")
@@ -743,7 +753,7 @@ async fn a_scale_in_shrinks_the_statefulset_only_after_the_leader_says_the_membe
             .contains("etcd-main-3, etcd-main-4"),
         "lastErrors names the members that still have to leave"
     );
-    let config = cluster_config(&client, &ns).await;
+    let config = cluster_config(&client, &ns, "etcd-main").await;
     assert_eq!(
         config["leaving"],
         serde_json::json!(["etcd-main-3", "etcd-main-4"])
@@ -802,7 +812,7 @@ async fn a_scale_in_shrinks_the_statefulset_only_after_the_leader_says_the_membe
         pdb.data["spec"]["minAvailable"], 2,
         "the PDB follows the new size"
     );
-    let config = cluster_config(&client, &ns).await;
+    let config = cluster_config(&client, &ns, "etcd-main").await;
     assert!(config.get("leaving").is_none(), "{config}");
 }
 
@@ -824,7 +834,7 @@ async fn hibernation_stops_the_pods_only_once_the_final_snapshot_is_reported() {
         .await
         .unwrap();
     eventually("the hibernation request in the ConfigMap", WAIT, || async {
-        let config = cluster_config(&client, &ns).await;
+        let config = cluster_config(&client, &ns, "etcd-main").await;
         (config["hibernationRequest"] == "2").then_some(())
     })
     .await;

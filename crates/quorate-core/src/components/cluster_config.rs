@@ -50,6 +50,8 @@ pub struct Placement {
     pub leaving: Vec<String>,
     /// The etcd version the members run (core `etcd_version::decide`).
     pub etcd_version: quorate_api::EtcdVersion,
+    /// Secrets the agents write as files (see [`super::tls_secrets`]).
+    pub secret_files: Vec<crate::cluster_config::SecretFiles>,
 }
 
 /// Where one member runs, as its environment decides: the host it is reached at and its ports.
@@ -110,6 +112,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         etcd: EtcdSettings::from_etcd(etcd),
         client_tls: placement.client_tls,
         peer_tls: placement.peer_tls,
+        secret_files: placement.secret_files,
         heartbeat_millis: u64::try_from(etcd.spec.etcd.heartbeat_duration().as_millis())
             .unwrap_or(u64::MAX),
         backup,
@@ -207,6 +210,7 @@ pub fn render_for_kubernetes(
         cluster_uid: id.uid,
         leaving,
         etcd_version: ctx.etcd_version,
+        secret_files: super::tls_secrets::tls_secret_files(etcd),
     };
     Ok(assemble(etcd, placement, members))
 }

@@ -65,11 +65,14 @@ pub fn config_map_checksum(config_map: &ConfigMap) -> String {
 /// pods (druid's checksum covers `initial-cluster` and rolls them, the second restart of its
 /// TLS-then-scale sequence); joining members learn the list through the API. Requests the
 /// agents carry out while running (recovery, a new backup chain) do not restart pods either,
-/// nor does an etcd version upgrade: the agents restart etcd in place onto the new version,
-/// one at a time (`crate::membership::rollout`), and the image carries every version.
+/// nor does an etcd version upgrade or a TLS change: the agents restart etcd in place, one at
+/// a time (`crate::membership::rollout`); the image carries every version and the agents write
+/// the TLS files themselves (`super::tls_secrets`).
 pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, ComponentError> {
     let mut one = etcd.clone();
     one.spec.replicas = 1;
+    one.spec.etcd.client_url_tls = None;
+    one.spec.etcd.peer_url_tls = None;
     if let Some(annotations) = one.metadata.annotations.as_mut() {
         annotations.remove(quorate_api::annotations::RECOVER);
         annotations.remove(quorate_api::annotations::NEW_BACKUP_CHAIN);
@@ -160,15 +163,26 @@ mod tests {
         assert_ne!(one, template_checksum(&quota, &ctx()).unwrap());
     }
 
-    /// An upgrade is an in-place restart by the agents: no pod is replaced for it.
+    /// An upgrade and a TLS change are in-place restarts by the agents: no pod is replaced.
     #[test]
-    fn the_template_checksum_ignores_the_etcd_version() {
+    fn the_template_checksum_ignores_the_etcd_version_and_tls() {
+        let plain = etcd("etcd-main", 3);
+        let mut tls = plain.clone();
+        tls.spec.etcd.peer_url_tls = Some(quorate_api::PeerTlsConfig::default());
+        assert_eq!(
+            template_checksum(&plain, &ctx()).unwrap(),
+            template_checksum(&tls, &ctx()).unwrap()
+        );
         let mut e = etcd("etcd-main", 3);
         let mut v34 = ctx();
         v34.etcd_version = quorate_api::EtcdVersion::V3_4;
         let before = template_checksum(&e, &v34).unwrap();
         e.metadata.annotations = Some(
-            [(quorate_api::annotations::ETCD_VERSION.to_string(), "3.5".to_string())].into(),
+            [(
+                quorate_api::annotations::ETCD_VERSION.to_string(),
+                "3.5".to_string(),
+            )]
+            .into(),
         );
         let mut v35 = ctx();
         v35.etcd_version = quorate_api::EtcdVersion::V3_5;

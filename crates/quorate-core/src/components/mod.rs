@@ -27,6 +27,7 @@ pub mod role_binding;
 pub mod service_account;
 pub mod snapshot_leases;
 pub mod statefulset;
+pub mod tls_secrets;
 pub mod volumes;
 
 pub use context::ComponentContext;

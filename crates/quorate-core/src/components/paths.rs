@@ -48,6 +48,8 @@ pub mod volume {
     pub const PEER_CA: &str = "etcd-peer-ca";
     /// Peer server certificate Secret.
     pub const PEER_SERVER_TLS: &str = "etcd-peer-server-tls";
+    /// The emptyDir the agent writes the TLS Secrets' files into.
+    pub const TLS: &str = "tls";
     /// Store credentials Secret.
     pub const BACKUP_SECRET: &str = "etcd-backup-secret";
     /// `Local` bucket (a hostPath).

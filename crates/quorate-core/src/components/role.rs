@@ -34,18 +34,29 @@ pub fn build(etcd: &Etcd) -> Result<Role, ComponentError> {
             verbs: verbs.iter().map(|v| v.to_string()).collect(),
             ..PolicyRule::default()
         };
+    // The agent reads its TLS Secrets and writes their files itself (`super::tls_secrets`).
+    let tls_secrets: Vec<String> = super::tls_secrets::tls_secret_files(etcd)
+        .into_iter()
+        .map(|f| f.secret)
+        .collect();
+    let tls_secret_rule = (!tls_secrets.is_empty()).then_some(tls_secrets);
     Ok(Role {
         metadata: id.object_meta(component::ROLE, &role_name(&id.name)),
-        rules: Some(vec![
-            rule("coordination.k8s.io", "leases", None, &LEASE_VERBS),
-            rule(
-                "",
-                "configmaps",
-                Some(vec![config_map_name(&id.name)]),
-                &CONFIG_MAP_VERBS,
-            ),
-            rule("", "pods", None, &POD_VERBS),
-        ]),
+        rules: Some(
+            vec![
+                rule("coordination.k8s.io", "leases", None, &LEASE_VERBS),
+                rule(
+                    "",
+                    "configmaps",
+                    Some(vec![config_map_name(&id.name)]),
+                    &CONFIG_MAP_VERBS,
+                ),
+                rule("", "pods", None, &POD_VERBS),
+            ]
+            .into_iter()
+            .chain(tls_secret_rule.map(|names| rule("", "secrets", Some(names), &["get"])))
+            .collect(),
+        ),
     })
 }
 

@@ -192,7 +192,14 @@ mod tests {
         let pod = pod_spec(&sts);
         assert_eq!(pod.service_account_name.as_deref(), Some("etcd-main"));
         assert_eq!(pod.containers.len(), 1);
-        assert!(pod.init_containers.is_none() && pod.volumes.is_none());
+        assert!(pod.init_containers.is_none());
+        let volumes: Vec<&str> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["tls"], "only the TLS directory the agent fills");
         let security = pod.security_context.as_ref().unwrap();
         assert_eq!(security.run_as_user, Some(65532));
         assert_eq!(security.run_as_non_root, Some(true));

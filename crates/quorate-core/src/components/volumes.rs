@@ -1,10 +1,11 @@
 //! The volumes of a member pod and where the member container mounts them: the data PVC,
-//! the TLS Secrets that are configured, and the backup store (its credentials Secret, or the
+//! the directory the agent writes the TLS Secrets into, and the backup store (its credentials Secret, or the
 //! host directory of a `Local` bucket with an init container that hands it to the non-root
 //! user, as druid does).
 
 use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, HostPathVolumeSource, SecretVolumeSource, SecurityContext,
+    Volume, VolumeMount,
 };
 use quorate_api::Etcd;
 use quorate_api::defaults::NON_ROOT_USER_ID;
@@ -13,10 +14,8 @@ use quorate_api::provider::StorageProvider;
 
 use super::cluster_config::mounts_store_secret;
 use super::context::ComponentContext;
-use super::paths::{
-    BACKUP_SECRET_MOUNT, CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT, CLIENT_SERVER_TLS_MOUNT,
-    DATA_MOUNT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT, local_backup_mount, volume,
-};
+use super::paths::{BACKUP_SECRET_MOUNT, DATA_MOUNT, local_backup_mount, volume};
+use super::tls_secrets::TLS_DIR;
 
 /// File mode of mounted Secrets: owner read-write, group read (druid's `0640`); the pod's
 /// `fsGroup` makes the group the container's.
@@ -61,44 +60,25 @@ fn secret_volume(name: &str, secret: Option<&String>) -> Volume {
     }
 }
 
-/// Everything the member container mounts, in druid's order: data, client TLS, peer TLS,
+/// Everything the member container mounts: data, the TLS directory the agent fills, the
 /// backup store.
 pub fn pod_volumes(etcd: &Etcd, ctx: &ComponentContext) -> PodVolumes {
     let mut v = PodVolumes::default();
     v.mounts
         .push(mount(&volume_claim_template_name(etcd), DATA_MOUNT));
-    if let Some(tls) = &etcd.spec.etcd.client_url_tls {
-        v.add(
-            secret_volume(volume::CLIENT_CA, tls.tls_ca_secret_ref.name.as_ref()),
-            CLIENT_CA_MOUNT,
-        );
-        v.add(
-            secret_volume(
-                volume::CLIENT_SERVER_TLS,
-                tls.server_tls_secret_ref.name.as_ref(),
-            ),
-            CLIENT_SERVER_TLS_MOUNT,
-        );
-        if let Some(client) = &tls.client_tls_secret_ref {
-            v.add(
-                secret_volume(volume::CLIENT_CLIENT_TLS, client.name.as_ref()),
-                CLIENT_CLIENT_TLS_MOUNT,
-            );
-        }
-    }
-    if let Some(tls) = &etcd.spec.etcd.peer_url_tls {
-        v.add(
-            secret_volume(volume::PEER_CA, tls.tls_ca_secret_ref.name.as_ref()),
-            PEER_CA_MOUNT,
-        );
-        v.add(
-            secret_volume(
-                volume::PEER_SERVER_TLS,
-                tls.server_tls_secret_ref.name.as_ref(),
-            ),
-            PEER_SERVER_TLS_MOUNT,
-        );
-    }
+    // Always there, TLS or not, so enabling TLS does not change the pod template: the agent
+    // writes the TLS Secrets' files into it (`super::tls_secrets`).
+    v.add(
+        Volume {
+            name: volume::TLS.to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        TLS_DIR,
+    );
     if let Some(store) = &etcd.spec.backup.store {
         if mounts_store_secret(etcd) {
             let secret = store.secret_ref.as_ref().and_then(|r| r.name.as_ref());
@@ -186,17 +166,20 @@ mod tests {
     }
 
     #[test]
-    fn without_tls_or_backups_only_data_is_mounted() {
+    fn without_backups_the_data_and_the_tls_directory_are_mounted() {
         let v = pod_volumes(&etcd("etcd-main", 3), &ctx());
-        assert!(v.volumes.is_empty());
-        assert_eq!(mount_paths(&v), ["/var/etcd/data"]);
+        assert_eq!(mount_paths(&v), ["/var/etcd/data", "/var/etcd/ssl"]);
         assert_eq!(v.mounts[0].name, "etcd-main");
+        assert!(v.volumes[0].empty_dir.is_some());
         assert!(init_containers(&etcd("etcd-main", 3), &ctx()).is_empty());
     }
 
+    /// TLS Secrets are not mounted (the agent writes their files): enabling TLS leaves the
+    /// pod's volumes as they are, so no pod is replaced for it.
     #[test]
-    fn tls_mounts_appear_only_for_what_is_configured() {
+    fn tls_changes_no_volume() {
         let mut e = etcd("etcd-main", 3);
+        let before = pod_volumes(&e, &ctx());
         e.spec.etcd.peer_url_tls = Some(PeerTlsConfig {
             tls_ca_secret_ref: SecretReference {
                 name: Some("peer-ca".into()),
@@ -205,46 +188,25 @@ mod tests {
             server_tls_secret_ref: secret("peer-server"),
             ..PeerTlsConfig::default()
         });
-        let v = pod_volumes(&e, &ctx());
-        assert_eq!(
-            mount_paths(&v),
-            [
-                "/var/etcd/data",
-                "/var/etcd/ssl/peer/ca",
-                "/var/etcd/ssl/peer/server"
-            ]
-        );
-        let secret_of = |i: usize| {
-            v.volumes[i]
-                .secret
-                .as_ref()
-                .unwrap()
-                .secret_name
-                .clone()
-                .unwrap()
-        };
-        assert_eq!(secret_of(0), "peer-ca");
-        assert_eq!(secret_of(1), "peer-server");
-        assert_eq!(
-            v.volumes[0].secret.as_ref().unwrap().default_mode,
-            Some(0o640)
-        );
-
         e.spec.etcd.client_url_tls = Some(TlsConfig {
             server_tls_secret_ref: secret("server"),
             client_tls_secret_ref: Some(secret("client")),
             ..TlsConfig::default()
         });
-        let v = pod_volumes(&e, &ctx());
+        assert_eq!(pod_volumes(&e, &ctx()), before);
+        let files: Vec<(String, String)> = crate::components::tls_secrets::tls_secret_files(&e)
+            .into_iter()
+            .map(|f| (f.secret, f.dir))
+            .collect();
+        let expect = |s: &str, d: &str| (s.to_string(), d.to_string());
+        // The client CA Secret has no name here: left out.
         assert_eq!(
-            mount_paths(&v),
+            files,
             [
-                "/var/etcd/data",
-                "/var/etcd/ssl/ca",
-                "/var/etcd/ssl/server",
-                "/var/etcd/ssl/client",
-                "/var/etcd/ssl/peer/ca",
-                "/var/etcd/ssl/peer/server"
+                expect("server", "/var/etcd/ssl/server"),
+                expect("client", "/var/etcd/ssl/client"),
+                expect("peer-ca", "/var/etcd/ssl/peer/ca"),
+                expect("peer-server", "/var/etcd/ssl/peer/server"),
             ]
         );
     }
@@ -260,13 +222,19 @@ mod tests {
             ..StoreSpec::default()
         });
         let v = pod_volumes(&e, &ctx());
-        assert_eq!(mount_paths(&v), ["/var/etcd/data", "/var/etcd-backup"]);
+        assert_eq!(
+            mount_paths(&v),
+            ["/var/etcd/data", "/var/etcd/ssl", "/var/etcd-backup"]
+        );
         assert!(init_containers(&e, &ctx()).is_empty());
         // Without a secretRef the provider's default credentials are used; nothing to mount.
         if let Some(s) = e.spec.backup.store.as_mut() {
             s.secret_ref = None;
         }
-        assert_eq!(mount_paths(&pod_volumes(&e, &ctx())), ["/var/etcd/data"]);
+        assert_eq!(
+            mount_paths(&pod_volumes(&e, &ctx())),
+            ["/var/etcd/data", "/var/etcd/ssl"]
+        );
     }
 
     #[test]
@@ -283,15 +251,19 @@ mod tests {
         let v = pod_volumes(&e, &c);
         assert_eq!(
             mount_paths(&v),
-            ["/var/etcd/data", "/var/etcd/backups/bucket"]
+            [
+                "/var/etcd/data",
+                "/var/etcd/ssl",
+                "/var/etcd/backups/bucket"
+            ]
         );
-        let host = v.volumes[0].host_path.clone().unwrap();
+        let host = v.volumes[1].host_path.clone().unwrap();
         assert_eq!(host.path, "/etc/gardener/local-backupbuckets/bucket");
         assert_eq!(host.type_.as_deref(), Some("DirectoryOrCreate"));
         c.local_backup_host_path = Some("/srv/buckets".into());
         let v = pod_volumes(&e, &c);
         assert_eq!(
-            v.volumes[0].host_path.as_ref().unwrap().path,
+            v.volumes[1].host_path.as_ref().unwrap().path,
             "/srv/buckets/bucket"
         );
         let init = init_containers(&e, &c);
