@@ -18,7 +18,14 @@ pub struct EtcdShape<'a> {
     /// Ask for a reconcile (`gardener.cloud/operation: reconcile`): what applies a spec change
     /// when the operator runs without auto-reconcile, as druid's default does.
     pub reconcile: bool,
+    /// `quorate.io/etcd-version`, when the shape chooses one.
+    pub etcd_version: Option<&'a str>,
+    /// The etcd container's CPU request (a pod template change when it changes).
+    pub cpu: &'a str,
 }
+
+/// The CPU request of [`EtcdShape`]s that do not choose one.
+pub const DEFAULT_CPU: &str = "50m";
 
 /// The delta snapshot period of [`EtcdShape::local_bucket`] clusters.
 pub const DELTA_PERIOD_SECONDS: u64 = 10;
@@ -32,11 +39,17 @@ impl EtcdShape<'_> {
             replicas,
             ..
         } = self;
-        let annotations = if self.reconcile {
-            "  annotations:\n    gardener.cloud/operation: reconcile\n"
-        } else {
-            ""
-        };
+        let mut annotations = String::new();
+        if self.reconcile {
+            annotations.push_str("    gardener.cloud/operation: reconcile\n");
+        }
+        if let Some(version) = self.etcd_version {
+            annotations.push_str(&format!("    quorate.io/etcd-version: \"{version}\"\n"));
+        }
+        if !annotations.is_empty() {
+            annotations.insert_str(0, "  annotations:\n");
+        }
+        let cpu = self.cpu;
         let peer_tls = if self.peer_tls {
             format!(
                 "    peerUrlTls:\n      tlsCASecretRef:\n        name: {name}-peer-ca\n        \
@@ -84,7 +97,7 @@ metadata:
     clientPort: 2379
     serverPort: 2380
 {peer_tls}    resources:
-      requests: {{cpu: 50m, memory: 64Mi}}
+      requests: {{cpu: {cpu}, memory: 64Mi}}
 {backup}  storageCapacity: 1Gi
 "#
         )

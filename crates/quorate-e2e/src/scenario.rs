@@ -167,6 +167,8 @@ impl Scenario {
             local_bucket: backups.then_some(bucket.as_str()),
             peer_tls: false,
             reconcile: false,
+            etcd_version: None,
+            cpu: crate::manifests::DEFAULT_CPU,
         };
         println!("{}", self.cluster.apply(&shape.yaml()).await.trim_end());
         wait_fully_ready(

@@ -64,7 +64,11 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         // With `OnDelete` the StatefulSet controller counts as current only the pods of a
         // revision it never moves on from; the pods of the latest template are the current ones.
         current_replicas: sts_status
-            .map(|s| s.current_replicas.unwrap_or(0).max(s.updated_replicas.unwrap_or(0)))
+            .map(|s| {
+                s.current_replicas
+                    .unwrap_or(0)
+                    .max(s.updated_replicas.unwrap_or(0))
+            })
             .unwrap_or(0),
         ready_replicas: sts_status.and_then(|s| s.ready_replicas).unwrap_or(0),
         rollout: i.statefulset.map(rollout_of),

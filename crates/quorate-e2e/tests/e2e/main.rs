@@ -13,5 +13,6 @@ mod s5_controls;
 mod s6_delete;
 mod s7_quorum_loss;
 mod s8_scale_in_and_hibernation;
+mod s9_upgrade_and_rollout;
 
 pub use quorate_e2e::scenario::READY_TIMEOUT;

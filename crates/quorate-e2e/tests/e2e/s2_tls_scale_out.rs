@@ -60,6 +60,8 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
         local_bucket: None,
         peer_tls: tls_from_start,
         reconcile: false,
+        etcd_version: None,
+        cpu: quorate_e2e::manifests::DEFAULT_CPU,
     };
     s.cluster.apply(&peer_tls_secrets(name, &ns, 3)).await;
     let applied = Instant::now();
@@ -244,7 +246,10 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
     );
     assert_eq!(totals["failed"], 0, "writes failed: {totals}");
     let longest = totals["longest_wait_ms"].as_u64().unwrap_or(u64::MAX);
-    assert!(longest <= 2000, "a write waited {longest} ms (at most 2 s): {totals}");
+    assert!(
+        longest <= 2000,
+        "a write waited {longest} ms (at most 2 s): {totals}"
+    );
     let through = totals["acknowledged_through"].as_u64().unwrap_or(0);
     let stored = count_prefix(&s.cluster, &ns, &member_pods[2], "canary/").await;
     assert!(

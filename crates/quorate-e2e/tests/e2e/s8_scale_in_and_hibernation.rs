@@ -82,6 +82,8 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
         local_bucket: None,
         peer_tls: false,
         reconcile: true,
+        etcd_version: None,
+        cpu: quorate_e2e::manifests::DEFAULT_CPU,
     };
     s.cluster.apply(&three.yaml()).await;
     let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
@@ -238,6 +240,8 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
         local_bucket: Some(bucket.as_str()),
         peer_tls: false,
         reconcile: true,
+        etcd_version: None,
+        cpu: quorate_e2e::manifests::DEFAULT_CPU,
     };
     let t = Instant::now();
     s.cluster.apply(&shape(0).yaml()).await;
