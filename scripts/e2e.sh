@@ -34,6 +34,8 @@
 #   QUORATE_E2E_RESULTS_MD     where the timings go (default docs/e2e/results.md)
 #   QUORATE_E2E_BENCH_MD       where the benchmark goes when s1, s2 and s2b passed
 #                              (default docs/benchmarks/e2e.md)
+#   QUORATE_E2E_ROLLOUT_MD     where the rolling-update benchmark goes when s9 and s9b passed
+#                              (default docs/benchmarks/rollout.md)
 #   CARGO_TARGET_DIR           default ~/.cache/quorate/target
 # Exit status: that of the tests (or of the first step that failed).
 set -euo pipefail
@@ -51,6 +53,7 @@ PHASES=$WORK/phases.tsv        # phase <TAB> seconds
 RESULTS=$WORK/results.tsv      # written by the harness: scenario <TAB> result <TAB> seconds <TAB> details
 BENCH=$WORK/bench.tsv          # written by passed scenarios: scenario <TAB> key <TAB> value
 BENCH_MD=${QUORATE_E2E_BENCH_MD:-$ROOT/docs/benchmarks/e2e.md}
+ROLLOUT_MD=${QUORATE_E2E_ROLLOUT_MD:-$ROOT/docs/benchmarks/rollout.md}
 : > "$PHASES"; : > "$RESULTS"; : > "$BENCH"
 T_START=$(date +%s)
 phase_start() { PHASE=$1; PHASE_T0=$(date +%s%N); log "== $PHASE"; }
@@ -147,6 +150,47 @@ write_benchmark() {
   log "benchmark: $BENCH_MD"
 }
 
+# The rolling-update benchmark: the same pod template change (more CPU) on a 3-member cluster
+# under a writer, rolled by quorate (s9) and by the StatefulSet controller's RollingUpdate, as
+# etcd-druid rolls it (s9b); written only when both passed in this run.
+write_rollout_benchmark() {
+  local f=$ROLLOUT_MD.tmp s k
+  for s in s9-upgrade s9b-rollout-baseline; do
+    for k in rollout_seconds failed_writes longest_write_ms elections; do
+      awk -F'\t' -v s="$s" -v key="$k" '$1 == s && $2 == key { found = 1 } END { exit !found }' "$BENCH" || return 0
+    done
+  done
+  mkdir -p "$(dirname "$ROLLOUT_MD")"
+  {
+    echo "# Rolling update: quorate against the StatefulSet controller"
+    echo
+    echo "Written by \`scripts/e2e.sh\` ($(date -u +%Y-%m-%dT%H:%M:%SZ)) from one run of scenarios s9 and s9b on"
+    echo "$([ "$NODE_KIT" = 1 ] && echo "the node kit (Kubernetes v1.20.2, one node)" || echo "the cluster in KUBECONFIG"), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
+    echo "The same change (the etcd container's CPU request 50m → 60m) on a 3-member cluster with backups"
+    echo "on etcd 3.5, under \`quorate canary --write-timeout 5s\` (a write every 100 ms through the client"
+    echo "Service). Time runs from the change until every pod runs the new template and is ready."
+    echo "Elections are raft terms (one per leadership change, planned or not)."
+    echo
+    echo "| method | seconds | failed writes | longest write (ms) | elections |"
+    echo "|---|---:|---:|---:|---:|"
+    awk -F'\t' '
+      { v[$1 "/" $2] = $3 }
+      END {
+        split("s9-upgrade s9b-rollout-baseline", ss, " ")
+        label["s9-upgrade"] = "quorate (OnDelete: unready first, followers, the leader last, each only when all are ready)"
+        label["s9b-rollout-baseline"] = "baseline: StatefulSet RollingUpdate (highest ordinal first, as etcd-druid)"
+        for (i = 1; i <= 2; i++) {
+          s = ss[i]
+          printf "| %s | %s | %s | %s | %s |\n", label[s], v[s "/rollout_seconds"], v[s "/failed_writes"], v[s "/longest_write_ms"], v[s "/elections"]
+        }
+        q = v["s9-upgrade/rollout_seconds"]; b = v["s9b-rollout-baseline/rollout_seconds"]
+        printf "\n**quorate / StatefulSet controller: %.2fx the time** (target: at most 1.5x, with 0 failed writes).\n", q / b
+      }' "$BENCH"
+  } > "$f"
+  mv "$f" "$ROLLOUT_MD"
+  log "benchmark: $ROLLOUT_MD"
+}
+
 collect_logs() {
   [ -n "${KC:-}" ] || return 0
   rm -rf "$LOGS_OUT"; mkdir -p "$LOGS_OUT/pods"
@@ -193,6 +237,7 @@ finish() {
   if [ "${TESTS_RAN:-0}" = 1 ]; then
     if [ "$RC" = 0 ]; then write_results passed; else write_results "FAILED (exit $RC)"; fi
     write_benchmark
+    write_rollout_benchmark
   fi
   if [ "$RC" != 0 ]; then log "FAILED (exit $RC); logs in $LOGS_OUT"; else log "passed in $(( $(date +%s) - T_START ))s"; fi
   rm -rf "$WORK"

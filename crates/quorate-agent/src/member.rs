@@ -407,16 +407,7 @@ async fn run_etcd<C: Coordination>(
                             process.stop(Duration::from_secs(10)).await;
                             return Ok(RunEnd::ConfigChanged);
                         }
-                        Ok(Some((to, id))) => {
-                            let step = Step::MoveLeader {
-                                from: MemberRef { id: state.get().member_id.unwrap_or(0), name: me.clone() },
-                                to: MemberRef { id, name: to.clone() },
-                            };
-                            match Executor::new(&latest, me).apply(&step).await {
-                                Ok(_) => tracing::info!(member = %me, to = %to, "moved leadership to an updated member before restarting"),
-                                Err(w) => state.update(|s| s.message = format!("moving leadership to {to} before restarting: {}", String::from(w))),
-                            }
-                        }
+                        Ok(Some((to, id))) => hand_over(&latest, me, state, MemberRef { id, name: to }).await,
                         Err(reason) => state.update(|s| s.message = reason.into()),
                     }
                 }
@@ -609,6 +600,30 @@ async fn restart_turn<C: Coordination>(
     let hash = config_hash(latest);
     may_restart(me, &peers, &hash).map_err(Wait::new)?;
     Ok(handover_target(me, &peers, &hash))
+}
+
+/// Moves leadership from this member to `to` (an updated follower) before this member restarts
+/// for a new configuration; the next configuration check restarts it once it no longer leads.
+async fn hand_over(latest: &ClusterConfig, me: &str, state: &SharedState, to: MemberRef) {
+    let from = MemberRef {
+        id: state.get().member_id.unwrap_or(0),
+        name: me.to_string(),
+    };
+    let name = to.name.clone();
+    match Executor::new(latest, me)
+        .apply(&Step::MoveLeader { from, to })
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(member = %me, to = %name, "moved leadership to an updated member before restarting")
+        }
+        Err(wait) => state.update(|s| {
+            s.message = format!(
+                "moving leadership to {name} before restarting: {}",
+                String::from(wait)
+            )
+        }),
+    }
 }
 
 /// The full snapshot an etcd upgrade of `latest` waits for, while this member (running

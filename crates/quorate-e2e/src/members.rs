@@ -215,8 +215,8 @@ pub async fn wait_canary_writing(cluster: &Cluster, namespace: &str, pod: &str) 
     .await;
 }
 
-/// The store revision as member pod `pod` reports it (`etcdctl endpoint status`).
-pub async fn revision(cluster: &Cluster, namespace: &str, pod: &str) -> i64 {
+/// `etcdctl endpoint status -w json` of member pod `pod`: its `Status` object.
+async fn endpoint_status(cluster: &Cluster, namespace: &str, pod: &str) -> serde_json::Value {
     let out = etcdctl(
         cluster,
         namespace,
@@ -227,9 +227,23 @@ pub async fn revision(cluster: &Cluster, namespace: &str, pod: &str) -> i64 {
     .ok();
     let status: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("endpoint status JSON: {e}: {out}"));
-    status[0]["Status"]["header"]["revision"]
+    status[0]["Status"].clone()
+}
+
+/// The store revision as member pod `pod` reports it (`etcdctl endpoint status`).
+pub async fn revision(cluster: &Cluster, namespace: &str, pod: &str) -> i64 {
+    let status = endpoint_status(cluster, namespace, pod).await;
+    status["header"]["revision"]
         .as_i64()
-        .unwrap_or_else(|| panic!("no revision in {out}"))
+        .unwrap_or_else(|| panic!("no revision in {status}"))
+}
+
+/// The raft term as member pod `pod` reports it: one more per election, planned or not.
+pub async fn raft_term(cluster: &Cluster, namespace: &str, pod: &str) -> u64 {
+    let status = endpoint_status(cluster, namespace, pod).await;
+    status["header"]["raft_term"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no raft_term in {status}"))
 }
 
 /// The UID of object `name`, if it exists.

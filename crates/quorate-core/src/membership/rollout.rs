@@ -41,27 +41,34 @@ pub struct RolloutPeer {
 }
 
 impl RolloutPeer {
-    /// The peers of `me` from their leases and the answers of their etcds (keyed by member name).
+    /// The members etcd lists (`answers`: each with its etcd's answer, in desired order) with
+    /// the configuration their leases publish. A configured member etcd does not list yet (a
+    /// pod of a scale-out not started) is nobody's quorum and no one waits for it.
     pub fn from_leases(
         cluster: &ClusterConfig,
         leases: &[MemberLease],
         answers: &[(String, Option<EtcdAnswer>)],
     ) -> Vec<RolloutPeer> {
-        cluster
-            .members
+        let lease_name = |name: &str| {
+            cluster
+                .member(name)
+                .map_or_else(|| name.to_string(), |m| m.lease_name.clone())
+        };
+        let mut peers: Vec<RolloutPeer> = answers
             .iter()
-            .map(|m| RolloutPeer {
-                name: m.name.clone(),
-                answer: answers
-                    .iter()
-                    .find(|(n, _)| *n == m.name)
-                    .and_then(|(_, a)| *a),
+            .filter(|(name, _)| !name.is_empty())
+            .map(|(name, answer)| RolloutPeer {
+                name: name.clone(),
+                answer: *answer,
                 config_hash: leases
                     .iter()
-                    .find(|l| l.name == m.lease_name)
+                    .find(|l| l.name == lease_name(name))
                     .and_then(|l| l.annotations.get(CONFIG_HASH_ANNOTATION).cloned()),
             })
-            .collect()
+            .collect();
+        let ordinal = |name: &str| cluster.members.iter().position(|m| m.name == name);
+        peers.sort_by_key(|p| ordinal(&p.name).unwrap_or(usize::MAX));
+        peers
     }
 }
 
@@ -209,6 +216,23 @@ mod tests {
         view[2].answer.as_mut().unwrap().cluster_id = 0xf0;
         let err = may_restart("etcd-main-1", &view, "new").unwrap_err();
         assert!(err.contains("cluster f0"), "{err}");
+    }
+
+    /// Regression (e2e s2): a one-member cluster asked for peer TLS and three members at once
+    /// waited for members 1 and 2, which did not exist yet, before restarting member 0.
+    #[test]
+    fn configured_members_etcd_does_not_list_are_not_waited_for() {
+        let cluster = three_members();
+        let answer = EtcdAnswer {
+            cluster_id: 0xc1,
+            member_id: 1,
+            revision: 10,
+            leader_id: 1,
+        };
+        let answers = [("etcd-main-0".to_string(), Some(answer))];
+        let peers = RolloutPeer::from_leases(&cluster, &[], &answers);
+        assert_eq!(peers.len(), 1);
+        assert_eq!(may_restart("etcd-main-0", &peers, "new"), Ok(()));
     }
 
     #[test]

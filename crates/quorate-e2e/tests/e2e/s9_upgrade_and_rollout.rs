@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -11,7 +12,7 @@ use quorate_api::Etcd;
 use quorate_e2e::etcd::condition_status;
 use quorate_e2e::manifests::{DEFAULT_CPU, EtcdShape, canary_pod};
 use quorate_e2e::members::{
-    PodIncarnations, canary_totals, count_prefix, wait_canary_writing, wait_fully_ready,
+    PodIncarnations, canary_totals, count_prefix, raft_term, wait_canary_writing, wait_fully_ready,
 };
 use quorate_e2e::{E2eEnv, Scenario, status_summary};
 
@@ -150,41 +151,44 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
         "a full snapshot was taken for the upgrade"
     );
 
-    // 2. A pod template change: each pod replaced once, the leader's last.
+    // The writer saw no failed write through the upgrade; every acknowledged write is there.
+    let upgraded = writer_totals(&mut s, &canary, "writer (upgrade)").await;
+    assert_eq!(upgraded.failed, 0, "writes failed during the upgrade");
+
+    // 2. A pod template change, rolled by quorate: each pod replaced once, the leader's last.
     let leader_now = leader(&leases, &members).await;
-    let rollout = Instant::now();
-    s.cluster
-        .apply(
-            &EtcdShape {
-                reconcile: true,
-                etcd_version: Some("3.5"),
-                cpu: "60m",
-                ..v34.clone()
+    let rolled = measure_rollout(&mut s, &env, name, &members, async |s: &Scenario| {
+        s.cluster
+            .apply(
+                &EtcdShape {
+                    reconcile: true,
+                    etcd_version: Some("3.5"),
+                    cpu: "60m",
+                    ..v34.clone()
+                }
+                .yaml(),
+            )
+            .await;
+        let started = Instant::now();
+        loop {
+            let etcd = etcds.get(name).await.expect("the Etcd");
+            seen.observe(&pods, &members).await;
+            let all_new = members.iter().all(|m| seen.restarts(m) >= 1);
+            if all_new && condition_status(etcd.status.as_ref(), "AllMembersUpdated") == "True" {
+                break;
             }
-            .yaml(),
-        )
-        .await;
-    loop {
-        seen.observe(&pods, &members).await;
-        let etcd = etcds.get(name).await.expect("the Etcd");
-        let replaced = members.iter().all(|m| seen.restarts(m) >= 1);
-        if replaced && condition_status(etcd.status.as_ref(), "AllMembersUpdated") == "True" {
-            break;
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "every member pod replaced: {}; {}",
+                seen.summary(),
+                status_summary(&etcd)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        assert!(
-            rollout.elapsed() < READY_TIMEOUT,
-            "every member pod replaced: {}; {}",
-            seen.summary(),
-            status_summary(&etcd)
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    s.measure(
-        "rolling update of 3 pods (apply → AllMembersUpdated)",
-        format!("{:.1} s", rollout.elapsed().as_secs_f64()),
-    );
+    })
+    .await;
     let events: Api<Event> = Api::namespaced(s.cluster.client.clone(), &ns);
-    let mut rolled: Vec<(String, String)> = events
+    let mut notes: Vec<(String, String)> = events
         .list(&ListParams::default())
         .await
         .unwrap()
@@ -196,8 +200,8 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
             (at, e.note.unwrap_or_default())
         })
         .collect();
-    rolled.sort();
-    let order: Vec<String> = rolled
+    notes.sort();
+    let order: Vec<String> = notes
         .iter()
         .filter_map(|(_, note)| {
             members
@@ -207,30 +211,151 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
         })
         .collect();
     s.measure("replacement order", order.join(", "));
-    assert_eq!(order.len(), 3, "three replacements: {rolled:?}");
+    assert_eq!(order.len(), 3, "three replacements: {notes:?}");
     assert_eq!(
         order.last(),
         Some(&leader_now),
-        "the leader last: {rolled:?}"
+        "the leader last: {notes:?}"
     );
     for pod in &members {
         assert_eq!(seen.restarts(pod), 1, "{pod} replaced exactly once");
     }
+    assert_eq!(rolled.failed, 0, "no write failed in the rolling update");
+    assert!(rolled.longest_ms < 5000, "no write waited 5 s");
+    s.pass().await;
+}
 
-    // The writer saw no failed write; every acknowledged write is there.
-    let totals = canary_totals(&s.cluster, &ns, &canary)
+/// What a writer saw over one change.
+struct Writes {
+    failed: u64,
+    longest_ms: u64,
+}
+
+/// The canary's totals, recorded as a measurement.
+async fn writer_totals(s: &mut Scenario, canary: &str, what: &str) -> Writes {
+    let totals = canary_totals(&s.cluster, &s.namespace, canary)
         .await
         .expect("canary totals");
     s.measure(
-        "writer",
+        what,
         format!(
             "{} acknowledged, {} failed, longest write {} ms",
             totals["acknowledged"], totals["failed"], totals["longest_wait_ms"]
         ),
     );
-    assert_eq!(totals["failed"], 0, "writes failed: {totals}");
     let through = totals["acknowledged_through"].as_u64().unwrap_or(0);
-    let stored = count_prefix(&s.cluster, &ns, &members[0], "canary/").await;
+    let stored = count_prefix(
+        &s.cluster,
+        &s.namespace,
+        &format!("{}-0", canary.trim_end_matches("-canary")),
+        "canary/",
+    )
+    .await;
     assert!(stored >= through, "{through} acknowledged, {stored} stored");
+    Writes {
+        failed: totals["failed"].as_u64().unwrap_or(u64::MAX),
+        longest_ms: totals["longest_wait_ms"].as_u64().unwrap_or(u64::MAX),
+    }
+}
+
+/// Runs `change` (a pod template change and the wait for its end) under a fresh
+/// `quorate canary --write-timeout 5s`, and records for the benchmark how long it took, what
+/// the writer saw and how many elections (raft terms) it cost.
+async fn measure_rollout(
+    s: &mut Scenario,
+    env: &E2eEnv,
+    name: &str,
+    members: &[String],
+    change: impl AsyncFnOnce(&Scenario),
+) -> Writes {
+    let ns = s.namespace.clone();
+    let canary = format!("{name}-canary");
+    let _ = s
+        .cluster
+        .kubectl(&[
+            "-n",
+            &ns,
+            "delete",
+            "pod",
+            &canary,
+            "--wait=true",
+            "--ignore-not-found",
+        ])
+        .await;
+    s.cluster
+        .apply(&canary_pod(&env.image, name, &ns, "5s"))
+        .await;
+    wait_canary_writing(&s.cluster, &ns, &canary).await;
+    let term_before = raft_term(&s.cluster, &ns, &members[0]).await;
+    let started = Instant::now();
+    change(&*s).await;
+    let seconds = started.elapsed().as_secs_f64();
+    // Let the writer see the settled cluster for a moment before reading its totals.
+    wait_canary_writing(&s.cluster, &ns, &canary).await;
+    let term_after = raft_term(&s.cluster, &ns, &members[0]).await;
+    let writes = writer_totals(s, &canary, "writer (rolling update)").await;
+    let elections = term_after - term_before;
+    s.measure(
+        "rolling update of 3 pods",
+        format!("{seconds:.1} s, {elections} election(s)"),
+    );
+    s.record_number("rollout_seconds", format!("{seconds:.1}"));
+    s.record_number("failed_writes", writes.failed);
+    s.record_number("longest_write_ms", writes.longest_ms);
+    s.record_number("elections", elections);
+    writes
+}
+
+/// The baseline of the rollout benchmark: the same CPU change rolled by the StatefulSet
+/// controller (`RollingUpdate`, highest ordinal first, whoever leads: druid's way), with
+/// quorate's spec reconcile suspended so it leaves the StatefulSet alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s9b_the_same_change_rolled_by_the_statefulset_controller() {
+    let Some(env) =
+        E2eEnv::from_env_or_skip("s9b_the_same_change_rolled_by_the_statefulset_controller")
+    else {
+        return;
+    };
+    let mut s = Scenario::start(&env, "s9b-rollout-baseline").await;
+    let ns = s.namespace.clone();
+    let name = "etcd-sts";
+    s.create_ready_etcd(name, 3, true).await;
+    let members: Vec<String> = (0..3).map(|i| format!("{name}-{i}")).collect();
+    let statefulsets: Api<StatefulSet> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let writes = measure_rollout(&mut s, &env, name, &members, async |s: &Scenario| {
+        let ns = &s.namespace;
+        s.cluster
+            .kubectl(&["-n", ns, "annotate", "etcd", name, "druid.gardener.cloud/suspend-etcd-spec-reconcile=true"])
+            .await
+            .ok();
+        let patch = r#"{"spec":{"updateStrategy":{"type":"RollingUpdate"},"template":{"spec":{"containers":[{"name":"etcd","resources":{"requests":{"cpu":"60m"}}}]}}}}"#;
+        s.cluster
+            .kubectl(&["-n", ns, "patch", "statefulset", name, "--type", "strategic", "-p", patch])
+            .await
+            .ok();
+        let started = Instant::now();
+        loop {
+            let sts = statefulsets.get(name).await.expect("the StatefulSet");
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "the StatefulSet controller's rollout: {:?}",
+                sts.status
+            );
+            let status = sts.status.unwrap_or_default();
+            let done = status.observed_generation == sts.metadata.generation
+                && status.updated_replicas == Some(3)
+                && status.ready_replicas == Some(3)
+                && status.current_revision == status.update_revision;
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    s.measure(
+        "baseline writer",
+        format!("{} failed, longest {} ms", writes.failed, writes.longest_ms),
+    );
     s.pass().await;
 }
