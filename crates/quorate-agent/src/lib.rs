@@ -5,6 +5,7 @@
 
 pub mod backup;
 pub mod clock;
+mod defrag;
 pub mod etcd_process;
 pub mod executor;
 mod facts;

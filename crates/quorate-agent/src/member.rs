@@ -368,8 +368,21 @@ async fn run_etcd<C: Coordination>(
     let mut last_drop_check: Option<Instant> = None;
     let mut last_scale_in_check: Option<Instant> = None;
     let mut secrets_written = Instant::now();
+    if state.get().defrag == Default::default() {
+        let leases = coord.member_leases().await.unwrap_or_default();
+        let record = crate::defrag::record_of(&leases, cluster, me);
+        state.update(|s| s.defrag = record);
+    }
+    let mut defragmenting: Option<crate::defrag::Running> = None;
+    let mut last_defrag_check: Option<Instant> = None;
+    let mut leading_since: Option<jiff::Timestamp> = None;
     loop {
         tokio::select! {
+            outcome = async { defragmenting.as_mut().expect("guarded").await }, if defragmenting.is_some() => {
+                defragmenting = None;
+                crate::defrag::finished(me, state, outcome);
+                publish::publish(coord, cluster, me, state, true).await;
+            }
             status = process.wait() => {
                 let why = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
                 state.update(|s| s.healthy = false);
@@ -480,6 +493,24 @@ async fn run_etcd<C: Coordination>(
                             });
                         });
                         let leads = st.leader_id == st.member_id && st.leader_id != 0;
+                        if !leads {
+                            leading_since = None;
+                        } else if leading_since.is_none() {
+                            leading_since = Some(crate::clock::now());
+                        }
+                        if defragmenting.is_none()
+                            && st.leader_id != 0
+                            && !st.is_learner
+                            && last_defrag_check.is_none_or(|t| t.elapsed() >= opts.poll_interval)
+                        {
+                            last_defrag_check = Some(Instant::now());
+                            let latest = coord.cluster_config().await.unwrap_or_else(|_| cluster.clone());
+                            let (started, changed) = crate::defrag::check(coord, &latest, me, client, &st, state, leading_since).await;
+                            defragmenting = started;
+                            if changed {
+                                publish::publish(coord, cluster, me, state, true).await;
+                            }
+                        }
                         if leads && last_scale_in_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
                             last_scale_in_check = Some(Instant::now());
                             crate::scale_in::remove_leaving_members(coord, me, client, st.raft_term, state).await;

@@ -1,6 +1,6 @@
 //! What the agent publishes on its member lease: liveness (holder identity and renew time, only
 //! while etcd serves with a leader) and, always, the evidence other members decide on: its data
-//! state, why it waits, and the record of a recovery it carried out.
+//! state, why it waits, the record of a recovery it carried out, and its defragmentations.
 
 use crate::state::{Phase, SharedState};
 use quorate_api::status::EtcdRole;
@@ -8,6 +8,7 @@ use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::hibernation::FINAL_SNAPSHOT_ANNOTATION;
 use quorate_core::lease::{HolderIdentity, MemberLease};
+use quorate_core::maintenance::defrag::{DEFRAG_ANNOTATION, DefragRecord};
 use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, WAITING_ANNOTATION};
 use quorate_core::membership::published::MEMBERSHIP_ANNOTATION;
 use quorate_core::membership::recovery::RECOVERY_ANNOTATION;
@@ -105,6 +106,9 @@ pub async fn publish<C: Coordination>(
         None => {
             annotations.remove(FINAL_SNAPSHOT_ANNOTATION);
         }
+    }
+    if s.defrag != DefragRecord::default() {
+        annotations.insert(DEFRAG_ANNOTATION.into(), s.defrag.to_annotation());
     }
     match coord.put_member_lease(&lease).await {
         Ok(()) => true,

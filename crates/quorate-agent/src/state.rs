@@ -2,6 +2,7 @@
 //! writes it) and the HTTP server (which reports it).
 
 use quorate_core::hibernation::FinalSnapshotReport;
+use quorate_core::maintenance::defrag::DefragRecord;
 use quorate_core::membership::data_state::DataState;
 use quorate_core::membership::published::PublishedMembership;
 use quorate_core::membership::recovery::RecoveryRecord;
@@ -73,6 +74,9 @@ pub struct MemberState {
     /// `message` says why a scale-in this leader carries out waits; cleared once it moves on.
     #[serde(skip)]
     pub message_is_scale_wait: bool,
+    /// The newest defragmentation round this member knows and its own last defragmentation
+    /// (published on its lease).
+    pub defrag: DefragRecord,
 }
 
 impl MemberState {

@@ -55,6 +55,7 @@ fn config(n: usize) -> ClusterConfig {
         heartbeat_millis: 500,
         backup: None,
         recovery_request: None,
+        maintenance: Default::default(),
         hibernation_request: None,
     }
 }

@@ -8,6 +8,7 @@ pub mod backup;
 pub mod crd;
 pub mod cron;
 pub mod defaults;
+pub mod defrag;
 pub mod duration;
 pub mod enums;
 pub mod etcd;

@@ -18,8 +18,12 @@ use tokio::time::MissedTickBehavior;
 
 use crate::error::{BenchError, Result};
 
-/// Bound on one write; a put that takes longer counts as failed.
+/// Bound on one write, retries included; a put not acknowledged within it counts as failed.
 pub const PUT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one attempt of a write, after which it is retried (as `quorate canary` does): etcd
+/// drops a proposal that reaches a leader while it hands leadership over, without telling the
+/// member that forwarded it, so that attempt would otherwise wait out etcd's request timeout.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the leader monitor asks every member for its status.
 pub const LEADER_POLL: Duration = Duration::from_millis(100);
 /// How often the member list is read to decide when the scale-out is done.
@@ -41,8 +45,13 @@ fn probe_timeouts() -> EtcdTimeouts {
 pub struct WriteCounts {
     /// Puts etcd acknowledged.
     pub ok: u64,
-    /// Puts that returned an error or exceeded [`PUT_TIMEOUT`].
+    /// Puts not acknowledged within [`PUT_TIMEOUT`], retries included.
     pub failed: u64,
+    /// Attempts that failed or timed out and were retried.
+    pub retried: u64,
+    /// The longest time one acknowledged put took from its first attempt, in milliseconds,
+    /// since the writer started.
+    pub longest_wait_ms: u64,
 }
 
 impl std::ops::Sub for WriteCounts {
@@ -51,6 +60,8 @@ impl std::ops::Sub for WriteCounts {
         WriteCounts {
             ok: self.ok - earlier.ok,
             failed: self.failed - earlier.failed,
+            retried: self.retried - earlier.retried,
+            longest_wait_ms: self.longest_wait_ms,
         }
     }
 }
@@ -58,10 +69,18 @@ impl std::ops::Sub for WriteCounts {
 /// One client writing as fast as etcd acknowledges, counting successes and failures.
 pub struct Writer {
     stop: Arc<AtomicBool>,
-    ok: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
+    counters: Arc<WriteCounters>,
     errors: Arc<Mutex<Vec<String>>>,
     task: Option<JoinHandle<()>>,
+}
+
+/// The writer task's counters, read while it runs.
+#[derive(Default)]
+struct WriteCounters {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    longest_wait_ms: AtomicU64,
 }
 
 impl Writer {
@@ -69,27 +88,24 @@ impl Writer {
     pub async fn start(url: &str) -> Result<Writer> {
         let options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(PUT_TIMEOUT);
+            .with_timeout(ATTEMPT_TIMEOUT);
         let mut client = Client::connect([url], Some(options)).await?;
         tokio::time::timeout(PUT_TIMEOUT, client.put("bench/warm-up", "x", None))
             .await
             .map_err(|_| BenchError::failed(format!("the first write to {url} timed out")))??;
 
         let stop = Arc::new(AtomicBool::new(false));
-        let ok = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(AtomicU64::new(0));
+        let counters = Arc::new(WriteCounters::default());
         let errors = Arc::new(Mutex::new(Vec::new()));
         let task = tokio::spawn(write_loop(
             client,
             stop.clone(),
-            ok.clone(),
-            failed.clone(),
+            counters.clone(),
             errors.clone(),
         ));
         Ok(Writer {
             stop,
-            ok,
-            failed,
+            counters,
             errors,
             task: Some(task),
         })
@@ -97,9 +113,12 @@ impl Writer {
 
     /// The counts so far.
     pub fn counts(&self) -> WriteCounts {
+        let c = &self.counters;
         WriteCounts {
-            ok: self.ok.load(Ordering::SeqCst),
-            failed: self.failed.load(Ordering::SeqCst),
+            ok: c.ok.load(Ordering::SeqCst),
+            failed: c.failed.load(Ordering::SeqCst),
+            retried: c.retried.load(Ordering::SeqCst),
+            longest_wait_ms: c.longest_wait_ms.load(Ordering::SeqCst),
         }
     }
 
@@ -128,8 +147,7 @@ impl Drop for Writer {
 async fn write_loop(
     mut client: Client,
     stop: Arc<AtomicBool>,
-    ok: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
+    counters: Arc<WriteCounters>,
     errors: Arc<Mutex<Vec<String>>>,
 ) {
     let value = vec![b'v'; 128];
@@ -137,24 +155,42 @@ async fn write_loop(
     while !stop.load(Ordering::SeqCst) {
         let key = format!("bench/{:04}", i % 1000);
         i += 1;
-        let error =
-            match tokio::time::timeout(PUT_TIMEOUT, client.put(key, value.clone(), None)).await {
+        let started = Instant::now();
+        loop {
+            let error = match tokio::time::timeout(
+                ATTEMPT_TIMEOUT,
+                client.put(key.clone(), value.clone(), None),
+            )
+            .await
+            {
                 Ok(Ok(_)) => {
-                    ok.fetch_add(1, Ordering::SeqCst);
-                    continue;
+                    counters.ok.fetch_add(1, Ordering::SeqCst);
+                    let waited = started.elapsed().as_millis() as u64;
+                    counters.longest_wait_ms.fetch_max(waited, Ordering::SeqCst);
+                    break;
                 }
                 Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no answer within {PUT_TIMEOUT:?}"),
+                Err(_) => format!("no answer within {ATTEMPT_TIMEOUT:?}"),
             };
-        failed.fetch_add(1, Ordering::SeqCst);
-        if let Ok(mut kept) = errors.lock()
-            && kept.len() < KEPT_ERRORS
-            && !kept.contains(&error)
-        {
-            kept.push(error);
+            keep_error(&errors, error);
+            // Do not spin on an error that comes back at once (e.g. connection refused).
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if started.elapsed() >= PUT_TIMEOUT || stop.load(Ordering::SeqCst) {
+                counters.failed.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
+            counters.retried.fetch_add(1, Ordering::SeqCst);
         }
-        // Do not spin on an error that comes back at once (e.g. connection refused).
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Keeps the first few distinct errors for the report.
+fn keep_error(errors: &Mutex<Vec<String>>, error: String) {
+    if let Ok(mut kept) = errors.lock()
+        && kept.len() < KEPT_ERRORS
+        && !kept.contains(&error)
+    {
+        kept.push(error);
     }
 }
 
@@ -485,8 +521,26 @@ mod tests {
 
     #[test]
     fn write_counts_subtract() {
-        let later = WriteCounts { ok: 10, failed: 2 };
-        let earlier = WriteCounts { ok: 4, failed: 1 };
-        assert_eq!(later - earlier, WriteCounts { ok: 6, failed: 1 });
+        let later = WriteCounts {
+            ok: 10,
+            failed: 2,
+            retried: 5,
+            longest_wait_ms: 2100,
+        };
+        let earlier = WriteCounts {
+            ok: 4,
+            failed: 1,
+            retried: 1,
+            longest_wait_ms: 30,
+        };
+        assert_eq!(
+            later - earlier,
+            WriteCounts {
+                ok: 6,
+                failed: 1,
+                retried: 4,
+                longest_wait_ms: 2100,
+            }
+        );
     }
 }

@@ -239,7 +239,10 @@ fn render(rounds: &[Round], machine: &MachineFacts) -> String {
          default raft timing for both. Before the start the leader is moved to the highest \
          member, so each method must hand leadership over once. Time runs from `quorate apply` \
          (or the first `etcdctl` call) until etcd's member list (read every 50 ms) shows 3 \
-         voting members. One client writes to member 0 without pause (5 s timeout per put); \
+         voting members. One client writes to member 0 without pause; a put is retried when \
+         an attempt has no answer within 2 s and counts as failed when it is not acknowledged \
+         within 5 s (etcd drops a proposal that reaches a leader while it hands leadership \
+         over, and the member that forwarded it waits out its request timeout); \
          every member's leader ID and raft term are read every 100 ms: each election raises \
          the term, so a rise beyond the planned transfer is an election by timeout.",
         machine.etcd_version()
@@ -250,6 +253,8 @@ fn render(rounds: &[Round], machine: &MachineFacts) -> String {
             "median",
             "writes ok",
             "failed writes",
+            "retried attempts",
+            "longest write",
             "leader changes",
             "elections by timeout",
         ],
@@ -265,6 +270,14 @@ fn render(rounds: &[Round], machine: &MachineFacts) -> String {
             format!("{:.2} s", m.as_secs_f64()),
             sum(|r| r.writes.ok).to_string(),
             sum(|r| r.writes.failed).to_string(),
+            sum(|r| r.writes.retried).to_string(),
+            format!(
+                "{} ms",
+                of.iter()
+                    .map(|r| r.writes.longest_wait_ms)
+                    .max()
+                    .unwrap_or(0)
+            ),
             sum(|r| u64::from(r.leader.leader_changes)).to_string(),
             sum(|r| r.leader.term_increases.saturating_sub(PLANNED_TRANSFERS)).to_string(),
         ]);
@@ -303,19 +316,27 @@ fn render(rounds: &[Round], machine: &MachineFacts) -> String {
         })
         .collect();
     if !errors.is_empty() {
-        doc.heading(2, "Write errors");
+        doc.heading(2, "Errors of write attempts (retried or failed)");
         doc.bullets(errors);
     }
     doc.heading(2, "Per round");
     let mut table = Table::numeric(
         "method",
-        ["seconds", "failed writes", "raft term increases"],
+        [
+            "seconds",
+            "failed writes",
+            "retried attempts",
+            "longest write",
+            "raft term increases",
+        ],
     );
     for r in rounds {
         table.row([
             format!("{:?}", r.method),
             format!("{:.2}", r.elapsed.as_secs_f64()),
             r.writes.failed.to_string(),
+            r.writes.retried.to_string(),
+            format!("{} ms", r.writes.longest_wait_ms),
             r.leader.term_increases.to_string(),
         ]);
     }

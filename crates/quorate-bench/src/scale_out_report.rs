@@ -380,7 +380,11 @@ mod tests {
                     voter: Some(ms(elapsed)),
                 },
             ],
-            writes: WriteCounts { ok: 100, failed },
+            writes: WriteCounts {
+                ok: 100,
+                failed,
+                ..WriteCounts::default()
+            },
             write_errors: Vec::new(),
             leader_changes: 0,
             term_increases: 0,

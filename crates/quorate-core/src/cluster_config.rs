@@ -56,6 +56,61 @@ pub struct ClusterConfig {
     /// value): members that did not report may be treated as lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_request: Option<String>,
+    /// Maintenance settings. Not part of what a rollout rolls: changing them restarts nothing.
+    #[serde(default)]
+    pub maintenance: MaintenanceConfig,
+}
+
+/// When and how the members' databases are defragmented (core `maintenance::defrag`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceConfig {
+    /// `spec.etcd.defragmentationSchedule` (cron, UTC).
+    pub defrag_schedule: String,
+    /// `spec.etcd.etcdDefragTimeout` in seconds: how long one member's defragmentation may take.
+    pub defrag_timeout_secs: u64,
+    /// Thresholds that start a defragmentation between schedules.
+    pub defrag_thresholds: quorate_api::defrag::DefragThresholds,
+    /// An on-demand request (`quorate.io/defragment`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defrag_request: Option<String>,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig {
+            defrag_schedule: quorate_api::defaults::DEFAULT_DEFRAGMENTATION_SCHEDULE.to_string(),
+            defrag_timeout_secs: 15 * 60,
+            defrag_thresholds: Default::default(),
+            defrag_request: None,
+        }
+    }
+}
+
+impl MaintenanceConfig {
+    /// The settings an `Etcd` asks for (validated: invalid thresholds fall back to defaults).
+    pub fn from_etcd(etcd: &quorate_api::Etcd) -> Self {
+        let spec = &etcd.spec.etcd;
+        MaintenanceConfig {
+            defrag_schedule: spec.defragmentation_cron().as_str().to_string(),
+            defrag_timeout_secs: spec.etcd_defrag_timeout().as_secs(),
+            defrag_thresholds: quorate_api::defrag::DefragThresholds::of(etcd).unwrap_or_default(),
+            defrag_request: crate::components::cluster_config::annotation(
+                etcd,
+                quorate_api::defrag::DEFRAGMENT,
+            ),
+        }
+    }
+
+    /// The parsed schedule (the default when it does not parse).
+    pub fn schedule(&self) -> quorate_api::CronSchedule {
+        quorate_api::CronSchedule::parse(&self.defrag_schedule).unwrap_or_else(|_| {
+            quorate_api::CronSchedule::parse(
+                quorate_api::defaults::DEFAULT_DEFRAGMENTATION_SCHEDULE,
+            )
+            .expect("the default schedule is valid")
+        })
+    }
 }
 
 /// What the backup leader needs: the backup spec as written, plus where this environment keeps

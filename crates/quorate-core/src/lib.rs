@@ -13,6 +13,7 @@ pub mod gc;
 pub mod hibernation;
 pub mod last_operation;
 pub mod lease;
+pub mod maintenance;
 pub mod member_etcd_config;
 pub mod member_health;
 pub mod membership;

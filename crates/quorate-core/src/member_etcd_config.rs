@@ -307,6 +307,7 @@ pub(crate) mod tests {
             heartbeat_millis: 10_000,
             backup: None,
             recovery_request: None,
+            maintenance: Default::default(),
             hibernation_request: None,
         }
     }

@@ -174,6 +174,20 @@ impl MemberClient {
         Ok(())
     }
 
+    /// Compacts the key-value history up to `revision` (physically: the call returns once the
+    /// space is free for a defragmentation to reclaim).
+    pub async fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        let mut c = self.leader_client.clone();
+        let options = etcd_client::CompactionOptions::new().with_physical();
+        self.call(
+            &format!("compact at revision {revision}"),
+            self.long(),
+            async move { c.compact(revision, Some(options)).await },
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Hands leadership to member `to`. Must be sent to the current leader (otherwise
     /// [`ErrorKind::NotLeader`]).
     pub async fn move_leader(&self, to: u64) -> Result<(), EtcdError> {

@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod commands;
+pub mod defrag;
 pub mod etcd_view;
 pub mod lock;
 pub mod members;

@@ -200,6 +200,7 @@ mod tests {
             heartbeat_millis: 1000,
             backup: None,
             recovery_request: None,
+            maintenance: Default::default(),
             hibernation_request: None,
         }
     }

@@ -100,6 +100,19 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Defragment every member of a local cluster now, one at a time: followers first, the
+    /// leader last after it handed leadership to a defragmented follower. Waits for the round
+    /// and prints each member's database size before and after.
+    Defrag {
+        /// Cluster name.
+        name: String,
+        /// Return once the request is recorded instead of waiting for the round.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait for the round.
+        #[arg(long, default_value = "15m", value_parser = parse_duration)]
+        timeout: std::time::Duration,
+    },
     /// Print the client URLs of a local cluster, comma-separated, for `etcdctl --endpoints`.
     Endpoints {
         /// Cluster name.

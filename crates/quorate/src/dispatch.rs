@@ -164,6 +164,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("recovery requested ({id}); `quorate get etcd {name}` shows when it is done");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Defrag {
+            name,
+            no_wait,
+            timeout,
+        } => crate::defrag_cmd::run(&context(None), &name, no_wait, timeout).await,
         Command::Endpoints { name } => {
             println!("{}", commands::endpoints(&context(None), &name)?);
             Ok(ExitCode::SUCCESS)

@@ -5,6 +5,7 @@ mod agent_cmd;
 mod backup_cmds;
 mod canary_cmd;
 mod cli;
+mod defrag_cmd;
 mod dispatch;
 mod progress;
 mod signals;

@@ -78,6 +78,9 @@ pub(super) fn check(etcd: &Etcd, p: &mut Problems) {
 }
 
 fn check_metadata(etcd: &Etcd, p: &mut Problems) {
+    if let Err((annotation, message)) = crate::defrag::DefragThresholds::of(etcd) {
+        p.add(format!("metadata.annotations[{annotation}]"), message);
+    }
     if let Err(message) = crate::etcd_version::requested(etcd) {
         p.add(
             format!("metadata.annotations[{}]", crate::annotations::ETCD_VERSION),

@@ -117,6 +117,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
             .unwrap_or(u64::MAX),
         backup,
         recovery_request: annotation(etcd, quorate_api::annotations::RECOVER),
+        maintenance: crate::cluster_config::MaintenanceConfig::from_etcd(etcd),
         hibernation_request: (etcd.spec.replicas == 0)
             .then(|| etcd.metadata.generation.unwrap_or(0).to_string()),
     }

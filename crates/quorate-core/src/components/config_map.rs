@@ -64,7 +64,8 @@ pub fn config_map_checksum(config_map: &ConfigMap) -> String {
 /// restarted for, but not with the member list. Scaling therefore never rolls the running
 /// pods (druid's checksum covers `initial-cluster` and rolls them, the second restart of its
 /// TLS-then-scale sequence); joining members learn the list through the API. Requests the
-/// agents carry out while running (recovery, a new backup chain) do not restart pods either,
+/// agents carry out while running (recovery, a new backup chain, defragmentation and its
+/// settings) do not restart pods either,
 /// nor does an etcd version upgrade or a TLS change: the agents restart etcd in place, one at
 /// a time (`crate::membership::rollout`); the image carries every version and the agents write
 /// the TLS files themselves (`super::tls_secrets`).
@@ -73,10 +74,22 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
     one.spec.replicas = 1;
     one.spec.etcd.client_url_tls = None;
     one.spec.etcd.peer_url_tls = None;
+    // Maintenance settings are read by the running agents.
+    one.spec.etcd.defragmentation_schedule = None;
+    one.spec.etcd.etcd_defrag_timeout = None;
     if let Some(annotations) = one.metadata.annotations.as_mut() {
-        annotations.remove(quorate_api::annotations::RECOVER);
-        annotations.remove(quorate_api::annotations::NEW_BACKUP_CHAIN);
-        annotations.remove(quorate_api::annotations::ETCD_VERSION);
+        use quorate_api::{annotations as a, defrag as d};
+        for key in [
+            a::RECOVER,
+            a::NEW_BACKUP_CHAIN,
+            a::ETCD_VERSION,
+            d::DEFRAGMENT,
+            d::DEFRAG_FREE_PERCENT,
+            d::DEFRAG_FREE_BYTES,
+            d::DEFRAG_NEAR_QUOTA_PERCENT,
+        ] {
+            annotations.remove(key);
+        }
     }
     let ctx = ComponentContext {
         bootstrap_members: Some(Vec::new()),
@@ -190,6 +203,33 @@ mod tests {
         assert_ne!(
             build(&e, &v34).unwrap().data,
             build(&e, &v35).unwrap().data,
+            "the agents' configuration does change"
+        );
+    }
+
+    /// Maintenance settings reach the running agents through the configuration: no pod is
+    /// replaced for a defragmentation request, schedule or threshold.
+    #[test]
+    fn the_template_checksum_ignores_maintenance_settings() {
+        let plain = etcd("etcd-main", 3);
+        let mut changed = plain.clone();
+        changed.spec.etcd.defragmentation_schedule = Some("0 3 * * *".into());
+        changed.spec.etcd.etcd_defrag_timeout = Some("1m".into());
+        changed.metadata.annotations = Some(
+            [
+                (quorate_api::defrag::DEFRAGMENT, "now"),
+                (quorate_api::defrag::DEFRAG_FREE_PERCENT, "30"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into(),
+        );
+        assert_eq!(
+            template_checksum(&plain, &ctx()).unwrap(),
+            template_checksum(&changed, &ctx()).unwrap()
+        );
+        assert_ne!(
+            build(&plain, &ctx()).unwrap().data,
+            build(&changed, &ctx()).unwrap().data,
             "the agents' configuration does change"
         );
     }

@@ -1,6 +1,6 @@
 //! Everything about who is a member of an etcd cluster and how that changes: how a member's
 //! etcd starts (`start`), whose turn it is to join (`join`), the one next safe membership step
-//! (`planner`), rolling restarts (`rollout`), what each member publishes about its data
+//! (`planner`), taking turns at leaving service (`turns`), rolling restarts (`rollout`), what each member publishes about its data
 //! (`data_state`) and recovery after a majority lost its data (`recovery`).
 //!
 //! Every decision here is pure and rests on positive evidence: etcd's own view (member list,
@@ -17,6 +17,7 @@ pub mod recovery;
 pub mod rollout;
 pub mod scale_in;
 pub mod start;
+pub mod turns;
 
 /// One entry of etcd's member list: the one type for it from the etcd adapter through every
 /// decision here.

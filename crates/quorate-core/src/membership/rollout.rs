@@ -5,6 +5,7 @@
 //! while every other member is up.
 
 use super::recovery::EtcdAnswer;
+use super::turns::{self, Activity, TurnPeer, may_take_turn};
 use crate::cluster_config::ClusterConfig;
 use crate::lease::MemberLease;
 
@@ -72,50 +73,30 @@ impl RolloutPeer {
     }
 }
 
+/// What a rollout's turns are about, for the reasons a member waits.
+const RESTART: Activity = Activity {
+    doing: "restarting",
+    done_first: "restarts with the new configuration",
+};
+
+fn turn_peers(members: &[RolloutPeer], desired_hash: &str) -> Vec<TurnPeer> {
+    members
+        .iter()
+        .map(|m| TurnPeer {
+            name: m.name.clone(),
+            answer: m.answer,
+            done: m.config_hash.as_deref() == Some(desired_hash),
+        })
+        .collect()
+}
+
 /// Decides whether member `me` may restart now to apply configuration `desired_hash`, from
 /// etcd's own view of every member (`members`, in desired order, `me` included): every other
 /// member must answer in `me`'s cluster with a leader, and the followers before `me` (ordinal
-/// order, the leader last) must already run the new configuration. Lease times are not used:
-/// a crashed peer's lease still looks fresh for a while, its etcd does not answer.
+/// order, the leader last) must already run the new configuration (see [`turns`](super::turns)).
 /// `Err` says what it waits for.
 pub fn may_restart(me: &str, members: &[RolloutPeer], desired_hash: &str) -> Result<(), String> {
-    let mine = members
-        .iter()
-        .find(|m| m.name == me)
-        .and_then(|m| m.answer)
-        .ok_or_else(|| format!("{me}'s own etcd does not answer; it restarts once it does"))?;
-    let is_leader = |m: &RolloutPeer| m.answer.is_some_and(|a| a.leader_id == a.member_id);
-    let mut order: Vec<&RolloutPeer> = members.iter().collect();
-    order.sort_by_key(|m| is_leader(m));
-    let mut before_me = true;
-    for peer in order {
-        let name = &peer.name;
-        if name == me {
-            before_me = false;
-            continue;
-        }
-        match peer.answer {
-            Some(a) if a.cluster_id == mine.cluster_id && a.leader_id != 0 => {}
-            Some(a) if a.cluster_id != mine.cluster_id => {
-                return Err(format!(
-                    "{name} answers for cluster {:x}, not {:x}; restarting {me} is left alone \
-                     until every member is in one cluster",
-                    a.cluster_id, mine.cluster_id
-                ));
-            }
-            _ => {
-                return Err(format!(
-                    "{name} does not answer with a leader; restarting {me} now could lose quorum"
-                ));
-            }
-        }
-        if before_me && peer.config_hash.as_deref() != Some(desired_hash) {
-            return Err(format!(
-                "{name} restarts with the new configuration before {me}"
-            ));
-        }
-    }
-    Ok(())
+    may_take_turn(me, &turn_peers(members, desired_hash), RESTART)
 }
 
 /// When `me` leads and its turn to restart came, the follower leadership moves to first: the
@@ -127,18 +108,7 @@ pub fn handover_target(
     members: &[RolloutPeer],
     desired_hash: &str,
 ) -> Option<(String, u64)> {
-    let mine = members.iter().find(|m| m.name == me)?.answer?;
-    if mine.leader_id != mine.member_id {
-        return None;
-    }
-    members
-        .iter()
-        .filter(|m| m.name != me && m.config_hash.as_deref() == Some(desired_hash))
-        .find_map(|m| {
-            let a = m.answer?;
-            (a.cluster_id == mine.cluster_id && a.leader_id == mine.member_id)
-                .then(|| (m.name.clone(), a.member_id))
-        })
+    turns::handover_target(me, &turn_peers(members, desired_hash))
 }
 
 #[cfg(test)]

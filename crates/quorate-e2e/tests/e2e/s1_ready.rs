@@ -48,6 +48,30 @@ async fn s1_three_members_with_local_backups_become_ready() {
         restarts.push(format!("{name}-{i}={n}"));
     }
     s.measure("pod restarts", restarts.join(" "));
+    // A new cluster that does not choose a version runs etcd 3.5, as every member reports.
+    let etcds: Api<quorate_api::Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let versions = wait_for(
+        "every member reports etcd 3.5 in the status",
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        || async {
+            let etcd = etcds.get(name).await.map_err(|e| e.to_string())?;
+            let versions: Vec<String> = etcd
+                .status
+                .map(|st| st.members)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|m| m.etcd_version.unwrap_or_default())
+                .collect();
+            if versions.len() == 3 && versions.iter().all(|v| v.starts_with("3.5.")) {
+                Ok(versions)
+            } else {
+                Err(format!("{versions:?}"))
+            }
+        },
+    )
+    .await;
+    s.measure("etcd versions", versions.join(" "));
     s.record_number("apply_to_ready_seconds", format!("{to_ready:.1}"));
     s.record_number("restarts", restarts.join(" "));
 

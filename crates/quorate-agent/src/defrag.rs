@@ -1,0 +1,311 @@
+//! Defragmentation rounds as this agent takes part in them (the decisions are core
+//! `maintenance::defrag`): while its member leads, start a round when one is due; always adopt
+//! the newest round any lease names, and take this member's turn when it comes: defragment its
+//! own etcd, or, as the leader, hand leadership to a defragmented follower first.
+//!
+//! The defragmentation itself runs as a task beside the member loop (it may take minutes on a
+//! large database, and the loop must go on noticing an exiting etcd or a shutdown); the loop
+//! records its outcome with [`finished`] and publishes it on the lease.
+
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use quorate_coord::Coordination;
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::lease::MemberLease;
+use quorate_core::maintenance::defrag::{
+    DefragOutcome, DefragPeer, DefragRecord, DefragRound, DefragTurn, RoundInputs, current_round,
+    member_turn, round_due,
+};
+use quorate_core::membership::planner::{MemberRef, Step};
+use quorate_core::membership::recovery::EtcdAnswer;
+use quorate_etcd::{AlarmKind, EtcdTimeouts, MemberClient, MemberStatus};
+use tokio::task::JoinHandle;
+
+use crate::executor::Executor;
+use crate::state::SharedState;
+
+/// A defragmentation of this member's etcd in progress; dropping it (etcd exited, shutdown)
+/// stops waiting for it.
+pub struct Running(JoinHandle<DefragOutcome>);
+
+impl std::future::Future for Running {
+    type Output = DefragOutcome;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<DefragOutcome> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|joined| joined.unwrap_or_else(|e| panic!("the defragmentation task failed: {e}")))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// This member's record as its lease carries it (read once at start, so a restarted agent
+/// neither forgets that it is through with a round nor the round itself).
+pub fn record_of(leases: &[MemberLease], cluster: &ClusterConfig, me: &str) -> DefragRecord {
+    let lease_name = cluster.member(me).map(|m| m.lease_name.as_str());
+    leases
+        .iter()
+        .find(|l| Some(l.name.as_str()) == lease_name)
+        .and_then(DefragRecord::of_lease)
+        .unwrap_or_default()
+}
+
+/// One maintenance check while etcd runs (`status`: its answer just now). Returns a task when
+/// this member's defragmentation starts; the caller awaits it and passes its outcome to
+/// [`finished`]. Returns whether the record changed (to be published).
+pub async fn check<C: Coordination>(
+    coord: &C,
+    cluster: &ClusterConfig,
+    me: &str,
+    client: &MemberClient,
+    status: &MemberStatus,
+    state: &SharedState,
+    leading_since: Option<Timestamp>,
+) -> (Option<Running>, bool) {
+    let leases = coord.member_leases().await.unwrap_or_default();
+    let executor = Executor::new(cluster, me);
+    let Some(peers) = peers(&executor, cluster, me, client, &leases, state).await else {
+        return (None, false);
+    };
+    let mine = state.get().defrag;
+    let mut round = current_round(peers.iter().map(|p| &p.record));
+    let mut changed = false;
+    if let Some(since) = leading_since
+        && let Some(new) = due(cluster, client, status, &peers, round.as_ref(), since).await
+    {
+        tracing::info!(member = %me, round = new.id, reason = ?new.reason, "starting a defragmentation round");
+        round = Some(new);
+    }
+    if round.as_ref().map(|r| r.id) != mine.round.as_ref().map(|r| r.id) {
+        state.update(|s| s.defrag.round = round.clone());
+        changed = true;
+    }
+    let maintenance = &cluster.maintenance;
+    let quota = cluster.etcd.quota_backend_bytes;
+    match member_turn(
+        me,
+        round.as_ref(),
+        &peers,
+        maintenance.defrag_thresholds,
+        quota,
+    ) {
+        DefragTurn::Idle => (None, changed),
+        DefragTurn::Wait(why) => {
+            tracing::debug!(member = %me, %why, "defragmentation waits");
+            (None, changed)
+        }
+        DefragTurn::Skip => {
+            let size = u64::try_from(status.db_size).unwrap_or(0);
+            let outcome = DefragOutcome {
+                round: round.as_ref().map_or(0, |r| r.id),
+                at: crate::clock::now(),
+                size_before: size,
+                size_after: size,
+                millis: 0,
+                skipped: true,
+                error: None,
+            };
+            state.update(|s| s.defrag.last = Some(outcome));
+            (None, true)
+        }
+        DefragTurn::HandOver { name, id } => {
+            let from = MemberRef {
+                id: status.member_id,
+                name: me.to_string(),
+            };
+            let step = Step::MoveLeader {
+                from,
+                to: MemberRef {
+                    id,
+                    name: name.clone(),
+                },
+            };
+            match executor.apply(&step).await {
+                Ok(_) => {
+                    tracing::info!(member = %me, to = %name, "moved leadership to a defragmented member before defragmenting")
+                }
+                Err(wait) => {
+                    tracing::info!(member = %me, to = %name, reason = %wait, "moving leadership before defragmenting")
+                }
+            }
+            (None, changed)
+        }
+        DefragTurn::Defragment => {
+            let Some(round) = round else {
+                return (None, changed);
+            };
+            let url = cluster
+                .member(me)
+                .map(|m| m.client_url.clone())
+                .unwrap_or_default();
+            let timeout = Duration::from_secs(maintenance.defrag_timeout_secs.max(1));
+            let tls = quorate_etcd::client_tls(cluster);
+            let name = me.to_string();
+            tracing::info!(member = %me, round = round.id, "defragmenting");
+            let task = tokio::spawn(async move {
+                defragment(&name, &url, tls.as_ref(), timeout, round.id).await
+            });
+            (Some(Running(task)), changed)
+        }
+    }
+}
+
+/// Records a finished defragmentation of this member.
+pub fn finished(me: &str, state: &SharedState, outcome: DefragOutcome) {
+    match &outcome.error {
+        None => tracing::info!(
+            member = %me,
+            round = outcome.round,
+            before = outcome.size_before,
+            after = outcome.size_after,
+            millis = outcome.millis,
+            "defragmented"
+        ),
+        Some(error) => {
+            tracing::warn!(member = %me, round = outcome.round, %error, "defragmentation failed; the round goes on without it")
+        }
+    }
+    state.update(|s| s.defrag.last = Some(outcome));
+}
+
+/// Every member etcd lists (in desired order), with its answer, sizes and record; `None` when
+/// this member's etcd cannot say who the members are.
+async fn peers(
+    executor: &Executor<'_>,
+    cluster: &ClusterConfig,
+    me: &str,
+    client: &MemberClient,
+    leases: &[MemberLease],
+    state: &SharedState,
+) -> Option<Vec<DefragPeer>> {
+    let list = client.member_list_of_cluster().await.ok()?;
+    let mine = state.get().defrag;
+    let mut peers = Vec::with_capacity(list.members.len());
+    for member in &list.members {
+        let status = match executor.url_of(member) {
+            Some(url) if member.is_started() => executor.answer(&url).await,
+            _ => None,
+        };
+        // A member added but never started answers nothing, so every turn waits for it.
+        let name = if member.name.is_empty() {
+            format!("the member added as {}", quorate_etcd::format_id(member.id))
+        } else {
+            member.name.clone()
+        };
+        let record = if name == me {
+            mine.clone()
+        } else {
+            record_of(leases, cluster, &name)
+        };
+        peers.push(DefragPeer {
+            answer: status.as_ref().map(|s| EtcdAnswer {
+                cluster_id: s.cluster_id,
+                member_id: s.member_id,
+                revision: s.revision,
+                leader_id: s.leader_id,
+            }),
+            sizes: status.as_ref().map(|s| {
+                (
+                    u64::try_from(s.db_size).unwrap_or(0),
+                    u64::try_from(s.db_size_in_use).unwrap_or(0),
+                )
+            }),
+            record,
+            name,
+        });
+    }
+    let ordinal = |name: &str| cluster.members.iter().position(|m| m.name == name);
+    peers.sort_by_key(|p| ordinal(&p.name).unwrap_or(usize::MAX));
+    Some(peers)
+}
+
+/// For the leader: the round to start now, if one is due.
+async fn due(
+    cluster: &ClusterConfig,
+    client: &MemberClient,
+    status: &MemberStatus,
+    peers: &[DefragPeer],
+    current: Option<&DefragRound>,
+    leading_since: Timestamp,
+) -> Option<DefragRound> {
+    let maintenance = &cluster.maintenance;
+    let schedule = maintenance.schedule();
+    let no_space = client
+        .alarms()
+        .await
+        .is_ok_and(|alarms| alarms.iter().any(|a| a.kind == AlarmKind::NoSpace));
+    round_due(
+        current,
+        peers,
+        &RoundInputs {
+            schedule: &schedule,
+            policy: maintenance.defrag_thresholds,
+            quota: cluster.etcd.quota_backend_bytes,
+            request: maintenance.defrag_request.as_deref(),
+            no_space,
+            revision: status.revision,
+            leading_since,
+            now: crate::clock::now(),
+        },
+    )
+}
+
+/// Defragments the member at `url` within `timeout`, with its sizes before and after.
+async fn defragment(
+    me: &str,
+    url: &str,
+    tls: Option<&quorate_etcd::EtcdTls>,
+    timeout: Duration,
+    round: u64,
+) -> DefragOutcome {
+    let started = Instant::now();
+    let mut outcome = DefragOutcome {
+        round,
+        at: crate::clock::now(),
+        size_before: 0,
+        size_after: 0,
+        millis: 0,
+        skipped: false,
+        error: None,
+    };
+    let timeouts = EtcdTimeouts {
+        long_request: timeout,
+        ..crate::executor::timeouts()
+    };
+    let client = match MemberClient::connect(url, tls, timeouts).await {
+        Ok(client) => client,
+        Err(e) => {
+            outcome.error = Some(e.to_string());
+            return outcome;
+        }
+    };
+    let size = |s: MemberStatus| u64::try_from(s.db_size).unwrap_or(0);
+    outcome.size_before = client.status().await.map(size).unwrap_or(0);
+    let result = client.defragment().await;
+    outcome.millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    outcome.at = crate::clock::now();
+    match result {
+        Ok(()) => {
+            outcome.size_after = client
+                .status()
+                .await
+                .map(size)
+                .unwrap_or(outcome.size_before);
+        }
+        Err(e) => {
+            tracing::debug!(member = %me, error = %e, "defragment call failed");
+            outcome.size_after = outcome.size_before;
+            outcome.error = Some(e.to_string());
+        }
+    }
+    outcome
+}

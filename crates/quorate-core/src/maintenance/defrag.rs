@@ -1,0 +1,586 @@
+//! Defragmentation in rounds, one member at a time, so that no write stalls.
+//!
+//! etcd's defragmentation rewrites a member's whole database and blocks it meanwhile; on the
+//! leader that stalls every write of the cluster (etcd-backup-restore #1061: ~40 s). So a round
+//! goes like a rolling restart ([`turns`](crate::membership::turns)): followers one at a time in
+//! desired order, the leader last after it handed leadership to a follower that is already
+//! defragmented; never two at once, never while a member's etcd does not answer with a leader.
+//!
+//! The leader's agent starts a round when one is due ([`round_due`]): the schedule fired since
+//! the last round started, a member's database crossed a threshold ([`DefragPolicy`]), a person
+//! asked (the `quorate.io/defragment` annotation, `quorate defrag NAME`), or etcd raised
+//! `NOSPACE`. Rounds are numbered; every agent publishes on its lease the newest round it knows
+//! and its own last defragmentation ([`DefragRecord`]), so a new leader continues the round its
+//! predecessor started (the round lives on every lease, not in one agent's memory) and each
+//! member sees from the leases who is through. Only the leader's clock decides *when* a round
+//! is due; which member goes next rests on etcd's answers and the members' own records.
+
+use jiff::Timestamp;
+use quorate_api::CronSchedule;
+use serde::{Deserialize, Serialize};
+
+use crate::lease::MemberLease;
+use crate::membership::recovery::EtcdAnswer;
+use crate::membership::turns::{Activity, TurnPeer, handover_target, may_take_turn};
+
+/// Member-lease annotation with the member's [`DefragRecord`] (JSON).
+pub const DEFRAG_ANNOTATION: &str = "quorate.io/defragmentation";
+
+const MIB: u64 = 1024 * 1024;
+
+/// The thresholds (quorate-api's, from the `Etcd`'s annotations).
+pub use quorate_api::defrag::DefragThresholds as DefragPolicy;
+
+/// Why a database of `db_size` bytes with `in_use` bytes in use under `quota` needs a
+/// defragmentation now under `policy`, or `None`.
+pub fn need(policy: &DefragPolicy, db_size: u64, in_use: u64, quota: u64) -> Option<String> {
+    let free = db_size.saturating_sub(in_use);
+    if db_size > 0
+        && free >= policy.free_bytes
+        && free * 100 >= db_size * u64::from(policy.free_percent)
+    {
+        return Some(format!(
+            "{} of its {} are free pages (thresholds: {} % and {})",
+            bytes(free),
+            bytes(db_size),
+            policy.free_percent,
+            bytes(policy.free_bytes)
+        ));
+    }
+    // Defragmenting only helps when there is something to reclaim.
+    if policy.near_quota_percent > 0
+        && quota > 0
+        && free > 0
+        && db_size * 100 >= quota * u64::from(100 - policy.near_quota_percent.min(100))
+    {
+        return Some(format!(
+            "its {} are within {} % of the {} quota",
+            bytes(db_size),
+            policy.near_quota_percent,
+            bytes(quota)
+        ));
+    }
+    None
+}
+
+/// Sizes in MiB with one decimal, as people read them.
+fn bytes(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / MIB as f64)
+}
+
+/// Why a round runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RoundReason {
+    /// `spec.etcd.defragmentationSchedule` fired: every member.
+    Schedule,
+    /// A person asked: every member.
+    OnDemand,
+    /// etcd raised `NOSPACE`: every member, after a compaction.
+    NoSpace,
+    /// A member crossed a [`DefragPolicy`] threshold: only the members that need it.
+    Threshold,
+}
+
+impl RoundReason {
+    /// Whether every member is defragmented in such a round (else only those that need it).
+    pub fn every_member(self) -> bool {
+        !matches!(self, RoundReason::Threshold)
+    }
+}
+
+/// One round of defragmentation, as the leader that started it announced it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragRound {
+    /// Increasing number; the newest round any lease names is the current one.
+    pub id: u64,
+    /// Why it runs.
+    pub reason: RoundReason,
+    /// When it started, by the clock of the leader that started it (used only to tell when the
+    /// schedule fires next).
+    pub started_at: Timestamp,
+    /// The newest on-demand request known when it started (carried from round to round, so a
+    /// request is carried out once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// The cluster's revision when it started: a `NOSPACE` alarm that still stands after a
+    /// round at the same revision is reported, not answered with another round.
+    #[serde(default)]
+    pub revision: i64,
+}
+
+/// How a member's last defragmentation went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragOutcome {
+    /// The round it belonged to.
+    pub round: u64,
+    /// When it finished, by this member's clock.
+    pub at: Timestamp,
+    /// Database size before, in bytes.
+    pub size_before: u64,
+    /// Database size after, in bytes (equal to before when skipped or failed).
+    pub size_after: u64,
+    /// How long etcd took, in milliseconds.
+    pub millis: u64,
+    /// Not needed in a threshold round: the member was left alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    /// etcd's error, or the timeout, when it failed; the round goes on without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a member publishes about defragmentation on its lease ([`DEFRAG_ANNOTATION`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragRecord {
+    /// The newest round this member knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<DefragRound>,
+    /// Its own last defragmentation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<DefragOutcome>,
+}
+
+impl DefragRecord {
+    /// The record a lease carries; `None` when it has none or it does not parse.
+    pub fn of_lease(lease: &MemberLease) -> Option<DefragRecord> {
+        serde_json::from_str(lease.annotations.get(DEFRAG_ANNOTATION)?).ok()
+    }
+
+    /// The annotation value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).expect("a defragmentation record serializes")
+    }
+
+    /// Whether this member is through with round `id`.
+    pub fn through(&self, id: u64) -> bool {
+        self.last.as_ref().is_some_and(|l| l.round >= id)
+    }
+}
+
+/// The newest round any record names.
+pub fn current_round<'a>(
+    records: impl IntoIterator<Item = &'a DefragRecord>,
+) -> Option<DefragRound> {
+    records
+        .into_iter()
+        .filter_map(|r| r.round.as_ref())
+        .max_by_key(|r| r.id)
+        .cloned()
+}
+
+/// One member as a defragmentation round sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefragPeer {
+    /// Member name.
+    pub name: String,
+    /// Its etcd's status answer, `None` when it did not answer.
+    pub answer: Option<EtcdAnswer>,
+    /// Its database size and the part in use, from the same answer.
+    pub sizes: Option<(u64, u64)>,
+    /// What its lease says.
+    pub record: DefragRecord,
+}
+
+/// What the leader knows when it asks whether a round is due.
+#[derive(Clone, Debug)]
+pub struct RoundInputs<'a> {
+    /// `spec.etcd.defragmentationSchedule`.
+    pub schedule: &'a CronSchedule,
+    /// Thresholds.
+    pub policy: DefragPolicy,
+    /// `--quota-backend-bytes`.
+    pub quota: u64,
+    /// The on-demand request the configuration carries (annotation value).
+    pub request: Option<&'a str>,
+    /// Whether etcd reports a `NOSPACE` alarm.
+    pub no_space: bool,
+    /// The cluster's revision now.
+    pub revision: i64,
+    /// When this member became leader (by its clock): the schedule counts from here when no
+    /// round ever ran.
+    pub leading_since: Timestamp,
+    /// Now, by this member's clock.
+    pub now: Timestamp,
+}
+
+/// Whether round `round` is over: every member etcd lists is through with it.
+pub fn round_complete(round: &DefragRound, peers: &[DefragPeer]) -> bool {
+    peers.iter().all(|p| p.record.through(round.id))
+}
+
+/// For the leader: the round to start now, or `None`. Never while the current round is
+/// unfinished. `NOSPACE` first, then a person's request, then the schedule, then thresholds.
+pub fn round_due(
+    current: Option<&DefragRound>,
+    peers: &[DefragPeer],
+    inputs: &RoundInputs<'_>,
+) -> Option<DefragRound> {
+    if current.is_some_and(|c| !round_complete(c, peers)) {
+        return None;
+    }
+    let known_request = current.and_then(|c| c.request.as_deref());
+    let asked = inputs.request.is_some_and(|r| Some(r) != known_request);
+    let since = current.map_or(inputs.leading_since, |c| c.started_at);
+    let scheduled = inputs
+        .schedule
+        .next_after(since)
+        .is_some_and(|run| run <= inputs.now);
+    let answered_alarm =
+        current.is_some_and(|c| c.reason == RoundReason::NoSpace && c.revision >= inputs.revision);
+    let reason = if inputs.no_space && !answered_alarm {
+        RoundReason::NoSpace
+    } else if asked {
+        RoundReason::OnDemand
+    } else if scheduled {
+        RoundReason::Schedule
+    } else if peers
+        .iter()
+        .any(|p| needs(p, inputs.policy, inputs.quota).is_some())
+    {
+        RoundReason::Threshold
+    } else {
+        return None;
+    };
+    Some(DefragRound {
+        id: current.map_or(1, |c| c.id + 1),
+        reason,
+        started_at: inputs.now,
+        request: inputs
+            .request
+            .map(str::to_string)
+            .or_else(|| known_request.map(str::to_string)),
+        revision: inputs.revision,
+    })
+}
+
+fn needs(peer: &DefragPeer, policy: DefragPolicy, quota: u64) -> Option<String> {
+    let (size, in_use) = peer.sizes?;
+    need(&policy, size, in_use, quota)
+}
+
+/// What member `me` does about the current round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DefragTurn {
+    /// Nothing: no round, or this member is through with it.
+    Idle,
+    /// A threshold round that this member does not need: record it as through, untouched.
+    Skip,
+    /// Defragment this member's etcd now.
+    Defragment,
+    /// This member leads: move leadership to this defragmented follower first.
+    HandOver {
+        /// Its name.
+        name: String,
+        /// Its member ID.
+        id: u64,
+    },
+    /// Not yet; why.
+    Wait(String),
+}
+
+const DEFRAGMENT: Activity = Activity {
+    doing: "defragmenting",
+    done_first: "is defragmented",
+};
+
+/// Member `me`'s turn in `round` (`peers`: every member etcd lists, in desired order, `me`
+/// included).
+pub fn member_turn(
+    me: &str,
+    round: Option<&DefragRound>,
+    peers: &[DefragPeer],
+    policy: DefragPolicy,
+    quota: u64,
+) -> DefragTurn {
+    let Some(round) = round else {
+        return DefragTurn::Idle;
+    };
+    let Some(mine) = peers.iter().find(|p| p.name == me) else {
+        return DefragTurn::Idle;
+    };
+    if mine.record.through(round.id) {
+        return DefragTurn::Idle;
+    }
+    if !round.reason.every_member() && needs(mine, policy, quota).is_none() {
+        return DefragTurn::Skip;
+    }
+    let turn_peers: Vec<TurnPeer> = peers
+        .iter()
+        .map(|p| TurnPeer {
+            name: p.name.clone(),
+            answer: p.answer,
+            done: p.record.through(round.id),
+        })
+        .collect();
+    if let Err(why) = may_take_turn(me, &turn_peers, DEFRAGMENT) {
+        return DefragTurn::Wait(why);
+    }
+    match handover_target(me, &turn_peers) {
+        Some((name, id)) => DefragTurn::HandOver { name, id },
+        None => DefragTurn::Defragment,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUOTA: u64 = 8 * 1024 * MIB;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    /// etcd-main-0 leads cluster 0xc1; every database 100 MiB, all in use.
+    fn peer(i: u64) -> DefragPeer {
+        DefragPeer {
+            name: format!("etcd-main-{i}"),
+            answer: Some(EtcdAnswer {
+                cluster_id: 0xc1,
+                member_id: i + 1,
+                revision: 10,
+                leader_id: 1,
+            }),
+            sizes: Some((100 * MIB, 100 * MIB)),
+            record: DefragRecord::default(),
+        }
+    }
+
+    fn round(id: u64, reason: RoundReason) -> DefragRound {
+        DefragRound {
+            id,
+            reason,
+            started_at: at("2026-11-26T00:00:00Z"),
+            request: None,
+            revision: 10,
+        }
+    }
+
+    fn through(mut p: DefragPeer, id: u64) -> DefragPeer {
+        p.record.last = Some(DefragOutcome {
+            round: id,
+            at: at("2026-11-26T00:01:00Z"),
+            size_before: 100 * MIB,
+            size_after: 50 * MIB,
+            millis: 300,
+            skipped: false,
+            error: None,
+        });
+        p
+    }
+
+    fn turn(me: u64, r: &DefragRound, peers: &[DefragPeer]) -> DefragTurn {
+        member_turn(
+            &format!("etcd-main-{me}"),
+            Some(r),
+            peers,
+            DefragPolicy::default(),
+            QUOTA,
+        )
+    }
+
+    #[test]
+    fn followers_go_one_at_a_time_then_the_leader_after_handing_over() {
+        let r = round(1, RoundReason::Schedule);
+        let view = [peer(0), peer(1), peer(2)];
+        assert_eq!(turn(1, &r, &view), DefragTurn::Defragment);
+        assert!(
+            matches!(turn(2, &r, &view), DefragTurn::Wait(w) if w.contains("etcd-main-1 is defragmented before etcd-main-2"))
+        );
+        assert!(matches!(turn(0, &r, &view), DefragTurn::Wait(_)));
+
+        let view = [peer(0), through(peer(1), 1), peer(2)];
+        assert_eq!(turn(1, &r, &view), DefragTurn::Idle);
+        assert_eq!(turn(2, &r, &view), DefragTurn::Defragment);
+        assert!(matches!(turn(0, &r, &view), DefragTurn::Wait(_)));
+
+        let view = [peer(0), through(peer(1), 1), through(peer(2), 1)];
+        assert_eq!(
+            turn(0, &r, &view),
+            DefragTurn::HandOver {
+                name: "etcd-main-1".into(),
+                id: 2
+            }
+        );
+
+        // Leadership moved to etcd-main-1: the former leader is now a follower whose turn it is.
+        let mut view = [peer(0), through(peer(1), 1), through(peer(2), 1)];
+        for p in &mut view {
+            p.answer.as_mut().unwrap().leader_id = 2;
+        }
+        assert_eq!(turn(0, &r, &view), DefragTurn::Defragment);
+        assert!(!round_complete(&r, &view));
+        view[0] = through(view[0].clone(), 1);
+        assert!(round_complete(&r, &view));
+    }
+
+    #[test]
+    fn nobody_goes_while_a_member_does_not_answer_with_a_leader() {
+        let r = round(1, RoundReason::Schedule);
+        let mut view = [peer(0), peer(1), peer(2)];
+        view[2].answer = None;
+        assert!(
+            matches!(turn(1, &r, &view), DefragTurn::Wait(w) if w.contains("etcd-main-2 does not answer"))
+        );
+        view[2] = peer(2);
+        view[2].answer.as_mut().unwrap().leader_id = 0;
+        assert!(matches!(turn(1, &r, &view), DefragTurn::Wait(_)));
+    }
+
+    #[test]
+    fn a_lone_member_defragments_itself_without_a_handover() {
+        let r = round(1, RoundReason::OnDemand);
+        assert_eq!(turn(0, &r, &[peer(0)]), DefragTurn::Defragment);
+    }
+
+    #[test]
+    fn a_threshold_round_skips_members_that_do_not_need_it() {
+        let r = round(3, RoundReason::Threshold);
+        let mut view = [peer(0), peer(1), peer(2)];
+        view[2].sizes = Some((1000 * MIB, 300 * MIB));
+        assert_eq!(turn(1, &r, &view), DefragTurn::Skip);
+        assert_eq!(turn(0, &r, &view), DefragTurn::Skip, "the leader too");
+        view[1] = through(view[1].clone(), 3);
+        assert_eq!(turn(2, &r, &view), DefragTurn::Defragment);
+    }
+
+    #[test]
+    fn thresholds_need_both_free_share_and_free_bytes_or_nearness_to_the_quota() {
+        let p = DefragPolicy::default();
+        assert!(
+            need(&p, 1000 * MIB, 500 * MIB, QUOTA).is_some(),
+            "50 %, 500 MiB"
+        );
+        assert!(need(&p, 1000 * MIB, 600 * MIB, QUOTA).is_none(), "40 %");
+        assert!(
+            need(&p, 150 * MIB, 20 * MIB, QUOTA).is_some(),
+            "87 %, 130 MiB"
+        );
+        assert!(
+            need(&p, 150 * MIB, 60 * MIB, QUOTA).is_none(),
+            "60 %, but 90 MiB"
+        );
+        let quota = 64 * MIB;
+        assert!(
+            need(&p, 52 * MIB, 50 * MIB, quota).is_some(),
+            "81 % of the quota"
+        );
+        assert!(
+            need(&p, 52 * MIB, 52 * MIB, quota).is_none(),
+            "nothing to reclaim"
+        );
+        assert!(
+            need(&p, 50 * MIB, 48 * MIB, quota).is_none(),
+            "78 % of the quota"
+        );
+        let off = DefragPolicy {
+            near_quota_percent: 0,
+            ..p
+        };
+        assert!(need(&off, 63 * MIB, 60 * MIB, quota).is_none());
+    }
+
+    fn inputs<'a>(schedule: &'a CronSchedule, now: &str) -> RoundInputs<'a> {
+        RoundInputs {
+            schedule,
+            policy: DefragPolicy::default(),
+            quota: QUOTA,
+            request: None,
+            no_space: false,
+            revision: 10,
+            leading_since: at("2026-11-25T12:00:00Z"),
+            now: at(now),
+        }
+    }
+
+    #[test]
+    fn the_schedule_starts_a_round_once_per_firing() {
+        let daily = CronSchedule::parse("0 0 * * *").unwrap();
+        let view = [peer(0), peer(1)];
+        let first = round_due(None, &view, &inputs(&daily, "2026-11-25T23:00:00Z"));
+        assert_eq!(first, None, "not fired since the leader started");
+        let first = round_due(None, &view, &inputs(&daily, "2026-11-26T00:00:05Z")).unwrap();
+        assert_eq!((first.id, first.reason), (1, RoundReason::Schedule));
+        assert_eq!(
+            round_due(Some(&first), &view, &inputs(&daily, "2026-11-26T00:10:00Z")),
+            None,
+            "unfinished"
+        );
+        let done = [through(peer(0), 1), through(peer(1), 1)];
+        assert_eq!(
+            round_due(Some(&first), &done, &inputs(&daily, "2026-11-26T12:00:00Z")),
+            None,
+            "already ran for this firing"
+        );
+        let next = round_due(Some(&first), &done, &inputs(&daily, "2026-11-27T00:00:01Z")).unwrap();
+        assert_eq!((next.id, next.reason), (2, RoundReason::Schedule));
+    }
+
+    #[test]
+    fn a_request_is_carried_out_once_and_remembered_by_later_rounds() {
+        let never = CronSchedule::parse("0 0 31 2 *").unwrap();
+        let view = [peer(0)];
+        let mut i = inputs(&never, "2026-11-26T10:00:00Z");
+        i.request = Some("defrag-1");
+        let r = round_due(None, &view, &i).unwrap();
+        assert_eq!(r.reason, RoundReason::OnDemand);
+        assert_eq!(r.request.as_deref(), Some("defrag-1"));
+        let done = [through(peer(0), r.id)];
+        assert_eq!(round_due(Some(&r), &done, &i), None);
+        // A later threshold round keeps the request, so it is not carried out again after it.
+        let mut big = done.clone();
+        big[0].sizes = Some((1000 * MIB, 100 * MIB));
+        let t = round_due(Some(&r), &big, &i).unwrap();
+        assert_eq!(t.reason, RoundReason::Threshold);
+        assert_eq!(t.request.as_deref(), Some("defrag-1"));
+        i.request = Some("defrag-2");
+        assert_eq!(
+            round_due(Some(&r), &done, &i).map(|r| r.reason),
+            Some(RoundReason::OnDemand)
+        );
+    }
+
+    #[test]
+    fn no_space_starts_one_round_not_a_loop() {
+        let never = CronSchedule::parse("0 0 31 2 *").unwrap();
+        let mut i = inputs(&never, "2026-11-26T10:00:00Z");
+        i.no_space = true;
+        let r = round_due(None, &[peer(0)], &i).unwrap();
+        assert_eq!(r.reason, RoundReason::NoSpace);
+        let done = [through(peer(0), r.id)];
+        assert_eq!(
+            round_due(Some(&r), &done, &i),
+            None,
+            "the alarm still stands after a full round: it is reported, not retried"
+        );
+        // Data was deleted meanwhile (a new revision): worth another round.
+        i.revision += 1;
+        let again = round_due(Some(&r), &done, &i).unwrap();
+        assert_eq!((again.id, again.reason), (2, RoundReason::NoSpace));
+    }
+
+    #[test]
+    fn the_current_round_is_the_newest_any_lease_names() {
+        let a = DefragRecord {
+            round: Some(round(4, RoundReason::Schedule)),
+            last: None,
+        };
+        let b = DefragRecord {
+            round: Some(round(5, RoundReason::OnDemand)),
+            last: None,
+        };
+        assert_eq!(
+            current_round([&a, &b, &DefragRecord::default()]).map(|r| r.id),
+            Some(5)
+        );
+        let mut lease = MemberLease::new("etcd-main-0");
+        lease
+            .annotations
+            .insert(DEFRAG_ANNOTATION.into(), b.to_annotation());
+        assert_eq!(DefragRecord::of_lease(&lease), Some(b));
+    }
+}
