@@ -23,7 +23,7 @@ pub const PUT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one attempt of a write, after which it is retried (as `quorate canary` does): etcd
 /// drops a proposal that reaches a leader while it hands leadership over, without telling the
 /// member that forwarded it, so that attempt would otherwise wait out etcd's request timeout.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the leader monitor asks every member for its status.
 pub const LEADER_POLL: Duration = Duration::from_millis(100);
 /// How often the member list is read to decide when the scale-out is done.

@@ -240,7 +240,7 @@ fn render(rounds: &[Round], machine: &MachineFacts) -> String {
          member, so each method must hand leadership over once. Time runs from `quorate apply` \
          (or the first `etcdctl` call) until etcd's member list (read every 50 ms) shows 3 \
          voting members. One client writes to member 0 without pause; a put is retried when \
-         an attempt has no answer within 2 s and counts as failed when it is not acknowledged \
+         an attempt has no answer within 1 s and counts as failed when it is not acknowledged \
          within 5 s (etcd drops a proposal that reaches a leader while it hands leadership \
          over, and the member that forwarded it waits out its request timeout); \
          every member's leader ID and raft term are read every 100 ms: each election raises \

@@ -22,7 +22,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// reaches a leader while it hands leadership over, without telling the member that forwarded
 /// it, so that request would wait for etcd's own request timeout (7 s); a client that would
 /// notice retries it instead. The longest wait still shows such a retry.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What the canary was asked to do.
 #[derive(Debug)]

@@ -1,0 +1,264 @@
+//! Defragmentation in local mode with real etcd members: on demand (`quorate defrag`) and by
+//! threshold, one member at a time, followers first and the leader last after a handover,
+//! never while a member's etcd does not answer, under `quorate canary` with no write waiting
+//! more than 2 s.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use quorate_core::lease::MemberLease;
+use quorate_core::maintenance::defrag::{DefragOutcome, DefragRecord};
+use support::canary::{Canary, leadership_transfers, raft_term};
+use support::{Local, eventually, manifest, path_str, runtime};
+
+/// Each member's defragmentation record, from its lease file.
+fn records(local: &Local, name: &str) -> BTreeMap<String, DefragRecord> {
+    let dir = local.cluster_dir(name).join("leases");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let lease: MemberLease =
+                serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
+            Some((lease.name.clone(), DefragRecord::of_lease(&lease)?))
+        })
+        .collect()
+}
+
+/// The member whose etcd leads, by `quorate members` (ID, NAME, PEER URLS, CLIENT URLS,
+/// LEADER, ...: one URL each here).
+fn leader(local: &Local, name: &str) -> String {
+    let out = local.ok(&["members", name]);
+    out.lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(4) == Some(&"true"))
+        .map(|f| f[1].to_string())
+        .unwrap_or_else(|| panic!("no leader in:\n{out}"))
+}
+
+/// Rewrites `keys` keys of 64 KiB each `times` times, then compacts, leaving the history's
+/// pages free for a defragmentation to reclaim.
+fn churn(endpoints: &[String], keys: usize, times: usize) {
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        let value = vec![b'x'; 64 * 1024];
+        let mut revision = 0;
+        for _ in 0..times {
+            for k in 0..keys {
+                let resp = client
+                    .put(format!("churn/{k}"), value.clone(), None)
+                    .await
+                    .unwrap();
+                revision = resp.header().unwrap().revision();
+            }
+        }
+        client
+            .compact(
+                revision,
+                Some(etcd_client::CompactionOptions::new().with_physical()),
+            )
+            .await
+            .unwrap();
+    });
+}
+
+/// One member's defragmentation as a time interval.
+fn interval(o: &DefragOutcome) -> (Timestamp, Timestamp) {
+    let took = SignedDuration::from_millis(o.millis as i64);
+    (o.at - took, o.at)
+}
+
+#[test]
+fn on_demand_defragmentation_goes_followers_first_and_the_leader_last_after_a_handover() {
+    on_demand_round("3.5");
+}
+
+#[test]
+fn on_demand_defragmentation_of_etcd_3_4_goes_the_same_way() {
+    on_demand_round("3.4");
+}
+
+fn on_demand_round(version: &str) {
+    let local = Local::new();
+    let versioned = manifest("defrag", 3, "").replace(
+        "  namespace: default\n",
+        &format!(
+            "  namespace: default\n  annotations:\n    quorate.io/etcd-version: \"{version}\"\n"
+        ),
+    );
+    let path = local.manifest("c.yaml", &versioned);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let endpoints = local.endpoints("defrag");
+    churn(&endpoints, 100, 4);
+    let first_leader = leader(&local, "defrag");
+    let dir = local.cluster_dir("defrag");
+    let rt = runtime();
+    let term_before = rt.block_on(raft_term(&endpoints[0]));
+    let transfers_before = leadership_transfers(&dir);
+
+    let canary = Canary::start(&endpoints);
+    let out = local.ok(&["defrag", "defrag", "--timeout", "120s"]);
+    let last = canary.finish();
+    assert_eq!(last["failed"], 0, "no write failed: {last}\n{out}");
+    assert!(
+        last["longest_wait_ms"].as_u64().unwrap() <= 2000,
+        "no write waited more than 2 s: {last}\n{out}"
+    );
+    assert_eq!(out.matches("defragmented").count(), 3, "{out}");
+
+    let records = records(&local, "defrag");
+    let outcomes: BTreeMap<&String, &DefragOutcome> = records
+        .iter()
+        .map(|(m, r)| (m, r.last.as_ref().expect("every member defragmented")))
+        .collect();
+    assert_eq!(outcomes.len(), 3, "{records:?}");
+    for (member, o) in &outcomes {
+        assert!(o.error.is_none() && !o.skipped, "{member}: {o:?}");
+        assert!(
+            o.size_after < o.size_before,
+            "{member} got smaller: {} → {}",
+            o.size_before,
+            o.size_after
+        );
+    }
+    // Never two at once, and the member that led at the start went last.
+    let mut spans: Vec<(Timestamp, Timestamp, &String)> = outcomes
+        .iter()
+        .map(|(m, o)| {
+            let (from, to) = interval(o);
+            (from, to, *m)
+        })
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "{} and {} were defragmented at the same time: {spans:?}",
+            pair[0].2,
+            pair[1].2
+        );
+    }
+    assert_eq!(
+        spans.last().unwrap().2,
+        &first_leader,
+        "the leader went last: {spans:?}"
+    );
+    // The leader handed over once, and that was the only election.
+    let term_after = rt.block_on(raft_term(&endpoints[0]));
+    assert_eq!(
+        term_after - term_before,
+        1,
+        "no election by timeout: {out}\n{}",
+        local.log_tails()
+    );
+    assert_eq!(leadership_transfers(&dir) - transfers_before, 1);
+    assert_ne!(leader(&local, "defrag"), first_leader);
+
+    // A second request is a new round; the first is not carried out again by itself.
+    let round = records
+        .values()
+        .filter_map(|r| r.round.as_ref())
+        .map(|r| r.id)
+        .max();
+    let again = local.ok(&["defrag", "defrag", "--timeout", "120s"]);
+    assert_eq!(again.matches("defragmented").count(), 3, "{again}");
+    let newer = self::records(&local, "defrag")
+        .values()
+        .filter_map(|r| r.round.as_ref())
+        .map(|r| r.id)
+        .max();
+    assert_eq!(newer, round.map(|r| r + 1));
+}
+
+#[test]
+fn a_database_over_the_threshold_is_defragmented_and_nobody_goes_while_a_member_is_stopped() {
+    let local = Local::new();
+    let annotated = manifest("thresh", 3, "").replace(
+        "  namespace: default\n",
+        "  namespace: default\n  annotations:\n    quorate.io/defrag-free-bytes: 1Mi\n",
+    );
+    let path = local.manifest("c.yaml", &annotated);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let endpoints = local.endpoints("thresh");
+
+    // One follower's etcd stops answering; the free pages the churn leaves behind must wait.
+    let stopped = (0..3)
+        .map(|i| format!("thresh-{i}"))
+        .find(|m| *m != leader(&local, "thresh"))
+        .unwrap();
+    let pid = local.etcd_pid("thresh", &stopped).expect("etcd runs");
+    let reachable: Vec<String> = endpoints
+        .iter()
+        .filter(|e| {
+            let i: usize = stopped.rsplit('-').next().unwrap().parse().unwrap();
+            **e != endpoints[i]
+        })
+        .cloned()
+        .collect();
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    let resume = scopeguard(pid);
+    churn(&reachable, 100, 4);
+    let started = eventually(
+        "the leader to start a threshold round",
+        Duration::from_secs(30),
+        || {
+            records(&local, "thresh")
+                .values()
+                .find_map(|r| r.round.clone())
+        },
+    );
+    assert_eq!(format!("{:?}", started.reason), "Threshold", "{started:?}");
+    // For five more seconds of the round no member is defragmented (one that does not need it
+    // may record that it skips: that touches nothing).
+    for _ in 0..25 {
+        std::thread::sleep(Duration::from_millis(200));
+        let done: Vec<String> = records(&local, "thresh")
+            .into_iter()
+            .filter(|(_, r)| r.through(started.id) && !r.last.as_ref().is_some_and(|l| l.skipped))
+            .map(|(m, _)| m)
+            .collect();
+        assert!(
+            done.is_empty(),
+            "{done:?} went while {stopped}'s etcd did not answer"
+        );
+    }
+    drop(resume);
+    let done = eventually(
+        "every member through the round",
+        Duration::from_secs(60),
+        || {
+            let records = records(&local, "thresh");
+            (records.len() == 3 && records.values().all(|r| r.through(started.id)))
+                .then_some(records)
+        },
+    );
+    for (member, r) in &done {
+        let o = r.last.as_ref().unwrap();
+        assert!(o.error.is_none(), "{member}: {o:?}");
+        if o.skipped {
+            continue;
+        }
+        assert!(o.size_after < o.size_before, "{member}: {o:?}");
+    }
+    assert!(
+        done.values().any(|r| !r.last.as_ref().unwrap().skipped),
+        "the members over the threshold were defragmented: {done:?}"
+    );
+}
+
+/// Resumes a stopped process when dropped (also when the test panics).
+fn scopeguard(pid: i32) -> impl Drop {
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = kill(Pid::from_raw(self.0), Signal::SIGCONT);
+        }
+    }
+    Resume(pid)
+}
