@@ -14,12 +14,12 @@ use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::lease::MemberLease;
 use quorate_core::maintenance::defrag::{
-    DefragOutcome, DefragPeer, DefragRecord, DefragRound, DefragTurn, RoundInputs, current_round,
-    member_turn, round_due,
+    DefragOutcome, DefragPeer, DefragRecord, DefragRound, DefragTurn, NoSpaceVerdict, RoundInputs,
+    RoundReason, current_round, member_turn, no_space_verdict, round_due,
 };
 use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::EtcdAnswer;
-use quorate_etcd::{AlarmKind, EtcdTimeouts, MemberClient, MemberStatus};
+use quorate_etcd::{Alarm, AlarmKind, EtcdTimeouts, MemberClient, MemberStatus};
 use tokio::task::JoinHandle;
 
 use crate::executor::Executor;
@@ -79,11 +79,37 @@ pub async fn check<C: Coordination>(
     let mine = state.get().defrag;
     let mut round = current_round(peers.iter().map(|p| &p.record));
     let mut changed = false;
-    if let Some(since) = leading_since
-        && let Some(new) = due(cluster, client, status, &peers, round.as_ref(), since).await
-    {
-        tracing::info!(member = %me, round = new.id, reason = ?new.reason, "starting a defragmentation round");
-        round = Some(new);
+    if leading_since.is_none() {
+        // Only the leader speaks for the alarm; a former leader's verdict goes with its role.
+        clear_no_space_message(state);
+    }
+    if let Some(since) = leading_since {
+        let alarms = client.alarms().await.unwrap_or_default();
+        let no_space: Vec<Alarm> = alarms
+            .into_iter()
+            .filter(|a| a.kind == AlarmKind::NoSpace)
+            .collect();
+        answer_no_space(
+            me,
+            client,
+            &no_space,
+            round.as_ref(),
+            &peers,
+            cluster,
+            state,
+        )
+        .await;
+        if let Some(new) = due(
+            cluster,
+            status,
+            &peers,
+            round.as_ref(),
+            since,
+            !no_space.is_empty(),
+        ) && start(me, client, status, &new).await
+        {
+            round = Some(new);
+        }
     }
     if round.as_ref().map(|r| r.id) != mine.round.as_ref().map(|r| r.id) {
         state.update(|s| s.defrag.round = round.clone());
@@ -229,20 +255,16 @@ async fn peers(
 }
 
 /// For the leader: the round to start now, if one is due.
-async fn due(
+fn due(
     cluster: &ClusterConfig,
-    client: &MemberClient,
     status: &MemberStatus,
     peers: &[DefragPeer],
     current: Option<&DefragRound>,
     leading_since: Timestamp,
+    no_space: bool,
 ) -> Option<DefragRound> {
     let maintenance = &cluster.maintenance;
     let schedule = maintenance.schedule();
-    let no_space = client
-        .alarms()
-        .await
-        .is_ok_and(|alarms| alarms.iter().any(|a| a.kind == AlarmKind::NoSpace));
     round_due(
         current,
         peers,
@@ -257,6 +279,83 @@ async fn due(
             now: crate::clock::now(),
         },
     )
+}
+
+/// Starts `round` as the leader: a round for a `NOSPACE` alarm first compacts the history at
+/// the current revision (etcd accepts that under the alarm), so the defragmentations have
+/// something to reclaim. False when that failed (the round is tried again on the next check).
+async fn start(
+    me: &str,
+    client: &MemberClient,
+    status: &MemberStatus,
+    round: &DefragRound,
+) -> bool {
+    if round.reason == RoundReason::NoSpace {
+        match client.compact(status.revision).await {
+            Ok(()) => {
+                tracing::warn!(member = %me, revision = status.revision, "NOSPACE: compacted the history")
+            }
+            // Compacted already at or past this revision: nothing more to free that way.
+            Err(e) if e.to_string().contains("compacted") => {}
+            Err(e) => {
+                tracing::warn!(member = %me, error = %e, "NOSPACE: compacting failed; trying again");
+                return false;
+            }
+        }
+    }
+    tracing::info!(member = %me, round = round.id, reason = ?round.reason, "starting a defragmentation round");
+    true
+}
+
+/// For the leader: once the round for a `NOSPACE` alarm is over, disarms the alarm when every
+/// database has room again, or says (in its waiting reason, on its lease) why it stays.
+async fn answer_no_space(
+    me: &str,
+    client: &MemberClient,
+    alarms: &[Alarm],
+    round: Option<&DefragRound>,
+    peers: &[DefragPeer],
+    cluster: &ClusterConfig,
+    state: &SharedState,
+) {
+    let quota = cluster.etcd.quota_backend_bytes;
+    if alarms.is_empty() {
+        clear_no_space_message(state);
+    }
+    match no_space_verdict(!alarms.is_empty(), round, peers, quota) {
+        NoSpaceVerdict::Nothing => {}
+        NoSpaceVerdict::Disarm => {
+            for alarm in alarms {
+                match client.disarm(*alarm).await {
+                    Ok(()) => {
+                        tracing::warn!(member = %me, %alarm, "NOSPACE: space reclaimed; disarmed the alarm")
+                    }
+                    Err(e) => {
+                        tracing::warn!(member = %me, %alarm, error = %e, "NOSPACE: disarming failed; trying again")
+                    }
+                }
+            }
+            clear_no_space_message(state);
+        }
+        NoSpaceVerdict::TooLarge(why) => {
+            if state.get().message != why {
+                tracing::error!(member = %me, "{why}");
+            }
+            state.update(|s| {
+                s.message = why;
+                s.message_is_no_space = true;
+            });
+        }
+    }
+}
+
+fn clear_no_space_message(state: &SharedState) {
+    state.update(|s| {
+        if s.message_is_no_space {
+            s.message.clear();
+            s.message_is_no_space = false;
+        }
+    });
 }
 
 /// Defragments the member at `url` within `timeout`, with its sizes before and after.

@@ -74,6 +74,10 @@ pub struct MemberState {
     /// `message` says why a scale-in this leader carries out waits; cleared once it moves on.
     #[serde(skip)]
     pub message_is_scale_wait: bool,
+    /// `message` says why etcd's NOSPACE alarm stays (the leader's verdict); cleared once it is
+    /// disarmed.
+    #[serde(skip)]
+    pub message_is_no_space: bool,
     /// The newest defragmentation round this member knows and its own last defragmentation
     /// (published on its lease).
     pub defrag: DefragRecord,

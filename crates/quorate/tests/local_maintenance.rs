@@ -262,3 +262,135 @@ fn scopeguard(pid: i32) -> impl Drop {
     }
     Resume(pid)
 }
+
+/// Puts 256 KiB values at `key(i)` for i = 0, 1, ... until etcd refuses with NOSPACE; the
+/// number of puts acknowledged.
+fn fill_until_no_space(endpoints: &[String], key: impl Fn(usize) -> String) -> usize {
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        let value = vec![b'q'; 256 * 1024];
+        for i in 0..10_000 {
+            match client.put(key(i), value.clone(), None).await {
+                Ok(_) => {}
+                Err(e) if e.to_string().contains("database space exceeded") => return i,
+                Err(e) => panic!("put {i}: {e}"),
+            }
+        }
+        panic!("no NOSPACE after 10,000 puts of 256 KiB");
+    })
+}
+
+/// Whether a put is accepted again (NOSPACE disarmed).
+fn writable(endpoints: &[String]) -> bool {
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        client.put("probe", "x", None).await.is_ok()
+    })
+}
+
+fn alarms(endpoints: &[String]) -> usize {
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        client
+            .alarm(
+                etcd_client::AlarmAction::Get,
+                etcd_client::AlarmType::None,
+                None,
+            )
+            .await
+            .unwrap()
+            .alarms()
+            .len()
+    })
+}
+
+fn with_quota(name: &str) -> String {
+    manifest(name, 3, "").replace(
+        "    heartbeatDuration: 1s\n",
+        "    heartbeatDuration: 1s\n    quota: 64Mi\n",
+    )
+}
+
+#[test]
+fn a_history_that_outgrows_a_64mi_quota_is_compacted_defragmented_and_disarmed_by_itself() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_quota("nospace"));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let endpoints = local.endpoints("nospace");
+    let puts = fill_until_no_space(&endpoints, |i| format!("same/{}", i % 8));
+    assert!(puts > 100, "the quota took {puts} puts");
+    assert!(alarms(&endpoints) > 0, "etcd raised NOSPACE");
+    eventually("writes accepted again", Duration::from_secs(60), || {
+        writable(&endpoints).then_some(())
+    });
+    assert_eq!(alarms(&endpoints), 0);
+    let records = records(&local, "nospace");
+    let round = records
+        .values()
+        .filter_map(|r| r.round.clone())
+        .max_by_key(|r| r.id)
+        .unwrap();
+    assert_eq!(format!("{:?}", round.reason), "NoSpace");
+    for (member, r) in &records {
+        let o = r.last.as_ref().unwrap();
+        assert!(o.round >= round.id && o.error.is_none(), "{member}: {o:?}");
+        assert!(o.size_after < 32 * 1024 * 1024, "{member}: {o:?}");
+    }
+}
+
+#[test]
+fn live_data_over_the_quota_is_reported_without_a_loop_and_a_delete_lets_it_recover() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &with_quota("full"));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let endpoints = local.endpoints("full");
+    let puts = fill_until_no_space(&endpoints, |i| format!("live/{i:05}"));
+    let verdict = eventually(
+        "the status to say the data does not fit",
+        Duration::from_secs(60),
+        || {
+            let yaml = local.ok(&["get", "etcd", "full", "-o", "yaml"]);
+            yaml.contains("raise spec.etcd.quota").then_some(yaml)
+        },
+    );
+    assert!(verdict.contains("NOSPACE"), "{verdict}");
+    let round_of = || {
+        records(&local, "full")
+            .values()
+            .filter_map(|r| r.round.as_ref().map(|r| r.id))
+            .max()
+    };
+    let first = round_of();
+    // No new round while nothing changed (five seconds of agent checks).
+    for _ in 0..25 {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(round_of(), first, "no second round for the same alarm");
+    }
+    assert!(!writable(&endpoints));
+    // A person deletes half of the data: the next round compacts it away and disarms.
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints[..], None)
+            .await
+            .unwrap();
+        let half = format!("live/{:05}", puts / 2);
+        client
+            .delete(
+                "live/",
+                Some(etcd_client::DeleteOptions::new().with_range(half)),
+            )
+            .await
+            .unwrap();
+    });
+    eventually("writes accepted again", Duration::from_secs(60), || {
+        writable(&endpoints).then_some(())
+    });
+    assert!(round_of() > first);
+    eventually(
+        "the status no longer reports the verdict",
+        Duration::from_secs(30),
+        || {
+            let yaml = local.ok(&["get", "etcd", "full", "-o", "yaml"]);
+            (!yaml.contains("raise spec.etcd.quota")).then_some(())
+        },
+    );
+}

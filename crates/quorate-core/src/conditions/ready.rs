@@ -62,7 +62,8 @@ pub fn check_ready_under_alarms(members: &[EtcdMemberStatus], alarms: &[String])
         REASON_ALARM_RAISED,
         format!(
             "etcd reports {}; it refuses writes until the cause is dealt with and the alarm is \
-             disarmed (for NOSPACE: compact, defragment, then `etcdctl alarm disarm`)",
+             disarmed (NOSPACE: quorate compacts, defragments every member and disarms it by \
+             itself once the data fits under the quota; when it does not, MembersWaiting says so)",
             alarms.join(", ")
         ),
     )

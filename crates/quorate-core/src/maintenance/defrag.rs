@@ -257,9 +257,77 @@ pub fn round_due(
     })
 }
 
+/// Whether `peer` needs a defragmentation now. Nearness to the quota counts only when the file
+/// grew since the member's last defragmentation: a database whose live data is near the quota
+/// would otherwise be defragmented round after round for nothing.
 fn needs(peer: &DefragPeer, policy: DefragPolicy, quota: u64) -> Option<String> {
     let (size, in_use) = peer.sizes?;
+    let grown = peer
+        .record
+        .last
+        .as_ref()
+        .is_none_or(|l| l.skipped || size > l.size_after);
+    let policy = if grown {
+        policy
+    } else {
+        DefragPolicy {
+            near_quota_percent: 0,
+            ..policy
+        }
+    };
     need(&policy, size, in_use, quota)
+}
+
+/// Share of the quota a database may fill after a `NOSPACE` round for the alarm to be disarmed:
+/// below it, writes have room again; above it, disarming would only raise the alarm again.
+pub const NO_SPACE_DISARM_PERCENT: u64 = 90;
+
+/// What the leader does about a `NOSPACE` alarm once the round it started for it is over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoSpaceVerdict {
+    /// No alarm, or its round is not over yet.
+    Nothing,
+    /// Every member's database is back under the quota with margin: disarm.
+    Disarm,
+    /// The live data alone does not fit: a person must raise the quota or delete data.
+    TooLarge(String),
+}
+
+/// The verdict on a standing `NOSPACE` alarm after `round` (`peers` with their sizes now).
+pub fn no_space_verdict(
+    no_space: bool,
+    round: Option<&DefragRound>,
+    peers: &[DefragPeer],
+    quota: u64,
+) -> NoSpaceVerdict {
+    let Some(round) = round.filter(|r| no_space && r.reason == RoundReason::NoSpace) else {
+        return NoSpaceVerdict::Nothing;
+    };
+    if !round_complete(round, peers) || quota == 0 {
+        return NoSpaceVerdict::Nothing;
+    }
+    let limit = quota / 100 * NO_SPACE_DISARM_PERCENT;
+    let over: Vec<String> = peers
+        .iter()
+        .filter_map(|p| {
+            let (size, _) = p.sizes?;
+            (size > limit).then(|| format!("{} holds {}", p.name, bytes(size)))
+        })
+        .collect();
+    if peers.iter().any(|p| p.sizes.is_none()) {
+        return NoSpaceVerdict::Nothing;
+    }
+    if over.is_empty() {
+        return NoSpaceVerdict::Disarm;
+    }
+    NoSpaceVerdict::TooLarge(format!(
+        "etcd's NOSPACE alarm stands: after compacting and defragmenting every member, {} of \
+         the {} quota ({} % allowed to disarm); raise spec.etcd.quota or delete data (a delete \
+         is accepted under the alarm; the next round then runs by itself)",
+        over.join(", "),
+        bytes(quota),
+        NO_SPACE_DISARM_PERCENT
+    ))
 }
 
 /// What member `me` does about the current round.
@@ -497,6 +565,27 @@ mod tests {
         }
     }
 
+    /// Regression (local test): live data near the quota started one threshold round after
+    /// another, each reclaiming a few pages.
+    #[test]
+    fn nearness_to_the_quota_counts_again_only_once_the_file_grew() {
+        let quota = 64 * MIB;
+        let mut p = through(peer(0), 1);
+        let last = p.record.last.as_mut().unwrap();
+        last.size_after = 60 * MIB;
+        p.sizes = Some((60 * MIB, 59 * MIB));
+        let never = CronSchedule::parse("0 0 31 2 *").unwrap();
+        let mut i = inputs(&never, "2026-11-26T10:00:00Z");
+        i.quota = quota;
+        let current = round(1, RoundReason::Threshold);
+        assert_eq!(round_due(Some(&current), &[p.clone()], &i), None);
+        p.sizes = Some((61 * MIB, 59 * MIB));
+        assert_eq!(
+            round_due(Some(&current), &[p], &i).map(|r| r.reason),
+            Some(RoundReason::Threshold)
+        );
+    }
+
     #[test]
     fn the_schedule_starts_a_round_once_per_firing() {
         let daily = CronSchedule::parse("0 0 * * *").unwrap();
@@ -561,6 +650,41 @@ mod tests {
         i.revision += 1;
         let again = round_due(Some(&r), &done, &i).unwrap();
         assert_eq!((again.id, again.reason), (2, RoundReason::NoSpace));
+    }
+
+    #[test]
+    fn after_a_no_space_round_the_alarm_is_disarmed_only_with_room_under_the_quota() {
+        let quota = 64 * MIB;
+        let r = round(2, RoundReason::NoSpace);
+        let mut view = [through(peer(0), 2), through(peer(1), 2)];
+        view[0].sizes = Some((20 * MIB, 20 * MIB));
+        view[1].sizes = Some((21 * MIB, 21 * MIB));
+        assert_eq!(
+            no_space_verdict(true, Some(&r), &view, quota),
+            NoSpaceVerdict::Disarm
+        );
+        assert_eq!(
+            no_space_verdict(false, Some(&r), &view, quota),
+            NoSpaceVerdict::Nothing,
+            "no alarm"
+        );
+        view[1].sizes = Some((60 * MIB, 60 * MIB));
+        let NoSpaceVerdict::TooLarge(why) = no_space_verdict(true, Some(&r), &view, quota) else {
+            panic!("live data over 90 % of the quota");
+        };
+        assert!(why.contains("etcd-main-1 holds 60.0 MiB"), "{why}");
+        assert!(why.contains("spec.etcd.quota"), "{why}");
+        let unfinished = [through(peer(0), 2), peer(1)];
+        assert_eq!(
+            no_space_verdict(true, Some(&r), &unfinished, quota),
+            NoSpaceVerdict::Nothing
+        );
+        let scheduled = round(2, RoundReason::Schedule);
+        assert_eq!(
+            no_space_verdict(true, Some(&scheduled), &view, quota),
+            NoSpaceVerdict::Nothing,
+            "only a round started for the alarm answers it"
+        );
     }
 
     #[test]
