@@ -14,11 +14,15 @@
 //! `quorate operator` reconciling them (against a plain replay of its first passes), its API
 //! requests in steady state and its peak memory.
 //!
+//! `quorate-bench defrag` defragments a 3-member cluster with a ≥ 1 GB database under 8
+//! writing clients, in quorate's order and in druid's.
+//!
 //! Build both binaries first, so the default `--quorate` (next to this executable) exists:
 //! `cargo build --release -p quorate -p quorate-bench`.
 
 mod alloc_count;
 mod backup;
+mod defrag;
 mod error;
 mod hand;
 mod observe;
@@ -65,6 +69,10 @@ enum Command {
     /// reconciled all once (against a plain client doing the same requests), its API requests
     /// per minute per cluster in steady state, and its peak RSS.
     Operator(operator::OperatorArgs),
+    /// Defragment a 3-member cluster with a database of at least 1 GB under 8 writing
+    /// clients, in quorate's order and in druid's (the leader in place); print failed writes,
+    /// p99 and longest write of each.
+    Defrag(defrag::DefragArgs),
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +137,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::ScaleIn(args) => scale_in::run(args).await,
         Command::Backup(args) => backup::run(args).await,
         Command::Operator(args) => operator::run(args).await,
+        Command::Defrag(args) => defrag::run(args).await,
     }
 }
 

@@ -87,7 +87,7 @@ impl Drop for SupervisorGuard {
 
 /// Runs `quorate --state-dir <state_dir> <args>`; returns its standard output, or an error
 /// carrying its output when it fails or takes longer than [`COMMAND_TIMEOUT`].
-async fn quorate(bin: &Path, state_dir: &Path, args: &[&str]) -> Result<String> {
+async fn quorate(bin: &Path, state_dir: &Path, args: &[&str], limit: Duration) -> Result<String> {
     let what = format!("quorate {}", args.join(" "));
     let run = tokio::process::Command::new(bin)
         .arg("--state-dir")
@@ -97,9 +97,9 @@ async fn quorate(bin: &Path, state_dir: &Path, args: &[&str]) -> Result<String> 
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(COMMAND_TIMEOUT, run)
+    let output = tokio::time::timeout(limit, run)
         .await
-        .map_err(|_| BenchError::failed(format!("`{what}` did not finish in {COMMAND_TIMEOUT:?}")))?
+        .map_err(|_| BenchError::failed(format!("`{what}` did not finish in {limit:?}")))?
         .map_err(BenchError::io("run", bin))?;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
@@ -163,7 +163,13 @@ impl LocalCluster {
     }
 
     async fn quorate(&self, args: &[&str]) -> Result<String> {
-        quorate(&self.bin, &self.state, args).await
+        quorate(&self.bin, &self.state, args, COMMAND_TIMEOUT).await
+    }
+
+    /// Runs `quorate <args>` against this cluster's state directory within `limit`; its
+    /// standard output.
+    pub async fn command(&self, args: &[&str], limit: Duration) -> Result<String> {
+        quorate(&self.bin, &self.state, args, limit).await
     }
 
     /// The members' client URLs, member 0 first.
