@@ -90,6 +90,12 @@ impl LocalCluster {
             .map(drop)
     }
 
+    /// `quorate defrag NAME`: one defragmentation round of every member, waited for.
+    pub fn defragment(&self) -> Result<(), CommandFailed> {
+        self.quorate(&["defrag", &self.name, "--timeout", "180s"])
+            .map(drop)
+    }
+
     fn write_manifest(&self, manifest: &str) -> String {
         let path = self.state.path().join("etcd.yaml");
         std::fs::write(&path, manifest).expect("write the manifest");

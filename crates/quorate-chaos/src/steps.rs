@@ -225,6 +225,7 @@ pub(crate) async fn inject(
             ctx.cluster
                 .apply(&manifest(3, quota(quota_flip), ctx.bucket))?;
         }
+        Step::Defragment => ctx.cluster.defragment()?,
         Step::Hibernate => {
             // No etcd runs while hibernated: what is tested is that nothing acknowledged before
             // is lost across it, not how many writes time out meanwhile.

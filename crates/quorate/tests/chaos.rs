@@ -60,6 +60,7 @@ fn every_fault_once_loses_nothing_acknowledged() {
         Step::CorruptBackup,
         Step::RollingUpdate,
         Step::ScaleIn,
+        Step::Defragment,
         Step::Hibernate,
         Step::SlowRestart {
             stopped: 1,

@@ -85,6 +85,9 @@ pub enum Step {
     /// Hibernation (final snapshot, every member stopped) and waking at the same size, with the
     /// clients paused meanwhile.
     Hibernate,
+    /// A defragmentation round of every member (`quorate defrag`): followers, then the leader
+    /// after a handover.
+    Defragment,
 }
 
 impl Step {
@@ -131,6 +134,7 @@ impl Step {
             Step::RollingUpdate => "rolling update",
             Step::ScaleIn => "scale-in 3 → 2 → 3",
             Step::Hibernate => "hibernate and wake",
+            Step::Defragment => "defragmentation round",
         }
     }
 }
@@ -225,10 +229,11 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
             },
             10 => Step::QuorumLoss { survivor: member },
             11 => Step::TotalLoss,
-            12 => match rng.random_range(0..4) {
+            12 => match rng.random_range(0..5) {
                 0 => Step::BackupLeaderChange,
                 1 => Step::RollingUpdate,
                 2 => Step::ScaleIn,
+                3 => Step::Defragment,
                 _ => Step::Hibernate,
             },
             13 if caps.store => Step::Store {
