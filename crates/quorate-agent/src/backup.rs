@@ -18,6 +18,9 @@ use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::gc::{self, GcPolicy, SnapshotInfo};
 use quorate_core::hibernation::FinalSnapshotReport;
 use quorate_core::lease::{BACKUP_ERROR_ANNOTATION, SnapshotLease};
+use quorate_core::maintenance::backup_compaction::{
+    DeltaBacklog, events_threshold, full_snapshot_for_backlog,
+};
 use quorate_etcd::{EtcdTimeouts, MemberClient};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -260,6 +263,8 @@ impl<C: Coordination> Leader<'_, C> {
         } else {
             startup_action(last_full, &schedule, now)
         };
+        let events_threshold = events_threshold(&self.backup.spec);
+        let mut backlog = backlog_in(&stored);
         let mut next_revision = match action {
             StartupAction::CatchUpDelta { from_revision } => {
                 tracing::info!(member = %self.me, from = from_revision, "backup leader: continuing deltas");
@@ -267,6 +272,7 @@ impl<C: Coordination> Leader<'_, C> {
             }
             StartupAction::TakeFullSnapshot => {
                 let is_final = self.state.get().marks_final();
+                backlog = DeltaBacklog::default();
                 self.take_full(&store, is_final).await?.name.last_revision + 1
             }
         };
@@ -314,7 +320,15 @@ impl<C: Coordination> Leader<'_, C> {
                             if let Some(reply) = pending_delta.take() {
                                 let _ = reply.send(uploaded.clone().map(Some));
                             }
-                            uploaded?;
+                            backlog = backlog.add(batch.events.len() as u64, uploaded?.size);
+                            if full_after.is_none()
+                                && let Some(why) = full_snapshot_for_backlog(backlog, events_threshold)
+                            {
+                                // A restore would replay too much: start again from a full one.
+                                tracing::info!(member = %self.me, %why, "taking a full snapshot");
+                                full_after = Some((false, None));
+                                handle.stop().await;
+                            }
                         }
                         None => break,
                     },
@@ -375,6 +389,7 @@ impl<C: Coordination> Leader<'_, C> {
                     let _ = reply.send(taken.clone());
                 }
                 next_revision = taken?.name.last_revision + 1;
+                backlog = DeltaBacklog::default();
                 next_full = next_fire(&schedule, crate::clock::now());
             }
         }
@@ -560,6 +575,24 @@ impl<C: Coordination> Leader<'_, C> {
             }
         }
     }
+}
+
+/// The deltas after the newest full snapshot in `stored`, as a restore would replay them: the
+/// revisions they span (at least one event each) and their size.
+fn backlog_in(stored: &[StoredSnapshot]) -> DeltaBacklog {
+    let full = stored
+        .iter()
+        .filter(|s| s.name.kind == SnapshotKind::Full)
+        .map(|s| s.name.last_revision)
+        .max()
+        .unwrap_or(0);
+    stored
+        .iter()
+        .filter(|s| s.name.kind != SnapshotKind::Full && s.name.start_revision > full)
+        .fold(DeltaBacklog::default(), |b, s| {
+            let span = s.name.last_revision - s.name.start_revision + 1;
+            b.add(u64::try_from(span).unwrap_or(0), s.size)
+        })
 }
 
 fn unix(seconds: i64) -> jiff::Timestamp {

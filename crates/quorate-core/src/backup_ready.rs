@@ -291,7 +291,7 @@ pub fn backup_ready_from_leases(
         return check_backup_ready_with_store_error(error);
     }
     let backup = &etcd.spec.backup;
-    check_backup_ready(
+    let mut check = check_backup_ready(
         leases.full.as_ref(),
         leases.full_created,
         leases.delta.as_ref(),
@@ -299,7 +299,25 @@ pub fn backup_ready_from_leases(
         backup.delta_snapshot_period(),
         backup_ready_full_interval(backup, now),
         now,
-    )
+    );
+    if check.status == ConditionStatus::True
+        && let Some(replay) = restore_replay(leases.full.as_ref(), leases.delta.as_ref())
+    {
+        check.message = format!("{}; {replay}", check.message);
+    }
+    check
+}
+
+/// What a restore would replay now, from the snapshot leases: the revisions of deltas after
+/// the newest full snapshot (bounded by `snapshotCompaction.eventsThreshold`, see
+/// `maintenance::backup_compaction`).
+fn restore_replay(full: Option<&SnapshotLease>, delta: Option<&SnapshotLease>) -> Option<String> {
+    let full = full?.revision()?.ok()?;
+    let delta = delta?.revision()?.ok()?;
+    Some(format!(
+        "a restore now replays {} revision(s) of deltas after the full snapshot at revision {full}",
+        (delta - full).max(0)
+    ))
 }
 
 #[cfg(test)]
@@ -310,6 +328,21 @@ mod tests {
 
     const P: Duration = Duration::from_secs(20);
     const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    #[test]
+    fn the_message_says_how_much_a_restore_would_replay() {
+        let mut full = SnapshotLease::new("e-full-snap");
+        full.record(100, now());
+        let mut delta = SnapshotLease::new("e-delta-snap");
+        delta.record(250, now());
+        assert_eq!(
+            restore_replay(Some(&full), Some(&delta)).as_deref(),
+            Some(
+                "a restore now replays 150 revision(s) of deltas after the full snapshot at revision 100"
+            )
+        );
+        assert_eq!(restore_replay(None, Some(&delta)), None);
+    }
 
     fn now() -> Timestamp {
         "2024-06-01T10:00:00Z".parse().unwrap()

@@ -394,3 +394,82 @@ fn live_data_over_the_quota_is_reported_without_a_loop_and_a_delete_lets_it_reco
         },
     );
 }
+
+/// `(kind, first revision, last revision)` of every object in the cluster's Local bucket.
+fn bucket(local: &Local, name: &str) -> Vec<(String, i64, i64)> {
+    let dir = local.cluster_dir(name).join("backups/bucket/main/v2");
+    let mut out: Vec<(String, i64, i64)> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let mut parts = file.split('-');
+            let kind = parts.next()?.to_string();
+            let first = parts.next()?.parse().ok()?;
+            let last = parts.next()?.parse().ok()?;
+            Some((kind, first, last))
+        })
+        .collect();
+    out.sort_by_key(|(_, _, last)| *last);
+    out
+}
+
+#[test]
+fn deltas_past_the_events_threshold_start_a_new_full_snapshot_so_restores_stay_short() {
+    const THRESHOLD: i64 = 300;
+    let local = Local::new();
+    let text = support::canary::with_backups("compact", 1).replace(
+        "    deltaSnapshotPeriod: 1s\n",
+        &format!("    deltaSnapshotPeriod: 1s\n    snapshotCompaction:\n      eventsThreshold: {THRESHOLD}\n"),
+    );
+    let path = local.manifest("c.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
+    let endpoints = local.endpoints("compact");
+    // A steady writer (about 150 revisions per delta period), not a burst, so each delta is
+    // small next to the threshold.
+    let head = runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints[..], None)
+            .await
+            .unwrap();
+        let mut revision = 0;
+        for i in 0..1000 {
+            let put = client.put(format!("k/{i:04}"), "v", None).await.unwrap();
+            revision = put.header().unwrap().revision();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        revision
+    });
+    let objects = eventually(
+        "the bucket to reach the head",
+        Duration::from_secs(60),
+        || {
+            let objects = bucket(&local, "compact");
+            objects
+                .last()
+                .is_some_and(|(_, _, last)| *last >= head)
+                .then_some(objects)
+        },
+    );
+    let fulls = objects.iter().filter(|(kind, ..)| kind == "Full").count();
+    assert!(
+        fulls >= 3,
+        "full snapshots taken as deltas piled up: {objects:?}"
+    );
+    // Between two full snapshots (and after the newest) the deltas never span much more than
+    // the threshold: one delta batch at most beyond it.
+    let mut since_full = 0;
+    for (kind, first, last) in &objects {
+        if kind == "Full" {
+            since_full = 0;
+        } else {
+            since_full += last - first + 1;
+            assert!(
+                since_full < 2 * THRESHOLD,
+                "{since_full} revisions of deltas after a full snapshot: {objects:?}"
+            );
+        }
+    }
+    let yaml = local.ok(&["get", "etcd", "compact", "-o", "yaml"]);
+    assert!(yaml.contains("a restore now replays"), "{yaml}");
+}

@@ -1,4 +1,6 @@
-//! Keeping a long-running cluster's database small without stalling anyone:
-//! defragmentation rounds (`defrag`).
+//! Keeping a long-running cluster small and quick to restore without stalling anyone:
+//! defragmentation rounds (`defrag`) and full snapshots that bound the deltas a restore
+//! replays (`backup_compaction`).
 
+pub mod backup_compaction;
 pub mod defrag;
