@@ -503,18 +503,7 @@ impl<C: Coordination> Leader<'_, C> {
 
     async fn collect_garbage(&self, store: &SnapStore) -> Result<(), BackupError> {
         let stored = store.list().await.map_err(BackupError::store)?;
-        let infos: Vec<SnapshotInfo> = stored
-            .iter()
-            .map(|s| SnapshotInfo {
-                kind: match s.name.kind {
-                    SnapshotKind::Full => gc::SnapshotKind::Full,
-                    SnapshotKind::Incr => gc::SnapshotKind::Incr,
-                },
-                start_revision: s.name.start_revision,
-                last_revision: s.name.last_revision,
-                created: unix(s.name.created_unix),
-            })
-            .collect();
+        let infos: Vec<SnapshotInfo> = stored.iter().map(StoredSnapshot::info).collect();
         let policy = GcPolicy::from_backup_spec(&self.backup.spec);
         for index in gc::garbage(&infos, policy, crate::clock::now()) {
             store

@@ -54,6 +54,23 @@ pub struct StoredSnapshot {
     pub size: u64,
 }
 
+impl StoredSnapshot {
+    /// What garbage collection and copy selection (core) need to know about it.
+    pub fn info(&self) -> quorate_core::gc::SnapshotInfo {
+        use quorate_core::gc::SnapshotKind as Kind;
+        quorate_core::gc::SnapshotInfo {
+            kind: match self.name.kind {
+                crate::layout::SnapshotKind::Full => Kind::Full,
+                crate::layout::SnapshotKind::Incr => Kind::Incr,
+            },
+            start_revision: self.name.start_revision,
+            last_revision: self.name.last_revision,
+            created: jiff::Timestamp::from_second(self.name.created_unix)
+                .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+}
+
 /// A bucket (or directory) holding one cluster's snapshots under a prefix.
 #[derive(Clone)]
 pub struct SnapStore {
@@ -214,23 +231,7 @@ impl SnapStore {
         &self,
         s: &StoredSnapshot,
     ) -> Result<BoxStream<'static, io::Result<Bytes>>, StoreError> {
-        let path = Path::from(s.path.as_str());
-        let got =
-            self.store.get(&path).await.map_err(|e| {
-                classify(e, self.cx(format!("download of {}", s.path), Some(&s.path)))
-            })?;
-        let store = self.description.clone();
-        let bucket = self.bucket.clone();
-        let key = s.path.clone();
-        let raw = got.into_stream().map_err(move |e| {
-            let cx = Context {
-                store: &store,
-                bucket: &bucket,
-                op: format!("download of {key}"),
-                path: Some(&key),
-            };
-            io::Error::other(classify(e, cx))
-        });
+        let raw = self.stored_bytes(s).await?;
         let store = self.description.clone();
         let key = s.path.clone();
         let format = s.name.compression.map_or("uncompressed", |c| c.as_str());
@@ -250,6 +251,70 @@ impl SnapStore {
                 )
             })
             .boxed())
+    }
+
+    /// The stored (still compressed) bytes of `s`, with store errors classified.
+    async fn stored_bytes(
+        &self,
+        s: &StoredSnapshot,
+    ) -> Result<BoxStream<'static, io::Result<Bytes>>, StoreError> {
+        let path = Path::from(s.path.as_str());
+        let got =
+            self.store.get(&path).await.map_err(|e| {
+                classify(e, self.cx(format!("download of {}", s.path), Some(&s.path)))
+            })?;
+        let store = self.description.clone();
+        let bucket = self.bucket.clone();
+        let key = s.path.clone();
+        Ok(got
+            .into_stream()
+            .map_err(move |e| {
+                let cx = Context {
+                    store: &store,
+                    bucket: &bucket,
+                    op: format!("download of {key}"),
+                    path: Some(&key),
+                };
+                io::Error::other(classify(e, cx))
+            })
+            .boxed())
+    }
+
+    /// Copies snapshot `s` into `target` under the same name (layout v2), byte for byte: the
+    /// stored (compressed) object is streamed from one store to the other, neither decoded
+    /// nor held in memory whole.
+    pub async fn copy_to(
+        &self,
+        s: &StoredSnapshot,
+        target: &SnapStore,
+    ) -> Result<StoredSnapshot, StoreError> {
+        let raw = self.stored_bytes(s).await?;
+        let target_key = s.name.v2_key(&target.prefix);
+        let target_path = Path::from(target_key.as_str());
+        match upload::upload(
+            target.store.as_ref(),
+            &target_path,
+            raw,
+            target.part_size,
+            PARTS_IN_FLIGHT,
+        )
+        .await
+        {
+            Ok(done) => Ok(StoredSnapshot {
+                name: s.name.clone(),
+                path: target_key,
+                size: done.size,
+            }),
+            Err(upload::UploadFailure::Source(source)) => Err(StoreError::Source {
+                store: self.description.clone(),
+                path: s.path.clone(),
+                source,
+            }),
+            Err(upload::UploadFailure::Store(e)) => Err(classify(
+                e,
+                target.cx(format!("upload of {target_key}"), Some(&target_key)),
+            )),
+        }
     }
 
     /// Deletes a snapshot. Deleting one that is already gone succeeds.

@@ -38,19 +38,53 @@ fn open_cluster_store(
     Ok(open_store(&etcd.spec.backup, &options)?)
 }
 
+/// The `Etcd` a command names: a local cluster, or a manifest.
+fn named_etcd(
+    ctx: &LocalContext,
+    name: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<Etcd, Error> {
+    match (name, file) {
+        (Some(name), _) => Ok(commands::get(ctx, Some(&name))?.remove(0)),
+        (None, Some(file)) => Ok(commands::read_manifest(&file)?),
+        (None, None) => Err("name a local cluster or give its manifest with -f".into()),
+    }
+}
+
 /// Runs `quorate backups ...`.
 pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), Error> {
-    let BackupsCommand::List {
-        name,
-        file,
-        secret_dir,
-        local_root,
-    } = command;
-    let etcd = match (name, file) {
-        (Some(name), _) => commands::get(ctx, Some(&name))?.remove(0),
-        (None, Some(file)) => commands::read_manifest(&file)?,
-        (None, None) => return Err("name a local cluster or give its manifest with -f".into()),
+    let (name, file, secret_dir, local_root) = match command {
+        BackupsCommand::List {
+            name,
+            file,
+            secret_dir,
+            local_root,
+        } => (name, file, secret_dir, local_root),
+        BackupsCommand::Copy {
+            name,
+            file,
+            to,
+            max_backups,
+            max_backup_age,
+            wait_for_final_snapshot,
+            secret_dir,
+            local_root,
+            to_secret_dir,
+            to_local_root,
+        } => {
+            let source =
+                open_cluster_store(ctx, &named_etcd(ctx, name, file)?, secret_dir, local_root)?;
+            let target_etcd = commands::read_manifest(&to)?;
+            let target = open_cluster_store(ctx, &target_etcd, to_secret_dir, to_local_root)?;
+            let limits = quorate_core::backup_copy::CopyLimits {
+                max_backups,
+                max_backup_age_days: max_backup_age,
+            };
+            return crate::backup_copy_cmd::copy(&source, &target, limits, wait_for_final_snapshot)
+                .await;
+        }
     };
+    let etcd = named_etcd(ctx, name, file)?;
     let store = open_cluster_store(ctx, &etcd, secret_dir, local_root)?;
     let listed = store.list().await?;
     println!("{}", store.describe());

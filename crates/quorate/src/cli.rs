@@ -279,6 +279,40 @@ pub enum BackupsCommand {
         #[arg(long)]
         local_root: Option<PathBuf>,
     },
+    /// Copy the snapshots of one bucket into another (any providers; druid's
+    /// EtcdCopyBackupsTask): full snapshots with their deltas, byte for byte, skipping what the
+    /// target already holds.
+    Copy {
+        /// A local cluster whose bucket to copy from, or use -f.
+        name: Option<String>,
+        /// An Etcd manifest whose `spec.backup.store` is the source.
+        #[arg(short = 'f', long = "filename", conflicts_with = "name")]
+        file: Option<PathBuf>,
+        /// An Etcd manifest whose `spec.backup.store` is the target.
+        #[arg(long = "to")]
+        to: PathBuf,
+        /// Copy only the newest this many backups (a full snapshot with its deltas).
+        #[arg(long)]
+        max_backups: Option<u32>,
+        /// Copy only backups whose full snapshot is at most this many days old.
+        #[arg(long)]
+        max_backup_age: Option<u32>,
+        /// First wait up to this long for a final full snapshot in the source (a hibernation's).
+        #[arg(long, value_parser = parse_duration)]
+        wait_for_final_snapshot: Option<std::time::Duration>,
+        /// Directory holding the source store Secret's keys as files.
+        #[arg(long)]
+        secret_dir: Option<PathBuf>,
+        /// Where the source's `Local` containers live.
+        #[arg(long)]
+        local_root: Option<PathBuf>,
+        /// Directory holding the target store Secret's keys as files.
+        #[arg(long)]
+        to_secret_dir: Option<PathBuf>,
+        /// Where the target's `Local` containers live.
+        #[arg(long)]
+        to_local_root: Option<PathBuf>,
+    },
 }
 
 /// `-o` formats of `get`.

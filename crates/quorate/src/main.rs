@@ -3,6 +3,7 @@
 
 mod agent_cmd;
 mod backup_cmds;
+mod backup_copy_cmd;
 mod canary_cmd;
 mod cli;
 mod defrag_cmd;

@@ -540,3 +540,147 @@ fn a_new_backup_leader_continues_the_chain_without_gap_or_overlap() {
         head = Some(head.map_or(last, |h| h.max(last)));
     }
 }
+
+/// The object names in a `backups list` output (its OBJECT column), sorted.
+fn objects(listing: &str) -> Vec<String> {
+    let mut names: Vec<String> = listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|o| o.contains("/v2/"))
+        .map(|o| o.rsplit('/').next().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// `quorate backups copy` (druid's EtcdCopyBackupsTask as a command): a Local bucket copied
+/// into another one and into S3, all of it or only the newest backup, then restored from the
+/// copy.
+#[test]
+fn backups_copy_between_buckets_and_the_copy_restores() {
+    let local = Local::new();
+    // A low events threshold: the deltas past it start a new full snapshot, so the bucket
+    // holds more than one backup.
+    let text = with_backups("src", 1).replace(
+        "    deltaSnapshotPeriod: 1s\n",
+        "    deltaSnapshotPeriod: 1s\n    snapshotCompaction:\n      eventsThreshold: 20\n",
+    );
+    let path = local.manifest("src.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let endpoints = local.endpoints("src");
+    let newest = |objects: &[String]| {
+        objects
+            .iter()
+            .filter_map(|o| o.split('-').nth(2)?.parse::<i64>().ok())
+            .max()
+    };
+    let rt = runtime();
+    let first = rt.block_on(put_keys(&endpoints, "a/", 30));
+    eventually(
+        "the bucket to reach the first writes",
+        Duration::from_secs(30),
+        || (newest(&objects(&local.ok(&["backups", "list", "src"]))) >= Some(first)).then_some(()),
+    );
+    let head = rt.block_on(put_keys(&endpoints, "b/", 30));
+    let source = eventually(
+        "a second full snapshot at the head",
+        Duration::from_secs(30),
+        || {
+            let objects = objects(&local.ok(&["backups", "list", "src"]));
+            let fulls = objects.iter().filter(|o| o.starts_with("Full-")).count();
+            (fulls >= 2 && newest(&objects) >= Some(head)).then_some(objects)
+        },
+    );
+    local.ok(&["down", "src"]);
+
+    let root = local.state.path().join("elsewhere");
+    let target = local.manifest(
+        "dst.yaml",
+        &with_backups("dst", 1).replace("container: bucket", "container: copied"),
+    );
+    let copy = |extra: &[&str]| {
+        let mut args = vec![
+            "backups",
+            "copy",
+            "src",
+            "--to",
+            path_str(&target),
+            "--to-local-root",
+            path_str(&root),
+        ];
+        args.extend_from_slice(extra);
+        local.ok(&args)
+    };
+    let out = copy(&["--max-backups", "1"]);
+    let listed = |file: &std::path::Path| {
+        objects(&local.ok(&[
+            "backups",
+            "list",
+            "-f",
+            path_str(file),
+            "--local-root",
+            path_str(&root),
+        ]))
+    };
+    let newest = listed(&target);
+    assert!(!newest.is_empty() && newest.len() <= source.len(), "{out}");
+    assert!(
+        newest.iter().filter(|o| o.starts_with("Full-")).count() == 1,
+        "{newest:?}"
+    );
+    copy(&[]);
+    assert_eq!(listed(&target), source, "everything, once");
+    let again = copy(&[]);
+    assert!(again.contains("copying 0 of"), "nothing twice: {again}");
+
+    let restored = local.state.path().join("restored");
+    local.ok(&[
+        "restore",
+        "-f",
+        path_str(&target),
+        "--local-root",
+        path_str(&root),
+        "--data-dir",
+        path_str(&restored),
+    ]);
+    assert!(
+        restored.join("member").exists(),
+        "a data directory was restored"
+    );
+
+    // Into S3 too, when moto is installed (CI installs it).
+    let Some(moto) = quorate_testkit::MotoServer::start("copied") else {
+        return;
+    };
+    let s3 = local.manifest(
+        "s3.yaml",
+        &manifest("dst", 1, "").replace(
+            "  backup: {}\n",
+            &format!(
+                "  backup:\n    store:\n      provider: aws\n      container: {}\n      prefix: main\n      \
+                 endpointOverride: {}\n      secretRef:\n        name: s3-creds\n",
+                moto.bucket, moto.endpoint
+            ),
+        ),
+    );
+    local.s3_secret("dst");
+    let secrets = local.cluster_dir("dst").join("secrets/s3-creds");
+    local.ok(&[
+        "backups",
+        "copy",
+        "src",
+        "--to",
+        path_str(&s3),
+        "--to-secret-dir",
+        path_str(&secrets),
+    ]);
+    let in_s3 = objects(&local.ok(&[
+        "backups",
+        "list",
+        "-f",
+        path_str(&s3),
+        "--secret-dir",
+        path_str(&secrets),
+    ]));
+    assert_eq!(in_s3, source);
+}
