@@ -328,6 +328,12 @@ async fn s9b_the_same_change_rolled_by_the_statefulset_controller() {
             .kubectl(&["-n", ns, "annotate", "etcd", name, "druid.gardener.cloud/suspend-etcd-spec-reconcile=true"])
             .await
             .ok();
+        // The StatefulSet is a protected component: a person changing it by hand turns the
+        // protection off first, as the webhook's refusal says.
+        s.cluster
+            .kubectl(&["-n", ns, "annotate", "etcd", name, "druid.gardener.cloud/disable-etcd-component-protection=true"])
+            .await
+            .ok();
         let patch = r#"{"spec":{"updateStrategy":{"type":"RollingUpdate"},"template":{"spec":{"containers":[{"name":"etcd","resources":{"requests":{"cpu":"60m"}}}]}}}}"#;
         s.cluster
             .kubectl(&["-n", ns, "patch", "statefulset", name, "--type", "strategic", "-p", patch])

@@ -5,7 +5,7 @@
 //! just applied, or a deletion just made, would let a second pod go.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
@@ -61,7 +61,16 @@ pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, Er
         RolloutStep::Complete => Ok(PassOutcome::Succeeded),
         RolloutStep::Wait(why) => Ok(PassOutcome::Requeue(format!("rolling update: {why}"))),
         RolloutStep::Stopped { pod, why } => {
-            announce(etcd, ctx, EventType::Warning, "RolloutStopped", &why).await;
+            announce(
+                etcd,
+                ctx,
+                EventType::Warning,
+                "RolloutStopped",
+                &why,
+                &pod,
+                None,
+            )
+            .await;
             Err(Error::RolloutStopped { pod, why })
         }
         RolloutStep::Replace { pod, why } => {
@@ -70,9 +79,18 @@ pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, Er
                 .zip(&uids)
                 .find(|(p, _)| p.name == pod)
                 .and_then(|(_, uid)| uid.clone());
-            replace(etcd, ctx, &pod, uid).await?;
+            replace(etcd, ctx, &pod, uid.clone()).await?;
             let note = format!("replacing {pod} with the new pod template: {why}");
-            announce(etcd, ctx, EventType::Normal, "RollingUpdate", &note).await;
+            announce(
+                etcd,
+                ctx,
+                EventType::Normal,
+                "RollingUpdate",
+                &note,
+                &pod,
+                uid,
+            )
+            .await;
             Ok(PassOutcome::Requeue(format!("rolling update: {note}")))
         }
     }
@@ -178,13 +196,30 @@ async fn replace(
     }
 }
 
-async fn announce(etcd: &ValidatedEtcd, ctx: &Context, type_: EventType, reason: &str, note: &str) {
+/// An event on the `Etcd` about member pod `pod`, which it names as the related object (so
+/// each pod's event stands on its own instead of being folded into the first one's series).
+async fn announce(
+    etcd: &ValidatedEtcd,
+    ctx: &Context,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+    pod: &str,
+    uid: Option<String>,
+) {
     let event = Event {
         type_,
         reason: reason.to_string(),
         note: Some(note.chars().take(1000).collect()),
         action: "RollingUpdate".to_string(),
-        secondary: None,
+        secondary: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.to_string()),
+            namespace: Some(etcd.namespace().to_string()),
+            uid,
+            ..ObjectReference::default()
+        }),
     };
     if let Err(e) = ctx
         .recorder
