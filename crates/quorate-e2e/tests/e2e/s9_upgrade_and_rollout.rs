@@ -289,6 +289,9 @@ async fn measure_rollout(
     let term_before = raft_term(&s.cluster, &ns, &members[0]).await;
     let started = Instant::now();
     change(&*s).await;
+    // Done when every member is ready again (a replaced pod may still be starting when its
+    // replacement is recorded), the same end for both methods.
+    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
     let seconds = started.elapsed().as_secs_f64();
     // Let the writer see the settled cluster for a moment before reading its totals.
     wait_canary_writing(&s.cluster, &ns, &canary).await;
