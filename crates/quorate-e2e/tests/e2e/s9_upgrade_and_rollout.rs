@@ -36,20 +36,30 @@ async fn lease_versions(leases: &Api<Lease>, members: &[String]) -> Vec<String> 
 }
 
 /// The member whose lease names it the leader.
+/// The member whose lease names it leader; right after a leadership change no lease may say so
+/// until the new leader renews, so this waits for one.
 async fn leader(leases: &Api<Lease>, members: &[String]) -> String {
-    for m in members {
-        let holder = leases
-            .get_opt(m)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-            .unwrap_or_default();
-        if holder.ends_with(":Leader") {
-            return m.clone();
-        }
-    }
-    String::new()
+    quorate_e2e::wait::wait_for(
+        "a member lease naming the leader",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            for m in members {
+                let holder = leases
+                    .get_opt(m)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|l| l.spec?.holder_identity)
+                    .unwrap_or_default();
+                if holder.ends_with(":Leader") {
+                    return Ok(m.clone());
+                }
+            }
+            Err("no lease says Leader".to_string())
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
