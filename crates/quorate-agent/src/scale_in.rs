@@ -11,9 +11,11 @@ use quorate_core::membership::published::PublishedMembership;
 use quorate_core::membership::scale_in::leader_step;
 use quorate_etcd::MemberClient;
 
-/// As the leader (in raft term `term`), publishes etcd's member list and takes the next step
-/// that moves a leaving member out of the cluster, or says (in the member's message, which its
-/// lease publishes) why the scale-in waits.
+/// As the leader (in raft term `term`), publishes etcd's member list and takes the steps that
+/// move leaving members out of the cluster, or says (in the member's message, which its lease
+/// publishes) why the scale-in waits. After a removal the next step is decided at once, on a
+/// fresh member list and fresh health, instead of a poll interval later; after a leadership
+/// move this member no longer leads and stops.
 pub async fn remove_leaving_members<C: Coordination>(
     coord: &C,
     me: &str,
@@ -24,33 +26,37 @@ pub async fn remove_leaving_members<C: Coordination>(
     let Ok(latest) = coord.cluster_config().await else {
         return;
     };
-    let Ok(list) = client.member_list_of_cluster().await else {
-        return;
-    };
-    state.update(|s| s.membership = Some(PublishedMembership::new(&list, term)));
     let executor = Executor::new(&latest, me);
     let desired = executor.desired();
-    // A hibernation stops every member as it is; nobody is removed.
-    let nothing_leaves = latest.hibernation_request.is_some()
-        || list
-            .members
-            .iter()
-            .all(|m| desired.iter().any(|d| d.name == m.name));
-    let step = if nothing_leaves {
-        None
-    } else {
-        leader_step(&executor.observe(&list).await, &desired)
-    };
-    let waiting = match step {
-        None => None,
-        Some(Step::Wait { reason }) => Some(format!("scale-in waits: {reason}")),
-        Some(step) => match executor.apply(&step).await {
-            Ok(_) => {
-                tracing::info!(member = %me, %step, "scale-in step done");
-                None
-            }
-            Err(wait) => Some(format!("scale-in waits: {}", String::from(wait))),
-        },
+    let waiting = loop {
+        let Ok(list) = client.member_list_of_cluster().await else {
+            return;
+        };
+        state.update(|s| s.membership = Some(PublishedMembership::new(&list, term)));
+        // A hibernation stops every member as it is; nobody is removed.
+        let nothing_leaves = latest.hibernation_request.is_some()
+            || list
+                .members
+                .iter()
+                .all(|m| desired.iter().any(|d| d.name == m.name));
+        let step = if nothing_leaves {
+            None
+        } else {
+            leader_step(&executor.observe(&list).await, &desired)
+        };
+        match step {
+            None => break None,
+            Some(Step::Wait { reason }) => break Some(format!("scale-in waits: {reason}")),
+            Some(step) => match executor.apply(&step).await {
+                Ok(_) => {
+                    tracing::info!(member = %me, %step, "scale-in step done");
+                    if !matches!(step, Step::Remove { .. }) {
+                        break None;
+                    }
+                }
+                Err(wait) => break Some(format!("scale-in waits: {}", String::from(wait))),
+            },
+        }
     };
     state.update(|s| match waiting {
         Some(why) => {

@@ -30,8 +30,8 @@ const TARGET_LONGEST: Duration = Duration::from_secs(2);
 const CLIENTS: usize = 8;
 /// Value size of the data that grows the database.
 const GROW_VALUE: usize = 256 * 1024;
-/// Distinct keys the growth rewrites.
-const GROW_KEYS: usize = 400;
+/// Distinct keys the growth rewrites (about 500 MiB of live data).
+const GROW_KEYS: usize = 2000;
 
 /// `quorate-bench defrag` arguments.
 #[derive(Debug, Args)]
@@ -221,7 +221,8 @@ async fn member(url: &str) -> Result<MemberClient> {
 }
 
 /// Rewrites [`GROW_KEYS`] keys with [`GROW_VALUE`]-byte values until the leader's database
-/// file holds `bytes`, then compacts, so most of it is free pages a defragmentation reclaims.
+/// file holds `bytes`, then compacts: about half of it is live data a defragmentation copies,
+/// the rest free pages it reclaims.
 async fn grow(endpoints: &[String], bytes: u64) -> Result<()> {
     let mut client = Client::connect(endpoints, None).await?;
     let value = vec![b'g'; GROW_VALUE];
@@ -332,7 +333,7 @@ fn render(
     doc.paragraph(format!(
         "A local 3-member cluster on etcd {} (quota 8Gi). Before each method the database is \
          grown to at least {size_mib} MiB by rewriting {GROW_KEYS} keys of {} KiB and compacted, \
-         so each member's file is mostly free pages. {CLIENTS} clients write small values \
+         so about half of each member's file is live data and half free pages. {CLIENTS} clients write small values \
          without pause through all three endpoints; a write is retried when an attempt has no \
          answer within 1 s and fails when it is not acknowledged within 5 s. Time runs from the \
          start of the operation until every member is defragmented. druid's order is \

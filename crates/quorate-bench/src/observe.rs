@@ -175,7 +175,9 @@ async fn write_loop(
             keep_error(&errors, error);
             // Do not spin on an error that comes back at once (e.g. connection refused).
             tokio::time::sleep(Duration::from_millis(10)).await;
-            if started.elapsed() >= PUT_TIMEOUT || stop.load(Ordering::SeqCst) {
+            // A write in flight when the writer is told to stop is finished, not abandoned: an
+            // abandoned retry would count as a failure no client saw.
+            if started.elapsed() >= PUT_TIMEOUT {
                 counters.failed.fetch_add(1, Ordering::SeqCst);
                 break;
             }
