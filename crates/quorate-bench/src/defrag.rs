@@ -202,9 +202,12 @@ pub async fn run(args: DefragArgs) -> Result<()> {
 
 fn manifest() -> String {
     crate::quorate_run::manifest(NAME, 3)
+        // Thresholds off: only the measured method defragments (quorate's agents would start a
+        // threshold round of their own on the grown database).
         .replace(
             "metadata:\n",
-            "metadata:\n  annotations:\n    quorate.io/etcd-version: \"3.5\"\n",
+            "metadata:\n  annotations:\n    quorate.io/etcd-version: \"3.5\"\n    \
+             quorate.io/defrag-free-bytes: 1Pi\n    quorate.io/defrag-near-quota-percent: \"0\"\n",
         )
         .replace(
             "    heartbeatDuration: 1s\n",
@@ -213,9 +216,11 @@ fn manifest() -> String {
 }
 
 async fn member(url: &str) -> Result<MemberClient> {
+    // A member busy with a large defragmentation or compaction answers slowly.
     let timeouts = EtcdTimeouts {
+        connect: Duration::from_secs(2),
+        request: Duration::from_secs(30),
         long_request: Duration::from_secs(900),
-        ..EtcdTimeouts::fast()
     };
     Ok(MemberClient::connect(url, None, timeouts).await?)
 }
