@@ -72,17 +72,28 @@ pub async fn check<C: Coordination>(
     leading_since: Option<Timestamp>,
 ) -> (Option<Running>, bool) {
     let leases = coord.member_leases().await.unwrap_or_default();
+    let mine = state.get().defrag;
+    if leading_since.is_none() {
+        // Only the leader speaks for the alarm; a former leader's verdict goes with its role.
+        clear_no_space_message(state);
+        // A follower through with the newest round any lease names has nothing to do and asks
+        // no member anything (only the leader watches for a round to start).
+        let known: Vec<DefragRecord> = leases.iter().filter_map(DefragRecord::of_lease).collect();
+        let newest = current_round(known.iter().chain([&mine]));
+        if newest.as_ref().is_none_or(|r| mine.through(r.id)) {
+            let changed = newest.as_ref().map(|r| r.id) != mine.round.as_ref().map(|r| r.id);
+            if changed {
+                state.update(|s| s.defrag.round = newest);
+            }
+            return (None, changed);
+        }
+    }
     let executor = Executor::new(cluster, me);
     let Some(peers) = peers(&executor, cluster, me, client, &leases, state).await else {
         return (None, false);
     };
-    let mine = state.get().defrag;
     let mut round = current_round(peers.iter().map(|p| &p.record));
     let mut changed = false;
-    if leading_since.is_none() {
-        // Only the leader speaks for the alarm; a former leader's verdict goes with its role.
-        clear_no_space_message(state);
-    }
     if let Some(since) = leading_since {
         let alarms = client.alarms().await.unwrap_or_default();
         let no_space: Vec<Alarm> = alarms
