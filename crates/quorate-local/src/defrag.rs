@@ -6,7 +6,7 @@
 
 use crate::LocalError;
 use crate::commands::LocalContext;
-use crate::object::{self, load_object};
+use crate::object;
 use crate::render::read_config;
 use quorate_coord::{Coordination, FileCoordination};
 use quorate_core::maintenance::defrag::{DefragOutcome, DefragRecord, current_round};
@@ -14,16 +14,11 @@ use quorate_core::maintenance::defrag::{DefragOutcome, DefragRecord, current_rou
 /// Asks the agents of cluster `name` for one defragmentation of every member; returns the
 /// request's ID.
 pub fn request(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
-    let dir = ctx.existing(name)?;
-    let mut etcd = load_object(&dir)?;
-    let now = jiff::Timestamp::now();
-    let id = format!("defrag-{}", now.as_millisecond());
-    etcd.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(quorate_api::defrag::DEFRAGMENT.to_string(), id.clone());
-    object::apply(&dir, etcd, now, rand::random())?;
-    Ok(id)
+    object::request(
+        &ctx.existing(name)?,
+        quorate_api::defrag::DEFRAGMENT,
+        "defrag",
+    )
 }
 
 /// Where the round for `request` stands.

@@ -65,6 +65,21 @@ pub struct Applied {
     pub generation: i64,
 }
 
+/// Asks the agents of the cluster in `dir` for something once: puts annotation `key` with a
+/// fresh request ID (`<what>-<unix milliseconds>`) on the stored `Etcd`, which reaches them
+/// through the cluster configuration. Returns the ID.
+pub fn request(dir: &ClusterDir, key: &str, what: &str) -> Result<String, LocalError> {
+    let mut etcd = load_object(dir)?;
+    let now = jiff::Timestamp::now();
+    let id = format!("{what}-{}", now.as_millisecond());
+    etcd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.to_string(), id.clone());
+    apply(dir, etcd, now, rand::random())?;
+    Ok(id)
+}
+
 /// Stores `desired` as the cluster's object, as an API server would: validated (including the
 /// rules for updates), with uid and creation time kept and the generation bumped when the spec
 /// changes. Nothing is written when validation fails.

@@ -6,7 +6,7 @@
 
 use crate::LocalError;
 use crate::commands::LocalContext;
-use crate::object::{self, load_object};
+use crate::object;
 use crate::render::read_config;
 use quorate_coord::{Coordination, FileCoordination};
 use quorate_core::membership::data_state::DataState;
@@ -73,14 +73,9 @@ pub async fn plan(ctx: &LocalContext, name: &str) -> Result<RecoveryDecision, Lo
 
 /// Asks the agents of cluster `name` to recover; returns the request's ID.
 pub fn request(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
-    let dir = ctx.existing(name)?;
-    let mut etcd = load_object(&dir)?;
-    let now = jiff::Timestamp::now();
-    let id = format!("recover-{}", now.as_second());
-    etcd.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(quorate_api::annotations::RECOVER.to_string(), id.clone());
-    object::apply(&dir, etcd, now, rand::random())?;
-    Ok(id)
+    object::request(
+        &ctx.existing(name)?,
+        quorate_api::annotations::RECOVER,
+        "recover",
+    )
 }
