@@ -373,6 +373,9 @@ async fn run_etcd<C: Coordination>(
         let record = crate::defrag::record_of(&leases, cluster, me);
         state.update(|s| s.defrag = record);
     }
+    // The newest configuration the config check read (maintenance settings change without a
+    // restart, so the defragmentation check reads them from here).
+    let mut newest = cluster.clone();
     let mut defragmenting: Option<crate::defrag::Running> = None;
     let mut last_defrag_check: Option<Instant> = None;
     let mut leading_since: Option<jiff::Timestamp> = None;
@@ -404,6 +407,7 @@ async fn run_etcd<C: Coordination>(
                     }
                 }
                 if let Ok(latest) = &latest {
+                    newest = latest.clone();
                     let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
                     state.update(|s| {
                         s.hibernation_request = latest.hibernation_request.clone();
@@ -504,8 +508,7 @@ async fn run_etcd<C: Coordination>(
                             && last_defrag_check.is_none_or(|t| t.elapsed() >= opts.poll_interval)
                         {
                             last_defrag_check = Some(Instant::now());
-                            let latest = coord.cluster_config().await.unwrap_or_else(|_| cluster.clone());
-                            let (started, changed) = crate::defrag::check(coord, &latest, me, client, &st, state, leading_since).await;
+                            let (started, changed) = crate::defrag::check(coord, &newest, me, client, &st, state, leading_since).await;
                             defragmenting = started;
                             if changed {
                                 publish::publish(coord, cluster, me, state, true).await;
