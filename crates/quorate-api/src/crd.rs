@@ -1,21 +1,59 @@
-//! The `etcds.druid.gardener.cloud` CustomResourceDefinition, generated from the Rust types
-//! and committed at [`CRD_PATH`]; a test fails when the committed file drifts.
+//! The CustomResourceDefinitions quorate serves (`etcds`, `etcdopstasks`,
+//! `etcdcopybackupstasks` of `druid.gardener.cloud`), generated from the Rust types and
+//! committed under `deploy/crds/`; a test fails when a committed file drifts.
 
 use kube::CustomResourceExt;
 
 use crate::etcd::Etcd;
+use crate::tasks::{EtcdCopyBackupsTask, EtcdOpsTask};
 
-/// Where the generated CRD is committed, relative to the workspace root.
+/// Where the generated `Etcd` CRD is committed, relative to the workspace root.
 pub const CRD_PATH: &str = "deploy/crds/druid.gardener.cloud_etcds.yaml";
 
-/// The command that regenerates [`CRD_PATH`] (run from the workspace root).
-pub const REGENERATE_COMMAND: &str =
-    "cargo run -p quorate -- crd > deploy/crds/druid.gardener.cloud_etcds.yaml";
+/// The command that regenerates every committed CRD (run from the workspace root).
+pub const REGENERATE_COMMAND: &str = "QUORATE_UPDATE_CRD=1 cargo test -p quorate-api crd";
 
-/// The CRD as YAML, exactly as committed at [`CRD_PATH`].
+/// One CRD: the resource's plural (what `quorate crd` takes), where it is committed, and its
+/// YAML.
+pub struct CrdFile {
+    /// `etcds`, `etcdopstasks` or `etcdcopybackupstasks`.
+    pub plural: &'static str,
+    /// Path relative to the workspace root.
+    pub path: &'static str,
+    /// The CRD as YAML, exactly as committed.
+    pub yaml: String,
+}
+
+fn to_yaml(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> String {
+    serde_saphyr::to_string(crd).expect("a CustomResourceDefinition always serializes to YAML")
+}
+
+/// The `Etcd` CRD as YAML, exactly as committed at [`CRD_PATH`].
 pub fn crd_yaml() -> String {
-    let crd = Etcd::crd();
-    serde_saphyr::to_string(&crd).expect("a CustomResourceDefinition always serializes to YAML")
+    to_yaml(&Etcd::crd())
+}
+
+/// Every CRD quorate serves, `Etcd` first.
+pub fn all_crds() -> Vec<CrdFile> {
+    vec![
+        CrdFile {
+            plural: "etcds",
+            path: CRD_PATH,
+            yaml: crd_yaml(),
+        },
+        CrdFile {
+            plural: "etcdopstasks",
+            path: "deploy/crds/druid.gardener.cloud_etcdopstasks.yaml",
+            yaml: to_yaml(&EtcdOpsTask::crd()),
+        },
+        CrdFile {
+            plural: "etcdcopybackupstasks",
+            path: "deploy/crds/druid.gardener.cloud_etcdcopybackupstasks.yaml",
+            yaml: to_yaml(&EtcdCopyBackupsTask::crd()),
+        },
+    ]
 }
 
 #[cfg(test)]
@@ -23,30 +61,79 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    fn committed_path() -> PathBuf {
+    fn committed_path(path: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../..")
-            .join(CRD_PATH)
+            .join(path)
     }
 
-    /// Fails when the committed CRD differs from the types. With `QUORATE_UPDATE_CRD=1` the
-    /// file is rewritten instead.
+    /// Fails when a committed CRD differs from the types. With `QUORATE_UPDATE_CRD=1` the
+    /// files are rewritten instead.
     #[test]
-    fn committed_crd_matches_the_types() {
-        let path = committed_path();
-        let generated = crd_yaml();
-        if std::env::var_os("QUORATE_UPDATE_CRD").is_some_and(|v| v == "1") {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &generated).unwrap();
-            return;
+    fn committed_crds_match_the_types() {
+        for crd in all_crds() {
+            let path = committed_path(crd.path);
+            if std::env::var_os("QUORATE_UPDATE_CRD").is_some_and(|v| v == "1") {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &crd.yaml).unwrap();
+                continue;
+            }
+            let committed = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                committed == crd.yaml,
+                "{} is out of date with the types.\n\
+                 Regenerate the CRDs from the workspace root with\n    {REGENERATE_COMMAND}\n\
+                 and commit the result.",
+                crd.path
+            );
         }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    }
+
+    #[test]
+    fn task_crds_have_druids_names_columns_and_defaults() {
+        let ops = EtcdOpsTask::crd();
+        assert_eq!(
+            ops.metadata.name.as_deref(),
+            Some("etcdopstasks.druid.gardener.cloud")
+        );
+        assert_eq!(ops.spec.names.short_names, Some(vec!["eot".to_string()]));
+        let columns: Vec<(String, i32)> = ops.spec.versions[0]
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.name.clone(), c.priority.unwrap_or(0)))
+            .collect();
+        let expected = [
+            ("State", 0),
+            ("Etcd", 0),
+            ("Age", 0),
+            ("Phase", 1),
+            ("TTL", 1),
+        ];
+        assert_eq!(columns, expected.map(|(n, p)| (n.to_string(), p)));
         assert!(
-            committed == generated,
-            "{CRD_PATH} is out of date with the Etcd types.\n\
-             Regenerate it from the workspace root with\n    {REGENERATE_COMMAND}\n\
-             or\n    QUORATE_UPDATE_CRD=1 cargo test -p quorate-api\n\
-             and commit the result."
+            ops.spec.versions[0]
+                .subresources
+                .as_ref()
+                .unwrap()
+                .status
+                .is_some()
+        );
+        let yaml = serde_json::to_value(&ops).unwrap();
+        let spec = &yaml["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            spec["properties"]["ttlSecondsAfterFinished"]["default"],
+            3600
+        );
+        let snap = &spec["properties"]["config"]["properties"]["onDemandSnapshot"]["properties"];
+        assert_eq!(snap["timeoutSecondsFull"]["default"], 900);
+        assert_eq!(snap["timeoutSecondsFull"]["minimum"], 120.0);
+        assert_eq!(snap["type"]["enum"], serde_json::json!(["full", "delta"]));
+        let copy = EtcdCopyBackupsTask::crd();
+        assert_eq!(
+            copy.metadata.name.as_deref(),
+            Some("etcdcopybackupstasks.druid.gardener.cloud")
         );
     }
 
@@ -192,11 +279,22 @@ mod tests {
                 walk(extra, &format!("{path}{{}}"), bad);
             }
         }
-        let yaml = crd_yaml();
-        let value: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
-        let root = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-        let mut bad = Vec::new();
-        walk(root, "", &mut bad);
-        assert_eq!(bad, Vec::<String>::new(), "schema nodes without a type");
+        for crd in all_crds() {
+            let value: serde_json::Value = serde_saphyr::from_str(&crd.yaml).unwrap();
+            let root = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+            let mut bad = Vec::new();
+            walk(root, "", &mut bad);
+            assert_eq!(
+                bad,
+                Vec::<String>::new(),
+                "{}: schema nodes without a type",
+                crd.plural
+            );
+            assert!(
+                !crd.yaml.contains("x-kubernetes-validations"),
+                "{}: CEL rules break kube-apiserver 1.20",
+                crd.plural
+            );
+        }
     }
 }

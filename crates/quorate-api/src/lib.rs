@@ -19,6 +19,7 @@ pub mod provider;
 pub mod quantity;
 pub mod spec_etcd;
 pub mod status;
+pub mod tasks;
 pub mod tls;
 pub mod unknown_fields;
 pub mod validate;
@@ -47,6 +48,7 @@ pub use status::{
     Condition, ConditionStatus, EtcdMemberConditionStatus, EtcdMemberStatus, EtcdRole, EtcdStatus,
     LastError, LastOperation, LastOperationState, LastOperationType,
 };
+pub use tasks::{EtcdCopyBackupsTask, EtcdOpsTask};
 pub use tls::{PeerTlsConfig, SecretReference, TlsConfig};
 pub use unknown_fields::UnknownField;
 pub use validate::{

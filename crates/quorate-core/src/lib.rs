@@ -23,4 +23,5 @@ pub mod reconcile_control;
 pub mod scale_plan;
 pub mod statefulset_step;
 pub mod status;
+pub mod tasks;
 pub mod upgrade;

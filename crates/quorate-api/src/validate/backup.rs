@@ -18,7 +18,7 @@ pub(super) fn check(etcd: &Etcd, p: &mut Problems) {
     }
     check_image("spec.backup.image", backup.image.as_ref(), p);
     if let Some(store) = &backup.store {
-        check_store(store, p);
+        check_store(store, "spec.backup.store", p);
     }
     check_resources("spec.backup.resources", backup.resources.as_ref(), p);
     if let Some(compaction) = &backup.snapshot_compaction {
@@ -144,13 +144,14 @@ fn check_gc_period_exceeds_delta_period(backup: &BackupSpec, p: &mut Problems) {
     }
 }
 
-fn check_store(store: &StoreSpec, p: &mut Problems) {
+/// The rules of one store spec at `path` (`spec.backup.store`, or a copy task's stores).
+pub(super) fn check_store(store: &StoreSpec, path: &str, p: &mut Problems) {
     let provider = match store.provider.as_deref() {
         None | Some("") => {
             p.add(
-                "spec.backup.store.provider",
+                format!("{path}.provider"),
                 format!(
-                    "is required when spec.backup.store is set; use one of {} (or remove spec.backup.store to run without backups)",
+                    "is required when {path} is set; use one of {} (or remove {path} to run without backups)",
                     StorageProvider::accepted_names().join(", ")
                 ),
             );
@@ -160,7 +161,7 @@ fn check_store(store: &StoreSpec, p: &mut Problems) {
             let parsed = StorageProvider::from_spec(name);
             if parsed.is_none() {
                 p.add(
-                    "spec.backup.store.provider",
+                    format!("{path}.provider"),
                     format!(
                         "{name:?} is not a known provider; use one of {} (names are case-sensitive)",
                         StorageProvider::accepted_names().join(", ")
@@ -174,7 +175,7 @@ fn check_store(store: &StoreSpec, p: &mut Problems) {
         None | Some("") => {
             if provider.is_some_and(|p| p != StorageProvider::Local) {
                 p.add(
-                    "spec.backup.store.container",
+                    format!("{path}.container"),
                     "is required for this provider; name the bucket, e.g. \"etcd-backups\"",
                 );
             }
@@ -185,7 +186,7 @@ fn check_store(store: &StoreSpec, p: &mut Problems) {
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
             if !valid {
                 p.add(
-                    "spec.backup.store.container",
+                    format!("{path}.container"),
                     format!(
                         "{c:?} is not a valid container name; use 3-63 letters, digits, '.', '_' or '-'"
                     ),
@@ -195,7 +196,7 @@ fn check_store(store: &StoreSpec, p: &mut Problems) {
     }
     if store.prefix.trim().is_empty() {
         p.add(
-            "spec.backup.store.prefix",
+            format!("{path}.prefix"),
             "is empty; give the key prefix this cluster's snapshots live under, e.g. the Etcd name",
         );
     }
@@ -203,14 +204,14 @@ fn check_store(store: &StoreSpec, p: &mut Problems) {
         match parse_url(endpoint) {
             Ok(u) if u.scheme == "http" || u.scheme == "https" => {}
             Ok(u) => p.add(
-                "spec.backup.store.endpointOverride",
+                format!("{path}.endpointOverride"),
                 format!(
                     "{endpoint:?} uses scheme {:?}; use an http:// or https:// URL such as \"https://s3.example.com\"",
                     u.scheme
                 ),
             ),
             Err(e) => p.add(
-                "spec.backup.store.endpointOverride",
+                format!("{path}.endpointOverride"),
                 format!("{e}; use an http:// or https:// URL such as \"https://s3.example.com\""),
             ),
         }
@@ -219,7 +220,7 @@ fn check_store(store: &StoreSpec, p: &mut Problems) {
         && secret.name.as_deref().is_none_or(str::is_empty)
     {
         p.add(
-            "spec.backup.store.secretRef.name",
+            format!("{path}.secretRef.name"),
             "is empty; name the Secret with the store credentials, or remove secretRef to use the provider's default credentials",
         );
     }

@@ -6,12 +6,16 @@
 mod backup;
 mod format;
 mod spec;
+mod tasks;
 mod update;
 
 use std::fmt;
 
 use crate::etcd::Etcd;
 
+pub use tasks::{
+    validate_copy_task, validate_copy_task_update, validate_ops_task, validate_ops_task_update,
+};
 pub use update::check_replicas_change;
 
 /// One problem with one field.
@@ -82,6 +86,13 @@ pub(crate) struct Problems {
 }
 
 impl Problems {
+    pub(crate) fn into_errors(self) -> Result<(), ValidationErrors> {
+        ValidationErrors {
+            errors: self.errors,
+        }
+        .into_result()
+    }
+
     pub(crate) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.errors.push(FieldError::new(path, message));
     }
