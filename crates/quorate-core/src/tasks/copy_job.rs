@@ -234,7 +234,7 @@ fn task_json(task: &EtcdCopyBackupsTask, name: &str) -> String {
 
 fn local_container(store: &StoreSpec) -> Option<&str> {
     (store.provider_kind() == Some(StorageProvider::Local))
-        .then(|| store.container.as_deref())
+        .then_some(store.container.as_deref())
         .flatten()
         .filter(|c| !c.is_empty())
 }
