@@ -1,7 +1,8 @@
 //! `quorate backups list` and `quorate restore`.
 
 use crate::cli::BackupsCommand;
-use quorate_api::Etcd;
+use quorate_api::tasks::{EtcdCopyBackupsTask, WaitForFinalSnapshotSpec};
+use quorate_api::{BackupSpec, Etcd, StoreSpec};
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
 use quorate_backup::store::{SnapStore, StoreOptions};
 use quorate_backup::store_restore::{open_store, restore_from_store};
@@ -38,6 +39,89 @@ fn open_cluster_store(
     Ok(open_store(&etcd.spec.backup, &options)?)
 }
 
+/// An `EtcdCopyBackupsTask` from a manifest file or JSON text, validated as the webhook does.
+fn read_copy_task(file: Option<&Path>, json: Option<&str>) -> Result<EtcdCopyBackupsTask, Error> {
+    let (text, origin) = match (file, json) {
+        (Some(file), _) => (
+            std::fs::read_to_string(file)
+                .map_err(|e| format!("reading {}: {e}", file.display()))?,
+            file.display().to_string(),
+        ),
+        (None, Some(json)) => (json.to_string(), "--task-json".to_string()),
+        (None, None) => return Err("give --task FILE".into()),
+    };
+    let not_a_task = |e: &dyn std::fmt::Display| {
+        format!("{origin} is not an EtcdCopyBackupsTask (druid.gardener.cloud/v1alpha1): {e}")
+    };
+    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| not_a_task(&e))?;
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    if kind != "EtcdCopyBackupsTask" {
+        return Err(not_a_task(&format!("its kind is {kind:?}")).into());
+    }
+    let task: EtcdCopyBackupsTask = serde_json::from_value(value).map_err(|e| not_a_task(&e))?;
+    quorate_api::validate::validate_copy_task(&task)
+        .map_err(|e| format!("{origin} is invalid:\n{e}"))?;
+    Ok(task)
+}
+
+/// One store of a copy task, with its credentials directory or `Local` root from the flags
+/// (there is no cluster to take them from).
+fn open_task_store(
+    store: &StoreSpec,
+    side: &str,
+    secret_dir: Option<PathBuf>,
+    local_root: Option<PathBuf>,
+) -> Result<SnapStore, Error> {
+    let (secret_flag, root_flag) = match side {
+        "source" => ("--secret-dir", "--local-root"),
+        _ => ("--to-secret-dir", "--to-local-root"),
+    };
+    let local = store.provider_kind() == Some(quorate_api::StorageProvider::Local);
+    if local && local_root.is_none() {
+        return Err(format!(
+            "the {side} store is Local: give the directory its container lives in with {root_flag}"
+        )
+        .into());
+    }
+    if store.secret_ref.is_some() && !local && secret_dir.is_none() {
+        return Err(format!(
+            "the {side} store names a Secret: give the directory holding its keys as files with {secret_flag}"
+        )
+        .into());
+    }
+    let backup = BackupSpec {
+        store: Some(store.clone()),
+        ..BackupSpec::default()
+    };
+    let options = StoreOptions {
+        local_root: local_root.unwrap_or_default(),
+        secret_dir,
+    };
+    Ok(open_store(&backup, &options)?)
+}
+
+/// `waitForFinalSnapshot` as a wait: none when disabled, without limit when its timeout is
+/// unset or 0.
+fn final_snapshot_wait(
+    wait: Option<&WaitForFinalSnapshotSpec>,
+) -> Result<Option<std::time::Duration>, Error> {
+    let Some(wait) = wait.filter(|w| w.enabled) else {
+        return Ok(None);
+    };
+    let limit = match wait.timeout.as_deref() {
+        None => std::time::Duration::ZERO,
+        Some(text) => quorate_api::parse_go_duration(text)?,
+    };
+    Ok(Some(if limit.is_zero() {
+        std::time::Duration::MAX
+    } else {
+        limit
+    }))
+}
+
 /// The `Etcd` a command names: a local cluster, or a manifest.
 fn named_etcd(
     ctx: &LocalContext,
@@ -67,11 +151,27 @@ pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), 
             max_backups,
             max_backup_age,
             wait_for_final_snapshot,
+            task,
+            task_json,
             secret_dir,
             local_root,
             to_secret_dir,
             to_local_root,
         } => {
+            if task.is_some() || task_json.is_some() {
+                let task = read_copy_task(task.as_deref(), task_json.as_deref())?;
+                let spec = &task.spec;
+                let source = open_task_store(&spec.source_store, "source", secret_dir, local_root)?;
+                let target =
+                    open_task_store(&spec.target_store, "target", to_secret_dir, to_local_root)?;
+                let limits = quorate_core::backup_copy::CopyLimits {
+                    max_backups: spec.max_backups,
+                    max_backup_age_days: spec.max_backup_age,
+                };
+                let wait = final_snapshot_wait(spec.wait_for_final_snapshot.as_ref())?;
+                return crate::backup_copy_cmd::copy(&source, &target, limits, wait).await;
+            }
+            let to = to.ok_or("give the target with --to (an Etcd manifest) or use --task")?;
             let source =
                 open_cluster_store(ctx, &named_etcd(ctx, name, file)?, secret_dir, local_root)?;
             let target_etcd = commands::read_manifest(&to)?;

@@ -289,8 +289,15 @@ pub enum BackupsCommand {
         #[arg(short = 'f', long = "filename", conflicts_with = "name")]
         file: Option<PathBuf>,
         /// An Etcd manifest whose `spec.backup.store` is the target.
-        #[arg(long = "to")]
-        to: PathBuf,
+        #[arg(long = "to", required_unless_present_any = ["task", "task_json"])]
+        to: Option<PathBuf>,
+        /// An EtcdCopyBackupsTask manifest (druid's): its stores, limits and wait, instead of
+        /// NAME/-f, --to and the limit flags.
+        #[arg(long, conflicts_with_all = ["name", "file", "to", "max_backups", "max_backup_age", "wait_for_final_snapshot", "task_json"])]
+        task: Option<PathBuf>,
+        /// The same as --task, as JSON text (what the operator's copy Job passes).
+        #[arg(long, hide = true, conflicts_with_all = ["name", "file", "to", "max_backups", "max_backup_age", "wait_for_final_snapshot"])]
+        task_json: Option<String>,
         /// Copy only the newest this many backups (a full snapshot with its deltas).
         #[arg(long)]
         max_backups: Option<u32>,

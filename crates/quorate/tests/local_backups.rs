@@ -683,4 +683,66 @@ fn backups_copy_between_buckets_and_the_copy_restores() {
         path_str(&secrets),
     ]));
     assert_eq!(in_s3, source);
+
+    // The same through druid's EtcdCopyBackupsTask manifest (what the operator's Job runs):
+    // from S3 back into another Local container.
+    let task = |target_container: &str, target_provider: &str| {
+        format!(
+            "apiVersion: druid.gardener.cloud/v1alpha1\nkind: EtcdCopyBackupsTask\nmetadata:\n  name: back\n\
+             spec:\n  sourceStore:\n    provider: aws\n    container: {}\n    prefix: main\n    \
+             endpointOverride: {}\n    secretRef:\n      name: s3-creds\n  targetStore:\n    \
+             provider: {target_provider}\n    container: {target_container}\n    prefix: main\n  maxBackups: 1\n",
+            moto.bucket, moto.endpoint
+        )
+    };
+    let task_file = local.manifest("task.yaml", &task("fromtask", "Local"));
+    local.ok(&[
+        "backups",
+        "copy",
+        "--task",
+        path_str(&task_file),
+        "--secret-dir",
+        path_str(&secrets),
+        "--to-local-root",
+        path_str(&root),
+    ]);
+    let from_task = local.manifest(
+        "fromtask.yaml",
+        &with_backups("dst", 1).replace("container: bucket", "container: fromtask"),
+    );
+    let copied = listed(&from_task);
+    assert_eq!(
+        copied.iter().filter(|o| o.starts_with("Full-")).count(),
+        1,
+        "maxBackups: 1 from the task: {copied:?}"
+    );
+    assert!(copied.iter().all(|o| source.contains(o)), "{copied:?}");
+
+    // A task copying a bucket onto itself is refused before anything is read, naming the field.
+    let same = local.manifest(
+        "same.yaml",
+        &task("fromtask", "Local").replace(
+            "  targetStore:\n    provider: Local\n    container: fromtask\n    prefix: main\n",
+            &format!(
+                "  targetStore:\n    provider: aws\n    container: {}\n    prefix: main\n    \
+                 endpointOverride: {}\n    secretRef:\n      name: s3-creds\n",
+                moto.bucket, moto.endpoint
+            ),
+        ),
+    );
+    let refused = local.quorate(&[
+        "backups",
+        "copy",
+        "--task",
+        path_str(&same),
+        "--secret-dir",
+        path_str(&secrets),
+        "--to-secret-dir",
+        path_str(&secrets),
+    ]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("spec.targetStore"),
+        "{stderr}"
+    );
 }
