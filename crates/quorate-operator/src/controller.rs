@@ -151,6 +151,7 @@ pub async fn run(
     let drain_leases = tokio::spawn(lease_stream.for_each(|_| async {}));
     let drain_pods = tokio::spawn(pod_stream.for_each(|_| async {}));
     let workers = settings.workers.max(1);
+    let (client_for_tasks, settings_for_tasks) = (client.clone(), settings.clone());
     let context = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -183,6 +184,13 @@ pub async fn run(
         .reflect(etcd_writer)
         .applied_objects()
         .predicate_filter(pass_trigger, Default::default());
+    let task_controllers = tokio::spawn(crate::tasks::run(
+        client_for_tasks,
+        settings_for_tasks,
+        scope.namespace.clone(),
+        identity.to_string(),
+        shutdown.clone(),
+    ));
     Controller::for_stream(etcd_stream, etcd_store)
         .owns_stream(sts_stream)
         .with_config(kube::runtime::controller::Config::default().concurrency(workers))
@@ -194,5 +202,6 @@ pub async fn run(
         .await;
     drain_leases.abort();
     drain_pods.abort();
+    let _ = task_controllers.await;
     Ok(())
 }

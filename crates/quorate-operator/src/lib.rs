@@ -23,6 +23,7 @@ pub mod replay;
 mod run;
 mod spec_flow;
 mod status;
+mod tasks;
 mod trim;
 mod validated;
 mod webhook;
@@ -35,7 +36,7 @@ pub use metrics::Metrics;
 pub use run::{OperatorArgs, RunError, run_operator};
 pub use webhook::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
-    EtcdFacts, EtcdLookup, LookupError, PROTECTED_KINDS, ProtectionConfig, WebhookCerts,
-    WebhookConfig, WebhookError, generate_webhook_certs, router as webhook_router,
+    EtcdFacts, EtcdLookup, LookupError, PROTECTED_KINDS, ProtectionConfig, TASK_VALIDATION_PATH,
+    WebhookCerts, WebhookConfig, WebhookError, generate_webhook_certs, router as webhook_router,
     serve_webhooks_on, service_account_username,
 };

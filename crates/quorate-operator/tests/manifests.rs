@@ -28,7 +28,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use quorate_api::Etcd;
 use quorate_operator::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
-    OperatorArgs, PROTECTED_KINDS,
+    OperatorArgs, PROTECTED_KINDS, TASK_VALIDATION_PATH,
 };
 use quorate_operator::{Metrics, OperatorSettings, Scope, run_controller};
 use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
@@ -114,16 +114,19 @@ fn container_args(deployment: &Value) -> Vec<String> {
 // ---- checks without a server --------------------------------------------------------------
 
 #[test]
-fn the_crd_copies_are_the_committed_crd() {
-    let crd = read("deploy/crds/druid.gardener.cloud_etcds.yaml");
-    for copy in [
-        "deploy/manifests/01-crd-etcds.yaml",
-        "deploy/helm/quorate-operator/crds/druid.gardener.cloud_etcds.yaml",
-    ] {
-        assert!(
-            read(copy) == crd,
-            "{copy} differs from deploy/crds/druid.gardener.cloud_etcds.yaml; copy it again"
-        );
+fn the_crd_copies_are_the_committed_crds() {
+    for plural in ["etcds", "etcdopstasks", "etcdcopybackupstasks"] {
+        let committed = format!("deploy/crds/druid.gardener.cloud_{plural}.yaml");
+        let crd = read(&committed);
+        for copy in [
+            format!("deploy/manifests/01-crd-{plural}.yaml"),
+            format!("deploy/helm/quorate-operator/crds/druid.gardener.cloud_{plural}.yaml"),
+        ] {
+            assert!(
+                read(&copy) == crd,
+                "{copy} differs from {committed}; copy it again"
+            );
+        }
     }
 }
 
@@ -215,8 +218,13 @@ fn the_clusterrole_covers_the_role_of_the_etcd_pods_and_nothing_broad() {
             "wildcard resource: {text}"
         );
         for broad in ["escalate", "bind", "impersonate", "update"] {
+            // `update` of a finalizers subresource is what a blocking owner reference needs.
             let allowed = broad == "update"
-                && rule.resources.as_deref() == Some(&["etcds/finalizers".to_string()][..]);
+                && rule
+                    .resources
+                    .iter()
+                    .flatten()
+                    .all(|r| r.ends_with("/finalizers"));
             assert!(
                 allowed || !rule.verbs.iter().any(|v| v == broad),
                 "{broad} is not needed: {text}"
@@ -235,7 +243,7 @@ fn the_webhook_configuration_names_the_operators_paths_and_protected_kinds() {
         serde_json::from_value(find(&objects, "ValidatingWebhookConfiguration", OPERATOR).clone())
             .expect("a ValidatingWebhookConfiguration");
     let webhooks = config.webhooks.expect("webhooks");
-    assert_eq!(webhooks.len(), 2);
+    assert_eq!(webhooks.len(), 3);
     for webhook in &webhooks {
         let service = webhook.client_config.service.as_ref().expect("by Service");
         assert_eq!(
@@ -271,7 +279,20 @@ fn the_webhook_configuration_names_the_operators_paths_and_protected_kinds() {
     operations.sort();
     assert_eq!(operations, ["CREATE", "UPDATE"]);
 
-    let components = &webhooks[1];
+    let tasks = &webhooks[1];
+    assert_eq!(path(tasks).as_deref(), Some(TASK_VALIDATION_PATH));
+    let task_rules = tasks.rules.clone().unwrap_or_default();
+    assert_eq!(
+        task_rules[0].resources.as_deref(),
+        Some(
+            &[
+                "etcdopstasks".to_string(),
+                "etcdcopybackupstasks".to_string()
+            ][..]
+        ),
+    );
+
+    let components = &webhooks[2];
     assert_eq!(path(components).as_deref(), Some(COMPONENT_PROTECTION_PATH));
     let selector = components
         .object_selector

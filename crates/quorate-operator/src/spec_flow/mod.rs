@@ -17,7 +17,7 @@
 //! after it whatever the outcome.
 
 mod components;
-mod references;
+pub(crate) mod references;
 mod rollout;
 pub mod scale;
 mod statefulset;

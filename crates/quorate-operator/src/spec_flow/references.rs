@@ -125,7 +125,7 @@ fn local_store_secret(etcd: &Etcd) -> Option<&str> {
 }
 
 /// The `hostPath` key of a `Local` store's Secret (druid's way to place buckets on the host).
-fn host_path(secret: &Secret) -> Option<String> {
+pub(crate) fn host_path(secret: &Secret) -> Option<String> {
     let bytes = secret.data.as_ref()?.get(HOST_PATH_KEY)?;
     String::from_utf8(bytes.0.clone()).ok()
 }

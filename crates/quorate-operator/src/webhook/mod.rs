@@ -14,12 +14,14 @@ mod etcd_lookup;
 mod protection;
 mod review;
 mod server;
+mod tasks;
 mod tls;
 
 pub use certs::{CA_FILE, WebhookCerts, generate_webhook_certs, service_dns_names};
 pub use etcd_lookup::{EtcdLookup, LookupError};
 pub use protection::{EtcdFacts, PROTECTED_KINDS, ProtectionConfig};
 pub use server::{WebhookConfig, WebhookError, router, serve_webhooks, serve_webhooks_on};
+pub use tasks::TASK_VALIDATION_PATH;
 pub use tls::CERT_FILE;
 
 /// Path of the webhook that validates `Etcd` objects on CREATE and UPDATE; the

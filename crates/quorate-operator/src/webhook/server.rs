@@ -22,6 +22,7 @@ use super::protection::{
     ComponentRequest, Decision, ProtectionConfig, Step, decide_with_etcd, first_step,
 };
 use super::review::{read_request, refuse};
+use super::tasks::{TASK_VALIDATION_PATH, review_task};
 use super::tls::{CertDir, DEFAULT_RELOAD_INTERVAL, TlsError};
 use super::{COMPONENT_PROTECTION_PATH, ETCD_VALIDATION_PATH};
 
@@ -82,7 +83,8 @@ struct AppState<L> {
     lookup: L,
 }
 
-/// The routes of both webhooks ([`ETCD_VALIDATION_PATH`], [`COMPONENT_PROTECTION_PATH`]), each
+/// The routes of the webhooks ([`ETCD_VALIDATION_PATH`], [`COMPONENT_PROTECTION_PATH`],
+/// [`TASK_VALIDATION_PATH`]), each
 /// taking and answering an `admission.k8s.io/v1` AdmissionReview. Every answer is HTTP 200:
 /// unreadable requests are refused inside the review, so the API server shows why.
 pub fn router<L: EtcdLookup>(protection: ProtectionConfig, lookup: L) -> Router {
@@ -90,6 +92,7 @@ pub fn router<L: EtcdLookup>(protection: ProtectionConfig, lookup: L) -> Router 
     Router::new()
         .route(ETCD_VALIDATION_PATH, post(validate_etcd))
         .route(COMPONENT_PROTECTION_PATH, post(protect_components::<L>))
+        .route(TASK_VALIDATION_PATH, post(validate_task))
         .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(state)
 }
@@ -102,6 +105,14 @@ const MAX_REVIEW_BYTES: usize = 8 << 20;
 async fn validate_etcd(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
     let response = match read_request(&body) {
         Ok(request) => review_etcd(&request),
+        Err(refusal) => *refusal,
+    };
+    Json(response.into_review())
+}
+
+async fn validate_task(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
+    let response = match read_request(&body) {
+        Ok(request) => review_task(&request),
         Err(refusal) => *refusal,
     };
     Json(response.into_review())

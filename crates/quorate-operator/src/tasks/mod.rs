@@ -1,0 +1,113 @@
+//! Controllers of druid's task resources: `EtcdOpsTask` ([`ops_task`], on-demand snapshots
+//! through the member agents, [`agent_client`]) and `EtcdCopyBackupsTask` ([`copy_task`], a
+//! Job running `quorate backups copy`). Each runs only when its CRD is installed, so an
+//! operator upgraded before its CRDs keeps serving `Etcd` objects.
+
+pub mod agent_client;
+pub mod copy_task;
+pub mod ops_task;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::watch;
+
+use crate::context::OperatorSettings;
+
+/// What both task controllers share.
+pub struct TaskContext {
+    /// The API client.
+    pub client: Client,
+    /// Images (the copy Job runs the member image).
+    pub settings: OperatorSettings,
+    /// Events on the tasks.
+    pub recorder: Recorder,
+    /// This operator run (`lastOperation.runID`).
+    pub run_id: String,
+    /// Talks to the member agents.
+    pub agents: agent_client::AgentClient,
+}
+
+impl TaskContext {
+    /// Publishes an event on `object`; a failure is only logged.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "Reconcile".to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            tracing::debug!("could not publish event {reason}: {e}");
+        }
+    }
+}
+
+/// Which task CRDs the API server serves.
+async fn served(client: &Client) -> (bool, bool) {
+    match client
+        .list_api_group_resources("druid.gardener.cloud/v1alpha1")
+        .await
+    {
+        Ok(list) => {
+            let has = |name: &str| list.resources.iter().any(|r| r.name == name);
+            (has("etcdopstasks"), has("etcdcopybackupstasks"))
+        }
+        Err(_) => (false, false),
+    }
+}
+
+/// Runs the task controllers whose CRDs are installed until `shutdown` turns true.
+pub async fn run(
+    client: Client,
+    settings: OperatorSettings,
+    namespace: Option<String>,
+    identity: String,
+    shutdown: watch::Receiver<bool>,
+) {
+    let (ops, copy) = served(&client).await;
+    for (served, crd) in [(ops, "etcdopstasks"), (copy, "etcdcopybackupstasks")] {
+        if !served {
+            tracing::warn!(
+                "the {crd}.druid.gardener.cloud CRD is not installed; those tasks are not served \
+                 (apply deploy/crds/druid.gardener.cloud_{crd}.yaml)"
+            );
+        }
+    }
+    let ctx = Arc::new(TaskContext {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "quorate-operator".to_string(),
+                instance: Some(identity.clone()),
+            },
+        ),
+        client: client.clone(),
+        settings,
+        run_id: identity,
+        agents: agent_client::AgentClient::new(),
+    });
+    let ops = ops.then(|| ops_task::run(ctx.clone(), namespace.clone(), shutdown.clone()));
+    let copy = copy.then(|| copy_task::run(ctx.clone(), namespace, shutdown));
+    tokio::join!(
+        async {
+            if let Some(ops) = ops {
+                ops.await
+            }
+        },
+        async {
+            if let Some(copy) = copy {
+                copy.await
+            }
+        }
+    );
+}

@@ -1,0 +1,259 @@
+//! The `EtcdOpsTask` controller: reads the task, the `Etcd` it names and the other tasks of
+//! the namespace, lets core `tasks::ops_task` decide the one next step, and carries it out
+//! (finalizer, status, the snapshot through the agents, deletion after the TTL), with an event
+//! for each outcome a person would look for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+use quorate_api::Etcd;
+use quorate_api::tasks::{EtcdOpsTask, EtcdOpsTaskStatus, OPS_TASK_FINALIZER, TaskState};
+use quorate_core::tasks::ops_task::{EtcdFacts, OpsStep, OpsTaskView, after_execution, next_step};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::TaskContext;
+
+/// A failed API call of a task pass.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} EtcdOpsTask {namespace}/{name}: {source}")]
+pub struct OpsTaskError {
+    action: &'static str,
+    namespace: String,
+    name: String,
+    #[source]
+    source: Box<kube::Error>,
+}
+
+/// Runs the controller until `shutdown` turns true.
+pub async fn run(
+    ctx: Arc<TaskContext>,
+    namespace: Option<String>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<EtcdOpsTask> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    Controller::new(api, watcher::Config::default())
+        .graceful_shutdown_on(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn error_policy(task: Arc<EtcdOpsTask>, error: &OpsTaskError, _: Arc<TaskContext>) -> Action {
+    tracing::warn!(
+        task = task.metadata.name.as_deref().unwrap_or_default(),
+        "{error}"
+    );
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// One pass: steps until one waits.
+async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Action, OpsTaskError> {
+    let namespace = task.metadata.namespace.clone().unwrap_or_default();
+    let name = task.metadata.name.clone().unwrap_or_default();
+    let fail = |action| {
+        let (namespace, name) = (namespace.clone(), name.clone());
+        move |source| OpsTaskError {
+            action,
+            namespace,
+            name,
+            source: Box::new(source),
+        }
+    };
+    let tasks: Api<EtcdOpsTask> = Api::namespaced(ctx.client.clone(), &namespace);
+    let etcds: Api<Etcd> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut task = (*task).clone();
+    // Each step changes the task; a handful always reaches one that waits.
+    for _ in 0..8 {
+        let etcd = match task.spec.etcd_name.as_deref().filter(|n| !n.is_empty()) {
+            Some(etcd_name) => etcds
+                .get_opt(etcd_name)
+                .await
+                .map_err(fail("get the Etcd of"))?,
+            None => None,
+        };
+        let facts = match &etcd {
+            None => EtcdFacts::Missing,
+            Some(etcd) => EtcdFacts::Found {
+                ready: etcd.status.as_ref().and_then(|s| s.ready) == Some(true),
+                backups: etcd.spec.backup.store.is_some(),
+            },
+        };
+        let earlier_unfinished = if state(&task) == Some(TaskState::Pending) {
+            let all = tasks
+                .list(&Default::default())
+                .await
+                .map_err(fail("list the tasks beside"))?;
+            earlier_unfinished(&task, &all.items)
+        } else {
+            None
+        };
+        let view = OpsTaskView {
+            task: &task,
+            etcd: facts,
+            earlier_unfinished,
+            now: jiff::Timestamp::now(),
+            run_id: &ctx.run_id,
+        };
+        match next_step(&view) {
+            OpsStep::AddFinalizer => {
+                let mut finalizers = task.metadata.finalizers.clone().unwrap_or_default();
+                finalizers.push(OPS_TASK_FINALIZER.to_string());
+                task = tasks
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+                    )
+                    .await
+                    .map_err(fail("add the finalizer to"))?;
+            }
+            OpsStep::WriteStatus(status) => {
+                task = write_status(&tasks, &task, *status, &ctx)
+                    .await
+                    .map_err(fail("write the status of"))?;
+            }
+            OpsStep::Execute(request) => {
+                let Some(etcd) = &etcd else { continue };
+                let outcome = ctx.agents.snapshot(etcd, request).await;
+                let (status, again) = after_execution(&view, outcome);
+                task = write_status(&tasks, &task, status, &ctx)
+                    .await
+                    .map_err(fail("write the status of"))?;
+                if let Some(again) = again {
+                    return Ok(Action::requeue(again));
+                }
+            }
+            OpsStep::WaitForTtl(left) => return Ok(Action::requeue(left)),
+            OpsStep::Delete => {
+                if let Some(finalizers) = &task.metadata.finalizers
+                    && finalizers.iter().any(|f| f == OPS_TASK_FINALIZER)
+                {
+                    let kept: Vec<&String> = finalizers
+                        .iter()
+                        .filter(|f| *f != OPS_TASK_FINALIZER)
+                        .collect();
+                    tasks
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"metadata": {"finalizers": kept}})),
+                        )
+                        .await
+                        .map_err(fail("remove the finalizer from"))?;
+                }
+                if task.metadata.deletion_timestamp.is_none() {
+                    match tasks.delete(&name, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(fail("delete")(e)),
+                    }
+                }
+                return Ok(Action::await_change());
+            }
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+fn state(task: &EtcdOpsTask) -> Option<TaskState> {
+    task.status.as_ref().and_then(|s| s.state)
+}
+
+/// The first unfinished task for the same `Etcd` created before `task` (by creation time, then
+/// name), so of two tasks created together exactly one runs.
+fn earlier_unfinished(task: &EtcdOpsTask, all: &[EtcdOpsTask]) -> Option<String> {
+    let key = |t: &EtcdOpsTask| {
+        (
+            t.metadata.creation_timestamp.clone().map(|t| t.0),
+            t.metadata.name.clone(),
+        )
+    };
+    all.iter()
+        .filter(|other| {
+            other.metadata.name != task.metadata.name
+                && other.spec.etcd_name == task.spec.etcd_name
+                && !state(other).is_some_and(TaskState::is_final)
+                && key(other) < key(task)
+        })
+        .find_map(|other| other.metadata.name.clone())
+}
+
+/// Writes the status and announces a state change; returns the task as written.
+async fn write_status(
+    tasks: &Api<EtcdOpsTask>,
+    task: &EtcdOpsTask,
+    status: EtcdOpsTaskStatus,
+    ctx: &TaskContext,
+) -> Result<EtcdOpsTask, kube::Error> {
+    let name = task.metadata.name.as_deref().unwrap_or_default();
+    let written = tasks
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await?;
+    if status.state != state(task) {
+        let what = status
+            .last_operation
+            .as_ref()
+            .map(|o| o.description.clone())
+            .unwrap_or_default();
+        let (type_, reason) = match status.state {
+            Some(TaskState::Succeeded) => (EventType::Normal, "TaskSucceeded"),
+            Some(TaskState::Failed) => (EventType::Warning, "TaskFailed"),
+            Some(TaskState::Rejected) => (EventType::Warning, "TaskRejected"),
+            Some(TaskState::InProgress) => (EventType::Normal, "TaskStarted"),
+            _ => return Ok(written),
+        };
+        ctx.event(&written, type_, reason, what).await;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use quorate_api::tasks::EtcdOpsTaskSpec;
+
+    fn task(name: &str, etcd: &str, created: i64, state: Option<TaskState>) -> EtcdOpsTask {
+        let mut t = EtcdOpsTask::new(
+            name,
+            EtcdOpsTaskSpec {
+                etcd_name: Some(etcd.into()),
+                ..EtcdOpsTaskSpec::default()
+            },
+        );
+        t.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(created).unwrap()));
+        t.status = Some(EtcdOpsTaskStatus {
+            state,
+            ..EtcdOpsTaskStatus::default()
+        });
+        t
+    }
+
+    #[test]
+    fn only_an_earlier_unfinished_task_for_the_same_etcd_blocks() {
+        let me = task("b", "main", 10, Some(TaskState::Pending));
+        let all = [
+            task("a", "main", 10, Some(TaskState::Pending)),
+            task("z", "main", 5, Some(TaskState::Succeeded)),
+            task("c", "main", 11, Some(TaskState::InProgress)),
+            task("d", "other", 1, None),
+        ];
+        assert_eq!(earlier_unfinished(&me, &all).as_deref(), Some("a"));
+        assert_eq!(earlier_unfinished(&all[0], &[me.clone()]), None);
+    }
+}
