@@ -23,7 +23,7 @@ pub mod replay;
 mod run;
 mod spec_flow;
 mod status;
-mod tasks;
+pub mod tasks;
 mod trim;
 mod validated;
 mod webhook;
@@ -34,6 +34,7 @@ pub use error::Error;
 pub use images::Images;
 pub use metrics::Metrics;
 pub use run::{OperatorArgs, RunError, run_operator};
+pub use tasks::run as run_task_controllers;
 pub use webhook::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
     EtcdFacts, EtcdLookup, LookupError, PROTECTED_KINDS, ProtectionConfig, TASK_VALIDATION_PATH,

@@ -23,8 +23,8 @@ use quorate_api::Etcd;
 use quorate_api::annotations::DISABLE_ETCD_COMPONENT_PROTECTION;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, default_labels};
 use quorate_operator::{
-    COMPONENT_PROTECTION_PATH, ETCD_VALIDATION_PATH, WebhookConfig, WebhookError,
-    generate_webhook_certs, serve_webhooks_on, service_account_username,
+    COMPONENT_PROTECTION_PATH, ETCD_VALIDATION_PATH, TASK_VALIDATION_PATH, WebhookConfig,
+    WebhookError, generate_webhook_certs, serve_webhooks_on, service_account_username,
 };
 use quorate_testkit::KubeApiServer;
 use quorate_testkit::etcd_crd::install_etcd_crd;
@@ -53,6 +53,7 @@ impl Webhooks {
     async fn start(server: &KubeApiServer, prefix: &str) -> Webhooks {
         let client = server.client().await.expect("kube client");
         install_etcd_crd(&client).await;
+        quorate_testkit::install_task_crds(&client).await;
         let namespace = server
             .create_namespace(&client, prefix)
             .await
@@ -153,6 +154,15 @@ impl Webhooks {
                         &["druid.gardener.cloud"],
                         &["CREATE", "UPDATE"],
                         &["etcds"],
+                    )],
+                ),
+                webhook(
+                    "tasks.validate.quorate.io",
+                    TASK_VALIDATION_PATH,
+                    vec![rule(
+                        &["druid.gardener.cloud"],
+                        &["CREATE", "UPDATE"],
+                        &["etcdopstasks", "etcdcopybackupstasks"],
                     )],
                 ),
                 components,
@@ -343,6 +353,91 @@ async fn etcd_webhook_refuses_what_local_mode_refuses_with_the_same_lines() {
             .unwrap_or_else(|e| panic!("replicas {replicas} is refused: {e}"));
     }
     webhooks.stop().await;
+}
+
+#[tokio::test]
+async fn task_webhook_refuses_druids_cel_rules_and_spec_changes_naming_the_field() {
+    let Some(server) = KubeApiServer::shared_or_skip("task_webhook").await else {
+        return;
+    };
+    let hooks = Webhooks::start(server, "task-webhook").await;
+    let ns = hooks.namespace.clone();
+    let tasks: Api<quorate_api::EtcdOpsTask> = Api::namespaced(hooks.client.clone(), &ns);
+    let task = |type_: &str, is_final: bool| -> quorate_api::EtcdOpsTask {
+        serde_json::from_value(json!({
+            "apiVersion": "druid.gardener.cloud/v1alpha1",
+            "kind": "EtcdOpsTask",
+            "metadata": {"name": "snap", "namespace": ns},
+            "spec": {"etcdName": "main", "config": {"onDemandSnapshot": {"type": type_, "isFinal": is_final}}},
+        }))
+        .unwrap()
+    };
+    let refused = refusal(
+        tasks
+            .create(&PostParams::default(), &task("delta", true))
+            .await,
+    );
+    assert!(
+        refused
+            .message
+            .contains("spec.config.onDemandSnapshot.isFinal"),
+        "{}",
+        refused.message
+    );
+    tasks
+        .create(&PostParams::default(), &task("full", false))
+        .await
+        .expect("a valid task is admitted");
+    // The API server filled druid's defaults from the schema.
+    let stored = tasks.get("snap").await.unwrap();
+    assert_eq!(stored.spec.ttl_seconds_after_finished, Some(3600));
+    let snapshot = stored.spec.config.on_demand_snapshot.clone().unwrap();
+    assert_eq!(snapshot.timeout_seconds_full, Some(900));
+    let change = tasks
+        .patch(
+            "snap",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"onDemandSnapshot": {"type": "delta"}}}})),
+        )
+        .await;
+    assert!(refusal(change).message.contains("config is immutable"));
+    tasks
+        .patch(
+            "snap",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"finalizers": ["druid.gardener.cloud/etcd-ops-task"]}}),
+            ),
+        )
+        .await
+        .expect("a finalizer change is not a spec change");
+
+    let copies: Api<quorate_api::EtcdCopyBackupsTask> = Api::namespaced(hooks.client.clone(), &ns);
+    let onto_itself: quorate_api::EtcdCopyBackupsTask = serde_json::from_value(json!({
+        "apiVersion": "druid.gardener.cloud/v1alpha1",
+        "kind": "EtcdCopyBackupsTask",
+        "metadata": {"name": "copy", "namespace": ns},
+        "spec": {
+            "sourceStore": {"provider": "aws", "container": "b", "prefix": "p"},
+            "targetStore": {"provider": "aws", "container": "b", "prefix": "p"},
+        },
+    }))
+    .unwrap();
+    let refused = refusal(copies.create(&PostParams::default(), &onto_itself).await);
+    assert!(
+        refused.message.contains("spec.targetStore"),
+        "{}",
+        refused.message
+    );
+    tasks
+        .patch(
+            "snap",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    hooks.stop().await;
 }
 
 #[tokio::test]

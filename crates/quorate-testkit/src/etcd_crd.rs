@@ -1,4 +1,4 @@
-//! The project's `Etcd` CRD installed on a test API server, once per server, waited for until
+//! The project's CRDs (`Etcd` and the task resources) installed on a test API server, once
 //! it is Established; every Kubernetes test needs it before its first `Etcd`.
 
 use std::time::{Duration, Instant};
@@ -13,21 +13,44 @@ pub const ETCD_CRD_YAML: &str =
 /// Its name.
 pub const ETCD_CRD_NAME: &str = "etcds.druid.gardener.cloud";
 
-/// Creates the CRD (a server shared by tests may have it already) and waits until it is
+/// The committed CRDs of druid's task resources, with their names.
+pub const TASK_CRDS: [(&str, &str); 2] = [
+    (
+        include_str!("../../../deploy/crds/druid.gardener.cloud_etcdopstasks.yaml"),
+        "etcdopstasks.druid.gardener.cloud",
+    ),
+    (
+        include_str!("../../../deploy/crds/druid.gardener.cloud_etcdcopybackupstasks.yaml"),
+        "etcdcopybackupstasks.druid.gardener.cloud",
+    ),
+];
+
+/// Creates the `Etcd` CRD (a server shared by tests may have it already) and waits until it is
 /// Established. Created, not server-side applied: v1.20 refuses SSA of a CRD with CEL rules.
 /// Panics with the reason on failure: this is test setup.
 pub async fn install_etcd_crd(client: &Client) {
+    install_crd(client, ETCD_CRD_YAML, ETCD_CRD_NAME).await;
+}
+
+/// Creates the task CRDs ([`TASK_CRDS`]) like [`install_etcd_crd`].
+pub async fn install_task_crds(client: &Client) {
+    for (yaml, name) in TASK_CRDS {
+        install_crd(client, yaml, name).await;
+    }
+}
+
+async fn install_crd(client: &Client, yaml: &str, name: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(ETCD_CRD_YAML).expect("the committed CRD parses");
+        serde_saphyr::from_str(yaml).expect("the committed CRD parses");
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => panic!("creating CRD {ETCD_CRD_NAME}: {e}"),
+        Err(e) => panic!("creating CRD {name}: {e}"),
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let current = crds.get(ETCD_CRD_NAME).await.expect("read back the CRD");
+        let current = crds.get(name).await.expect("read back the CRD");
         let conditions = current
             .status
             .and_then(|s| s.conditions)
@@ -40,7 +63,7 @@ pub async fn install_etcd_crd(client: &Client) {
         }
         assert!(
             Instant::now() < deadline,
-            "CRD {ETCD_CRD_NAME} not Established after 60s: {conditions:?}"
+            "CRD {name} not Established after 60s: {conditions:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
