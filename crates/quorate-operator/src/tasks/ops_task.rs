@@ -254,6 +254,6 @@ mod tests {
             task("d", "other", 1, None),
         ];
         assert_eq!(earlier_unfinished(&me, &all).as_deref(), Some("a"));
-        assert_eq!(earlier_unfinished(&all[0], &[me.clone()]), None);
+        assert_eq!(earlier_unfinished(&all[0], std::slice::from_ref(&me)), None);
     }
 }
