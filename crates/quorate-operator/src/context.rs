@@ -96,6 +96,8 @@ pub struct Context {
     pub run_id: String,
     /// Versions of `Etcd` objects newer than the controller's cache may show yet.
     pub newer: NewerVersions,
+    /// Defragmentation outcomes already announced as events.
+    pub announced_defrags: crate::defrag_events::AnnouncedDefrags,
 }
 
 /// The `resourceVersion` of each `Etcd` this process wrote (or read from the API server) last,

@@ -171,6 +171,7 @@ pub async fn run(
         metrics,
         run_id: identity.to_string(),
         newer: NewerVersions::default(),
+        announced_defrags: Default::default(),
     });
     leases.wait_until_ready().await.ok();
     pods.wait_until_ready().await.ok();

@@ -12,6 +12,7 @@
 mod apply;
 mod context;
 mod controller;
+mod defrag_events;
 mod delete_flow;
 mod error;
 mod finalizer;

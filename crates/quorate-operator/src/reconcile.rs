@@ -74,6 +74,7 @@ pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, S
         .await
         .map_err(StepError::tag(ErrorCode::UpdateStatus))?;
     announce_waits(etcd, &ctx, &status).await;
+    crate::defrag_events::announce(etcd, &ctx, jiff::Timestamp::now()).await;
     if outcome == PassOutcome::Succeeded
         && has_reconcile_operation(etcd.metadata.annotations.as_ref())
     {
