@@ -71,7 +71,10 @@ async fn wait_round(leases: &Api<Lease>, name: &str, reason: &str, after: u64) -
                         .map(|id| (id, r["round"]["reason"].clone()))
                 })
                 .max_by_key(|(id, _)| *id);
-            let Some((id, why)) = round.clone().filter(|(id, why)| *id > after && why == reason) else {
+            let Some((id, why)) = round
+                .clone()
+                .filter(|(id, why)| *id > after && why == reason)
+            else {
                 return Err(format!("newest round {round:?}"));
             };
             let through = records
