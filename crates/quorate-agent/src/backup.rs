@@ -265,6 +265,7 @@ impl<C: Coordination> Leader<'_, C> {
         };
         let events_threshold = events_threshold(&self.backup.spec);
         let mut backlog = backlog_in(&stored);
+        self.state.metrics().backlog(backlog);
         let mut next_revision = match action {
             StartupAction::CatchUpDelta { from_revision } => {
                 tracing::info!(member = %self.me, from = from_revision, "backup leader: continuing deltas");
@@ -273,6 +274,7 @@ impl<C: Coordination> Leader<'_, C> {
             StartupAction::TakeFullSnapshot => {
                 let is_final = self.state.get().marks_final();
                 backlog = DeltaBacklog::default();
+                self.state.metrics().backlog(backlog);
                 self.take_full(&store, is_final).await?.name.last_revision + 1
             }
         };
@@ -321,6 +323,7 @@ impl<C: Coordination> Leader<'_, C> {
                                 let _ = reply.send(uploaded.clone().map(Some));
                             }
                             backlog = backlog.add(batch.events.len() as u64, uploaded?.size);
+                            self.state.metrics().backlog(backlog);
                             if full_after.is_none()
                                 && let Some(why) = full_snapshot_for_backlog(backlog, events_threshold)
                             {
@@ -390,6 +393,7 @@ impl<C: Coordination> Leader<'_, C> {
                 }
                 next_revision = taken?.name.last_revision + 1;
                 backlog = DeltaBacklog::default();
+                self.state.metrics().backlog(backlog);
                 next_full = next_fire(&schedule, crate::clock::now());
             }
         }
@@ -445,6 +449,23 @@ impl<C: Coordination> Leader<'_, C> {
         store: &SnapStore,
         is_final: bool,
     ) -> Result<StoredSnapshot, BackupError> {
+        let started = std::time::Instant::now();
+        let taken = self.take_full_unmeasured(store, is_final).await;
+        let stored = taken
+            .as_ref()
+            .ok()
+            .map(|s| (s.name.last_revision, s.name.created_unix));
+        self.state
+            .metrics()
+            .snapshot(SnapshotKind::Full.as_str(), started.elapsed(), stored);
+        taken
+    }
+
+    async fn take_full_unmeasured(
+        &self,
+        store: &SnapStore,
+        is_final: bool,
+    ) -> Result<StoredSnapshot, BackupError> {
         let client = self.member_client().await?;
         let snapshot = full_snapshot(&client)
             .await
@@ -488,13 +509,20 @@ impl<C: Coordination> Leader<'_, C> {
         let body = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(
             batch.encoded.clone(),
         ))]);
-        let stored = store
-            .upload(&name, body)
-            .await
-            .map_err(|e| BackupError::Upload {
-                object: name.file_name(),
-                reason: e.to_string(),
-            })?;
+        let started = std::time::Instant::now();
+        let uploaded = store.upload(&name, body).await;
+        self.state.metrics().snapshot(
+            SnapshotKind::Incr.as_str(),
+            started.elapsed(),
+            uploaded
+                .as_ref()
+                .ok()
+                .map(|s| (s.name.last_revision, s.name.created_unix)),
+        );
+        let stored = uploaded.map_err(|e| BackupError::Upload {
+            object: name.file_name(),
+            reason: e.to_string(),
+        })?;
         tracing::debug!(member = %self.me, snapshot = %stored.path, events = batch.events.len(), "delta snapshot stored");
         self.record(&self.backup.delta_snapshot_lease, batch.last_revision)
             .await;

@@ -151,6 +151,7 @@ pub async fn check<C: Coordination>(
                 skipped: true,
                 error: None,
             };
+            state.metrics().defragmented(me, &outcome);
             state.update(|s| s.defrag.last = Some(outcome));
             (None, true)
         }
@@ -211,6 +212,7 @@ pub fn finished(me: &str, state: &SharedState, outcome: DefragOutcome) {
             tracing::warn!(member = %me, round = outcome.round, %error, "defragmentation failed; the round goes on without it")
         }
     }
+    state.metrics().defragmented(me, &outcome);
     state.update(|s| s.defrag.last = Some(outcome));
 }
 

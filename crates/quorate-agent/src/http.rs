@@ -1,5 +1,5 @@
 //! The agent's HTTP endpoints, as etcd-backup-restore serves them: `/healthz` (200 only while
-//! etcd serves with a leader), `/initialization/status`, `/config`, `/member`, and the
+//! etcd serves with a leader), `/metrics` ([`crate::metrics`]), `/initialization/status`, `/config`, `/member`, and the
 //! on-demand snapshots `/snapshot/full[?final=true]`, `/snapshot/delta`, `/snapshot/latest`,
 //! which any member answers (a member that is not the backup leader forwards to the one that
 //! is).
@@ -37,6 +37,7 @@ pub struct Http<C> {
 pub fn router<C: Coordination + Clone>(http: Http<C>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .route("/initialization/status", get(initialization_status))
         .route("/config", get(config))
         .route("/member", get(member))
@@ -54,6 +55,16 @@ async fn healthz<C>(State(http): State<Http<C>>) -> impl IntoResponse {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (code, axum::Json(json!({ "health": healthy })))
+}
+
+async fn metrics<C>(State(http): State<Http<C>>) -> impl IntoResponse {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        http.state.metrics().encode(),
+    )
 }
 
 async fn initialization_status<C>(State(http): State<Http<C>>) -> &'static str {

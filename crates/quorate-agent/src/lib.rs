@@ -11,6 +11,7 @@ pub mod executor;
 mod facts;
 pub mod http;
 pub mod member;
+pub mod metrics;
 mod private_start;
 pub mod publish;
 pub mod recovery;

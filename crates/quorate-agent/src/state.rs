@@ -1,6 +1,7 @@
 //! What the agent knows about its member right now, shared between the member loop (which
 //! writes it) and the HTTP server (which reports it).
 
+use crate::metrics::AgentMetrics;
 use quorate_core::hibernation::FinalSnapshotReport;
 use quorate_core::maintenance::defrag::DefragRecord;
 use quorate_core::membership::data_state::DataState;
@@ -122,11 +123,16 @@ impl MemberState {
     }
 }
 
-/// Shared handle on [`MemberState`].
+/// Shared handle on [`MemberState`], and the metrics that count what the member did.
 #[derive(Clone, Debug, Default)]
-pub struct SharedState(Arc<Mutex<MemberState>>);
+pub struct SharedState(Arc<Mutex<MemberState>>, AgentMetrics);
 
 impl SharedState {
+    /// The agent's metrics.
+    pub fn metrics(&self) -> &AgentMetrics {
+        &self.1
+    }
+
     /// A copy of the current state.
     pub fn get(&self) -> MemberState {
         self.0.lock().expect("state lock").clone()

@@ -256,35 +256,12 @@ fn a_bucket_claimed_by_another_cluster_is_refused_unless_adopted() {
     );
 }
 
-/// Agent port of member `i`, from the cluster's rendered configuration.
-fn agent_port(local: &Local, name: &str, i: usize) -> u16 {
-    let config: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(local.cluster_dir(name).join("config.json")).unwrap(),
-    )
-    .unwrap();
-    config["members"][i]["agentPort"].as_u64().unwrap() as u16
-}
-
+/// `GET path` on an agent: the status code and the JSON object of the body.
 fn http_get(port: u16, path: &str) -> (u16, serde_json::Value) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let code = response.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    // The body may be chunked: take the JSON object inside it.
-    let json = body
-        .find('{')
-        .and_then(|s| body.rfind('}').map(|e| &body[s..=e]))
-        .unwrap_or("null");
+    let (code, body) = support::http_get(port, path);
     (
         code,
-        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
     )
 }
 
@@ -304,7 +281,7 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
             })
         })
         .unwrap();
-    let port = agent_port(&local, "demand", follower);
+    let port = local.agent_port("demand", follower);
     let (code, full) = http_get(port, "/snapshot/full");
     assert_eq!(code, 200, "{full}");
     assert_eq!(full["kind"], "Full", "{full}");

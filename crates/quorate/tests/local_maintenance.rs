@@ -174,6 +174,25 @@ fn on_demand_round(version: &str) {
         .map(|r| r.id)
         .max();
     assert_eq!(newer, round.map(|r| r + 1));
+    // Each agent counts its two defragmentations under etcd-backup-restore's metric.
+    for (i, member) in records.keys().enumerate() {
+        let metrics = local.agent_metrics("defrag", i);
+        let series = format!(
+            "etcdbr_defragmentation_duration_seconds_count{{succeeded=\"true\",endpoint=\"{member}\"}}"
+        );
+        assert_eq!(
+            support::metric(&metrics, &series),
+            Some(2.0),
+            "{series} in\n{metrics}"
+        );
+        assert!(
+            support::metric(
+                &metrics,
+                "quorate_defragmentation_db_size_bytes{when=\"after\"}"
+            )
+            .is_some_and(|b| b > 0.0)
+        );
+    }
 }
 
 #[test]
@@ -472,4 +491,26 @@ fn deltas_past_the_events_threshold_start_a_new_full_snapshot_so_restores_stay_s
     }
     let yaml = local.ok(&["get", "etcd", "compact", "-o", "yaml"]);
     assert!(yaml.contains("a restore now replays"), "{yaml}");
+    // The backup leader's agent says the same under etcd-backup-restore's metrics.
+    let metrics = local.agent_metrics("compact", 0);
+    let newest = ["Incr", "Full"]
+        .iter()
+        .filter_map(|kind| {
+            support::metric(
+                &metrics,
+                &format!("etcdbr_snapshot_latest_revision{{kind=\"{kind}\"}}"),
+            )
+        })
+        .fold(0.0, f64::max);
+    assert!(newest >= head as f64, "{metrics}");
+    let fulls_taken = support::metric(
+        &metrics,
+        "etcdbr_snapshot_duration_seconds_count{kind=\"Full\",succeeded=\"true\"}",
+    );
+    assert!(fulls_taken >= Some(3.0), "{metrics}");
+    let replay = support::metric(&metrics, "etcdbr_snapstore_latest_deltas_revisions_total");
+    assert!(
+        replay.is_some_and(|r| r < 2.0 * THRESHOLD as f64),
+        "{metrics}"
+    );
 }

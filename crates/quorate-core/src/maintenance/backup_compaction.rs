@@ -21,6 +21,8 @@ pub struct DeltaBacklog {
     pub events: u64,
     /// Their stored size in bytes.
     pub bytes: u64,
+    /// How many delta snapshots they are.
+    pub deltas: u64,
 }
 
 impl DeltaBacklog {
@@ -29,6 +31,7 @@ impl DeltaBacklog {
         DeltaBacklog {
             events: self.events + events,
             bytes: self.bytes + bytes,
+            deltas: self.deltas + 1,
         }
     }
 }
@@ -69,12 +72,15 @@ mod tests {
         let small = DeltaBacklog {
             events: 999,
             bytes: 10,
+            deltas: 3,
         };
         assert_eq!(full_snapshot_for_backlog(small, 1000), None);
         assert!(full_snapshot_for_backlog(small.add(1, 0), 1000).is_some());
+        assert_eq!(small.add(1, 0).deltas, 4);
         let big = DeltaBacklog {
             events: 1,
             bytes: DELTA_BYTES_BOUND,
+            deltas: 1,
         };
         assert!(full_snapshot_for_backlog(big, 1000).is_some());
     }

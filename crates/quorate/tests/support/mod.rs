@@ -110,6 +110,22 @@ impl Local {
         }
     }
 
+    /// Agent port of member `i`, from the cluster's rendered configuration.
+    pub fn agent_port(&self, name: &str, i: usize) -> u16 {
+        let config: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(self.cluster_dir(name).join("config.json")).unwrap(),
+        )
+        .unwrap();
+        config["members"][i]["agentPort"].as_u64().unwrap() as u16
+    }
+
+    /// The `/metrics` text of member `i`'s agent.
+    pub fn agent_metrics(&self, name: &str, i: usize) -> String {
+        let (code, body) = http_get(self.agent_port(name, i), "/metrics");
+        assert_eq!(code, 200, "{body}");
+        body
+    }
+
     /// Client URLs of a cluster.
     pub fn endpoints(&self, name: &str) -> Vec<String> {
         self.ok(&["endpoints", name])
@@ -354,4 +370,43 @@ pub fn copy_dir(from: &Path, to: &Path) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+/// `GET path` on a loopback port: the status code and the body (de-chunked).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response.split(' ').nth(1).unwrap().parse().unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return (code, body.to_string());
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 || after.len() < size {
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = after[size..].trim_start_matches("\r\n");
+    }
+    (code, out)
+}
+
+/// The value of the metric line that starts with `series` (name and labels), if any.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }

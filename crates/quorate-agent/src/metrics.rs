@@ -1,0 +1,245 @@
+//! The agent's Prometheus metrics on `/metrics`, under etcd-backup-restore's names and labels
+//! where it has the metric (so Gardener's dashboards and alerts read them unchanged), plus
+//! quorate's own under `quorate_`:
+//!
+//! - `etcdbr_snapshot_duration_seconds{kind,succeeded}`, `etcdbr_snapshot_latest_revision{kind}`,
+//!   `etcdbr_snapshot_latest_timestamp{kind}` (kind `Full` or `Incr`, as BR writes them);
+//! - `etcdbr_snapstore_latest_deltas_total`, `etcdbr_snapstore_latest_deltas_revisions_total`:
+//!   the deltas a restore would replay after the newest full snapshot;
+//! - `etcdbr_defragmentation_duration_seconds{succeeded,endpoint}` (endpoint: the member);
+//! - `quorate_defragmentation_db_size_bytes{when}`: this member's database before and after its
+//!   last defragmentation.
+//!
+//! Snapshot and backlog metrics move only on the member that leads backups.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use quorate_core::maintenance::backup_compaction::DeltaBacklog;
+use quorate_core::maintenance::defrag::DefragOutcome;
+
+/// `kind` and `succeeded` of a snapshot.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SnapshotLabels {
+    /// `Full` or `Incr`.
+    pub kind: String,
+    /// `true` or `false`.
+    pub succeeded: String,
+}
+
+/// `kind` of a snapshot gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `Full` or `Incr`.
+    pub kind: String,
+}
+
+/// `succeeded` and `endpoint` of a defragmentation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DefragLabels {
+    /// `true` or `false`.
+    pub succeeded: String,
+    /// The member defragmented.
+    pub endpoint: String,
+}
+
+/// `when` of a database size: `before` or `after`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhenLabel {
+    /// `before` or `after`.
+    pub when: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn seconds_buckets() -> Histogram {
+    // 10 ms .. about 20 min.
+    Histogram::new(exponential_buckets(0.01, 2.0, 18))
+}
+
+/// Every metric of one agent; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AgentMetrics {
+    registry: Arc<Registry>,
+    snapshot_duration: Histograms<SnapshotLabels>,
+    latest_revision: Family<KindLabel, Gauge>,
+    latest_timestamp: Family<KindLabel, Gauge>,
+    deltas: Gauge,
+    delta_revisions: Gauge,
+    defrag_duration: Histograms<DefragLabels>,
+    defrag_size: Family<WhenLabel, Gauge>,
+}
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let snapshot_duration: Histograms<SnapshotLabels> =
+            Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_snapshot_duration_seconds",
+            "Total latency distribution of saving snapshot to object store.",
+            snapshot_duration.clone(),
+        );
+        let latest_revision = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "etcdbr_snapshot_latest_revision",
+            "Revision number of latest snapshot taken.",
+            latest_revision.clone(),
+        );
+        let latest_timestamp = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "etcdbr_snapshot_latest_timestamp",
+            "Timestamp of latest snapshot taken.",
+            latest_timestamp.clone(),
+        );
+        let deltas = Gauge::default();
+        registry.register(
+            "etcdbr_snapstore_latest_deltas_total",
+            "Total number of delta snapshots taken since the latest full snapshot.",
+            deltas.clone(),
+        );
+        let delta_revisions = Gauge::default();
+        registry.register(
+            "etcdbr_snapstore_latest_deltas_revisions_total",
+            "Total number of revisions stored in delta snapshots taken since the latest full snapshot.",
+            delta_revisions.clone(),
+        );
+        let defrag_duration: Histograms<DefragLabels> =
+            Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_defragmentation_duration_seconds",
+            "Total latency distribution of defragmentation of each etcd cluster member.",
+            defrag_duration.clone(),
+        );
+        let defrag_size = Family::<WhenLabel, Gauge>::default();
+        registry.register(
+            "quorate_defragmentation_db_size_bytes",
+            "This member's database size before and after its last defragmentation.",
+            defrag_size.clone(),
+        );
+        AgentMetrics {
+            registry: Arc::new(registry),
+            snapshot_duration,
+            latest_revision,
+            latest_timestamp,
+            deltas,
+            delta_revisions,
+            defrag_duration,
+            defrag_size,
+        }
+    }
+}
+
+fn flag(ok: bool) -> String {
+    ok.to_string()
+}
+
+fn clamp(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+impl AgentMetrics {
+    /// A snapshot of `kind` (`Full` or `Incr`) was uploaded, or failed, after `took`; on success
+    /// its last revision and creation time.
+    pub fn snapshot(&self, kind: &str, took: Duration, stored: Option<(i64, i64)>) {
+        self.snapshot_duration
+            .get_or_create(&SnapshotLabels {
+                kind: kind.to_string(),
+                succeeded: flag(stored.is_some()),
+            })
+            .observe(took.as_secs_f64());
+        if let Some((revision, created_unix)) = stored {
+            let label = KindLabel {
+                kind: kind.to_string(),
+            };
+            self.latest_revision.get_or_create(&label).set(revision);
+            self.latest_timestamp
+                .get_or_create(&label)
+                .set(created_unix);
+        }
+    }
+
+    /// The deltas a restore would replay now.
+    pub fn backlog(&self, backlog: DeltaBacklog) {
+        self.deltas.set(clamp(backlog.deltas));
+        self.delta_revisions.set(clamp(backlog.events));
+    }
+
+    /// This member's defragmentation finished (or failed).
+    pub fn defragmented(&self, member: &str, outcome: &DefragOutcome) {
+        if outcome.skipped {
+            return;
+        }
+        self.defrag_duration
+            .get_or_create(&DefragLabels {
+                succeeded: flag(outcome.error.is_none()),
+                endpoint: member.to_string(),
+            })
+            .observe(outcome.millis as f64 / 1000.0);
+        for (when, size) in [
+            ("before", outcome.size_before),
+            ("after", outcome.size_after),
+        ] {
+            self.defrag_size
+                .get_or_create(&WhenLabel {
+                    when: when.to_string(),
+                })
+                .set(clamp(size));
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_carry_backup_restores_names_and_labels() {
+        let m = AgentMetrics::default();
+        m.snapshot(
+            "Full",
+            Duration::from_millis(1500),
+            Some((42, 1_800_000_000)),
+        );
+        m.snapshot("Incr", Duration::from_millis(20), None);
+        m.backlog(DeltaBacklog::default().add(7, 100).add(3, 50));
+        m.defragmented(
+            "main-1",
+            &DefragOutcome {
+                round: 1,
+                at: jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+                size_before: 2048,
+                size_after: 1024,
+                millis: 250,
+                skipped: false,
+                error: None,
+            },
+        );
+        let text = m.encode();
+        for line in [
+            r#"etcdbr_snapshot_duration_seconds_count{kind="Full",succeeded="true"} 1"#,
+            r#"etcdbr_snapshot_duration_seconds_count{kind="Incr",succeeded="false"} 1"#,
+            r#"etcdbr_snapshot_latest_revision{kind="Full"} 42"#,
+            r#"etcdbr_snapshot_latest_timestamp{kind="Full"} 1800000000"#,
+            "etcdbr_snapstore_latest_deltas_total 2",
+            "etcdbr_snapstore_latest_deltas_revisions_total 10",
+            r#"etcdbr_defragmentation_duration_seconds_sum{succeeded="true",endpoint="main-1"} 0.25"#,
+            r#"quorate_defragmentation_db_size_bytes{when="after"} 1024"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+}
