@@ -283,8 +283,12 @@ D=$M/08-deployment.yaml
 grep -q "^          image: quorate:$version\$" "$D" || die "$D: no 'image: quorate:$version' line to replace (did the manifest change?)"
 grep -q '^          env:$' "$D" && grep -q '^          volumeMounts:$' "$D" && grep -q '^      volumes:$' "$D" ||
   die "$D: the env/volumeMounts/volumes lines this script patches are not where it expects them"
-awk -v image="$IMAGE" '
+# The scenarios' Local buckets live under the harness's bucket directory (E2eEnv::bucket_host_dir).
+BUCKETS_DIR=${HOSTPATH_DIR:+$HOSTPATH_DIR/buckets}
+BUCKETS_DIR=${BUCKETS_DIR:-/tmp/quorate-e2e-buckets}
+awk -v image="$IMAGE" -v buckets="$BUCKETS_DIR" '
   /^          image: / { print "          image: " image; next }
+  /^            - --etcd-workers=/ { print; print "            - --allowed-local-backup-host-path=" buckets; next }
   /^          env:$/ { print; print "            - name: IMAGEVECTOR_OVERWRITE"; print "              value: /etc/quorate/imagevector/images_overwrite.yaml"; next }
   /^          volumeMounts:$/ { print; print "            - name: imagevector-overwrite"; print "              mountPath: /etc/quorate/imagevector"; print "              readOnly: true"; next }
   /^      volumes:$/ { print; print "        - name: imagevector-overwrite"; print "          configMap:"; print "            name: quorate-operator-imagevector-overwrite"; next }

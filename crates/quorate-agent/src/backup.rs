@@ -65,6 +65,7 @@ impl BackupError {
 
 /// Where the answer to an on-demand full snapshot goes.
 type FullReply = oneshot::Sender<Result<StoredSnapshot, BackupError>>;
+type DeltaReply = oneshot::Sender<Result<Option<StoredSnapshot>, BackupError>>;
 
 /// An on-demand snapshot asked for over HTTP.
 #[derive(Debug)]
@@ -297,6 +298,8 @@ impl<C: Coordination> Leader<'_, C> {
                 .max(Duration::from_millis(500)),
         );
         let mut captured_through = next_revision - 1;
+        // Delta requests that arrived while a full snapshot was taken, for the next watch.
+        let mut deferred_deltas: Vec<DeltaReply> = Vec::new();
         loop {
             let client = self.member_client().await?;
             let mut config = DeltaConfig::new(next_revision);
@@ -305,13 +308,22 @@ impl<C: Coordination> Leader<'_, C> {
             config.clock = std::sync::Arc::new(crate::clock::AgentClock);
             let (handle, mut batches, task) = DeltaWatcher::spawn(client, config)
                 .map_err(|e| BackupError::Capture(e.to_string()))?;
-            let mut pending_delta: Option<
-                oneshot::Sender<Result<Option<StoredSnapshot>, BackupError>>,
-            > = None;
+            // Delta requests waiting for the cut under way; one cut answers them all.
+            let mut pending_delta: Vec<DeltaReply> = std::mem::take(&mut deferred_deltas);
             let mut cut_replies =
                 mpsc::channel::<Result<quorate_backup::snapshotter::CutOutcome, CaptureError>>(1);
-            // What ends this watch: `Some(is_final, reply)` = take a full snapshot next.
-            let mut full_after: Option<(bool, Option<FullReply>)> = None;
+            let request_cut = |tx: mpsc::Sender<_>| {
+                let handle = handle.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(handle.request_cut().await).await;
+                });
+            };
+            if !pending_delta.is_empty() {
+                request_cut(cut_replies.0.clone());
+            }
+            // What ends this watch: `Some(is_final, replies)` = take a full snapshot next and
+            // answer everyone who asked for it.
+            let mut full_after: Option<(bool, Vec<FullReply>)> = None;
             let mut lost = false;
             loop {
                 tokio::select! {
@@ -319,7 +331,7 @@ impl<C: Coordination> Leader<'_, C> {
                         Some(batch) => {
                             captured_through = captured_through.max(batch.last_revision);
                             let uploaded = self.upload_delta(&store, &batch).await;
-                            if let Some(reply) = pending_delta.take() {
+                            for reply in pending_delta.drain(..) {
                                 let _ = reply.send(uploaded.clone().map(Some));
                             }
                             backlog = backlog.add(batch.events.len() as u64, uploaded?.size);
@@ -329,19 +341,21 @@ impl<C: Coordination> Leader<'_, C> {
                             {
                                 // A restore would replay too much: start again from a full one.
                                 tracing::info!(member = %self.me, %why, "taking a full snapshot");
-                                full_after = Some((false, None));
+                                full_after = Some((false, Vec::new()));
                                 handle.stop().await;
                             }
                         }
                         None => break,
                     },
                     outcome = cut_replies.1.recv() => {
-                        if let (Some(Ok(quorate_backup::snapshotter::CutOutcome::NoEvents { .. })), Some(reply)) = (outcome, pending_delta.take()) {
-                            let _ = reply.send(Ok(None));
+                        if let Some(Ok(quorate_backup::snapshotter::CutOutcome::NoEvents { .. })) = outcome {
+                            for reply in pending_delta.drain(..) {
+                                let _ = reply.send(Ok(None));
+                            }
                         }
                     }
                     _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next_full)), if full_after.is_none() && !lost => {
-                        full_after = Some((false, None));
+                        full_after = Some((false, Vec::new()));
                         handle.stop().await;
                     }
                     _ = renew.tick() => self.record(&self.backup.delta_snapshot_lease, captured_through).await,
@@ -356,29 +370,40 @@ impl<C: Coordination> Leader<'_, C> {
                             handle.stop().await;
                         } else if full_after.is_none() && self.state.get().final_snapshot_due().is_some() {
                             // A hibernation or an upgrade was asked for: its snapshot, now.
-                            full_after = Some((self.state.get().marks_final(), None));
+                            full_after = Some((self.state.get().marks_final(), Vec::new()));
                             handle.stop().await;
                         }
                     }
                     request = requests.recv() => match request {
-                        Some(BackupRequest::Full { is_final, reply }) => {
-                            full_after = Some((is_final, Some(reply)));
-                            handle.stop().await;
-                        }
+                        Some(BackupRequest::Full { is_final, reply }) => match &mut full_after {
+                            // One already asked for: this request joins it.
+                            Some((finality, replies)) => {
+                                *finality |= is_final;
+                                replies.push(reply);
+                            }
+                            None => {
+                                full_after = Some((is_final, vec![reply]));
+                                handle.stop().await;
+                            }
+                        },
                         Some(BackupRequest::Delta { reply }) => {
-                            pending_delta = Some(reply);
-                            let (handle, tx) = (handle.clone(), cut_replies.0.clone());
-                            tokio::spawn(async move { let _ = tx.send(handle.request_cut().await).await; });
+                            // A cut already asked for answers this request too.
+                            if pending_delta.is_empty() {
+                                request_cut(cut_replies.0.clone());
+                            }
+                            pending_delta.push(reply);
                         }
                         None => {}
                     },
                 }
             }
+            // Delta requests still waiting are answered by the next watch's first cut.
+            deferred_deltas.append(&mut pending_delta);
             // The batch channel closed: the capture ended (stopped, or failed).
             match task.await {
                 Ok(Ok(end)) => next_revision = end.next_revision,
                 Ok(Err(CaptureError::Compacted { .. })) => {
-                    full_after = full_after.or(Some((false, None)))
+                    full_after = full_after.or(Some((false, Vec::new())))
                 }
                 Ok(Err(e)) => return Err(BackupError::Capture(e.to_string())),
                 Err(e) => return Err(BackupError::Capture(format!("the capture task ended: {e}"))),
@@ -386,9 +411,18 @@ impl<C: Coordination> Leader<'_, C> {
             if lost {
                 return Ok(LeadEnd::LostLeadership);
             }
-            if let Some((is_final, reply)) = full_after {
+            if let Some((is_final, replies)) = full_after {
                 let taken = self.take_full(&store, is_final).await;
-                if let Some(reply) = reply {
+                // Requests that came while it was taken join it too.
+                while let Ok(request) = requests.try_recv() {
+                    match request {
+                        BackupRequest::Full { reply, .. } => {
+                            let _ = reply.send(taken.clone());
+                        }
+                        BackupRequest::Delta { reply } => deferred_deltas.push(reply),
+                    }
+                }
+                for reply in replies {
                     let _ = reply.send(taken.clone());
                 }
                 next_revision = taken?.name.last_revision + 1;

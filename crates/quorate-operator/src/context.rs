@@ -33,6 +33,9 @@ pub struct OperatorSettings {
     pub wait_period: Duration,
     /// Clusters reconciled at the same time.
     pub workers: u16,
+    /// Host directories a `Local` store's Secret may name as `hostPath` (besides druid's
+    /// default, always allowed).
+    pub allowed_host_paths: Vec<String>,
 }
 
 impl Default for OperatorSettings {
@@ -44,6 +47,7 @@ impl Default for OperatorSettings {
             status_sync_period: Duration::from_secs(15),
             wait_period: Duration::from_secs(10),
             workers: 3,
+            allowed_host_paths: Vec::new(),
         }
     }
 }

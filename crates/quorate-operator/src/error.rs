@@ -37,6 +37,19 @@ pub enum Error {
     /// The `Etcd` asks for an etcd version change that is refused; nothing is changed.
     #[error("{0}; nothing was changed")]
     EtcdVersion(String),
+    /// A `Local` store's Secret names a host directory the operator may not mount.
+    #[error(
+        "the Secret {secret} names hostPath {path:?}, which is not {allowed}; move the bucket \
+         there, or start the operator with --allowed-local-backup-host-path={path}"
+    )]
+    HostPathRefused {
+        /// `namespace/name` of the Secret.
+        secret: String,
+        /// Its `hostPath`.
+        path: String,
+        /// The directories allowed, in words.
+        allowed: String,
+    },
     /// The `Etcd` has no name or namespace (never true for an object from the API).
     #[error("the Etcd object lacks {0}")]
     Incomplete(&'static str),

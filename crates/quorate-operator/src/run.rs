@@ -39,6 +39,11 @@ pub struct OperatorArgs {
     /// Only watch this namespace (default: all).
     #[arg(long)]
     pub watch_namespace: Option<String>,
+    /// A host directory `Local` backup buckets may live under (the store Secret's `hostPath`);
+    /// repeatable. `/etc/gardener/local-backupbuckets` (druid's default) is always allowed;
+    /// any other directory is refused unless listed.
+    #[arg(long = "allowed-local-backup-host-path")]
+    pub allowed_host_paths: Vec<String>,
     /// Render ServiceAccounts with `automountServiceAccountToken: false`.
     #[arg(long)]
     pub disable_etcd_serviceaccount_automount: bool,
@@ -137,6 +142,7 @@ pub async fn run_operator(
         disable_service_account_automount: args.disable_etcd_serviceaccount_automount,
         status_sync_period: Duration::from_secs(args.etcd_status_sync_period_seconds.max(1)),
         workers: args.etcd_workers,
+        allowed_host_paths: args.allowed_host_paths.clone(),
         ..OperatorSettings::default()
     };
     tracing::info!(member_image = %settings.images.member, auto_reconcile = settings.auto_reconcile, "starting");

@@ -570,6 +570,51 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
     assert_eq!(pdb.data["spec"]["minAvailable"], 2);
 }
 
+/// A `Local` store whose Secret names a host directory outside the allowed ones gets no
+/// StatefulSet (a hostPath volume of `/var/lib` would hand the node to whoever wrote the
+/// Secret); `lastErrors` says which directories are allowed and which flag adds one.
+#[tokio::test]
+async fn a_local_store_outside_the_allowed_host_directories_is_refused() {
+    let Some((client, ns)) = setup("host_path_refused").await else {
+        return;
+    };
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns);
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("buckets".into());
+    secret.string_data = Some(BTreeMap::from([(
+        "hostPath".to_string(),
+        "/var/lib".to_string(),
+    )]));
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let _operator = Operator::start(&client, &ns, false);
+    let text = SINGLE.replace(
+        "  backup: {}\n",
+        "  backup:\n    store:\n      provider: Local\n      container: backups\n      prefix: single\n      secretRef:\n        name: buckets\n",
+    );
+    let api = create(&client, &manifest(&text, &ns)).await;
+    let message = eventually("the hostPath refused in lastErrors", WAIT, || async {
+        let etcd = api.get("etcd-single").await.ok()?;
+        let errors = etcd.status?.last_errors;
+        errors
+            .iter()
+            .find(|e| e.code == "ERR_INVALID_SPEC")
+            .map(|e| e.description.clone())
+    })
+    .await;
+    assert!(
+        message.contains("\"/var/lib\"") && message.contains("--allowed-local-backup-host-path"),
+        "{message}"
+    );
+    let statefulset = Api::<StatefulSet>::namespaced(client.clone(), &ns)
+        .get_opt("etcd-single")
+        .await
+        .unwrap();
+    assert!(statefulset.is_none(), "no StatefulSet was made");
+}
+
 #[tokio::test]
 async fn deleting_the_etcd_removes_every_component_then_the_finalizer() {
     let Some((client, ns)) = setup("delete_flow").await else {

@@ -289,6 +289,35 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
     assert_eq!(code, 200);
     assert_eq!(latest["fullSnapshot"]["path"], full["path"], "{latest}");
 
+    // Requests for a full snapshot while one is under way join it: one snapshot, one answer
+    // for all. 30 MB of data make the snapshot take long enough for the requests to meet.
+    runtime().block_on(async {
+        let mut client = etcd_client::Client::connect(local.endpoints("demand"), None)
+            .await
+            .unwrap();
+        let value = vec![b'x'; 100 * 1024];
+        for i in 0..300 {
+            client
+                .put(format!("big/{i:03}"), value.clone(), None)
+                .await
+                .unwrap();
+        }
+    });
+    let concurrent: Vec<(u16, serde_json::Value)> = std::thread::scope(|scope| {
+        let asks: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| http_get(port, "/snapshot/full")))
+            .collect();
+        asks.into_iter().map(|a| a.join().unwrap()).collect()
+    });
+    for (code, answer) in &concurrent {
+        assert_eq!(*code, 200, "{answer}");
+        assert_eq!(
+            answer["path"], concurrent[0].1["path"],
+            "one snapshot for all: {concurrent:?}"
+        );
+    }
+    assert_ne!(concurrent[0].1["path"], full["path"]);
+
     // The bucket becomes unusable for a while (a file where its directory was); writes go on;
     // then it comes back.
     let bucket = local.cluster_dir("demand").join("backups/bucket");

@@ -216,12 +216,13 @@ pub(super) fn check_store(store: &StoreSpec, path: &str, p: &mut Problems) {
             ),
         }
     }
-    if let Some(secret) = &store.secret_ref
-        && secret.name.as_deref().is_none_or(str::is_empty)
-    {
-        p.add(
-            format!("{path}.secretRef.name"),
-            "is empty; name the Secret with the store credentials, or remove secretRef to use the provider's default credentials",
+    if let Some(secret) = &store.secret_ref {
+        // The name is also a directory name in local mode (`secrets/<name>/`).
+        super::spec::check_secret_name(
+            &format!("{path}.secretRef"),
+            secret.name.as_deref(),
+            "the store credentials (or remove secretRef to use the provider's default credentials)",
+            p,
         );
     }
 }

@@ -12,6 +12,17 @@ pub(crate) fn is_dns1123_label(s: &str, max: usize) -> bool {
 }
 
 /// Dot-separated DNS-1123 labels, at most 253 characters (names of most objects).
+/// A Secret data key as Kubernetes allows it (`[-._a-zA-Z0-9]+`, at most 253 characters), and
+/// not `.` or `..`: a plain file name.
+pub(crate) fn is_secret_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| is_dns1123_label(l, 63))
 }

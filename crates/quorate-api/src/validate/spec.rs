@@ -326,7 +326,7 @@ fn check_etcd_config(etcd: &Etcd, config: &EtcdConfig, p: &mut Problems) {
     }
 }
 
-fn check_secret_name(path: &str, name: Option<&str>, what: &str, p: &mut Problems) {
+pub(super) fn check_secret_name(path: &str, name: Option<&str>, what: &str, p: &mut Problems) {
     match name {
         None | Some("") => p.add(
             format!("{path}.name"),
@@ -355,11 +355,20 @@ fn check_core_secret_ref(
 
 fn check_ca_ref(path: &str, ca: &SecretReference, p: &mut Problems) {
     check_secret_name(path, ca.name.as_deref(), "the CA bundle", p);
-    if ca.data_key.as_deref() == Some("") {
-        p.add(
+    match ca.data_key.as_deref() {
+        Some("") => p.add(
             format!("{path}.dataKey"),
             "is empty; name the key that holds the CA bundle (\"ca.crt\" when the field is removed)",
-        );
+        ),
+        // The key becomes a file name next to the Secret's other keys; anything else (a
+        // path, `..`) would read or write outside that directory.
+        Some(key) if !super::format::is_secret_key(key) => p.add(
+            format!("{path}.dataKey"),
+            format!(
+                "{key:?} is not a Secret key; use a plain file name of letters, digits, '-', '_' and '.' (not \".\" or \"..\"), e.g. \"ca.crt\""
+            ),
+        ),
+        _ => {}
     }
 }
 

@@ -274,6 +274,37 @@ fn tls_references_need_secret_names() {
     rejected(&e, "spec.etcd.peerUrlTls.serverTLSSecretRef.name");
 }
 
+/// Names that become file or directory names (a CA key, a store Secret) stay plain names: a
+/// path would read or write outside the Secret's directory.
+#[test]
+fn names_that_would_leave_their_directory_are_refused() {
+    let mut e = valid();
+    for key in ["../../etc/passwd", "ca/crt", "..", "."] {
+        let mut t = tls("etcd-ca", "etcd-server", Some("etcd-client"));
+        t.tls_ca_secret_ref.data_key = Some(key.to_string());
+        e.spec.etcd.client_url_tls = Some(t);
+        let message = rejected(&e, "spec.etcd.clientUrlTls.tlsCASecretRef.dataKey");
+        assert!(message.contains("plain file name"), "{key}: {message}");
+    }
+    let mut t = tls("etcd-ca", "etcd-server", Some("etcd-client"));
+    t.tls_ca_secret_ref.data_key = Some("bundle.pem".to_string());
+    e.spec.etcd.client_url_tls = Some(t);
+    accepted(&e);
+
+    let mut e = valid();
+    e.spec.backup.store = Some(crate::StoreSpec {
+        provider: Some("Local".into()),
+        container: Some("bucket".into()),
+        prefix: "main".into(),
+        secret_ref: Some(CoreSecretReference {
+            name: Some("../../outside".into()),
+            namespace: None,
+        }),
+        ..Default::default()
+    });
+    rejected(&e, "spec.backup.store.secretRef.name");
+}
+
 #[test]
 fn ports_must_be_in_range_and_distinct() {
     let mut e = valid();

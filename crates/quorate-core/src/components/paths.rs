@@ -31,6 +31,21 @@ pub const LOCAL_BACKUP_ROOT: &str = "/var/etcd/backups";
 /// `LocalProviderDefaultMountPath`).
 pub const DEFAULT_LOCAL_BACKUP_HOST_PATH: &str = "/etc/gardener/local-backupbuckets";
 
+/// Whether a `Local` store's host directory (its Secret's `hostPath`) may be mounted: an
+/// absolute path without `.`/`..` components, equal to or under one of `allowed` (druid's
+/// default directory is always allowed). A hostPath volume is the node's filesystem; an
+/// arbitrary one (`/`, `/var/lib`) would hand the node to whoever writes the Secret.
+pub fn host_path_allowed(path: &str, allowed: &[String]) -> bool {
+    let plain = path.starts_with('/') && path.split('/').all(|part| part != "." && part != "..");
+    let normal = |p: &str| p.trim_end_matches('/').to_string();
+    let path = normal(path);
+    plain
+        && std::iter::once(DEFAULT_LOCAL_BACKUP_HOST_PATH)
+            .chain(allowed.iter().map(String::as_str))
+            .map(normal)
+            .any(|dir| !dir.is_empty() && (path == dir || path.starts_with(&format!("{dir}/"))))
+}
+
 /// Name of the certificate inside a server or client TLS Secret.
 pub const TLS_CERT_KEY: &str = "tls.crt";
 /// Name of the private key inside a server or client TLS Secret.
@@ -64,4 +79,32 @@ pub(crate) fn file_in(dir: &str, file: &str) -> String {
 /// Where the `Local` container `container` is mounted in the pod.
 pub fn local_backup_mount(container: &str) -> String {
     file_in(LOCAL_BACKUP_ROOT, container)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_default_and_the_allowed_directories_may_be_mounted() {
+        let allowed = vec!["/srv/buckets/".to_string()];
+        for ok in [
+            DEFAULT_LOCAL_BACKUP_HOST_PATH,
+            "/etc/gardener/local-backupbuckets/team-a",
+            "/srv/buckets",
+            "/srv/buckets/x",
+        ] {
+            assert!(host_path_allowed(ok, &allowed), "{ok}");
+        }
+        for refused in [
+            "/",
+            "/var/lib",
+            "/srv/buckets-other",
+            "/srv/buckets/../../etc",
+            "srv/buckets",
+            "",
+        ] {
+            assert!(!host_path_allowed(refused, &allowed), "{refused}");
+        }
+    }
 }

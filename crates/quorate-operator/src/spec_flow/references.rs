@@ -68,6 +68,14 @@ impl References {
             .map_err(Error::EtcdVersion)?;
         ctx.disable_service_account_automount = settings.disable_service_account_automount;
         ctx.bootstrap_members = self.bootstrap_members;
+        if let Some(path) = &self.local_backup_host_path {
+            check_host_path(
+                path,
+                etcd.metadata.namespace.as_deref().unwrap_or_default(),
+                local_store_secret(etcd).unwrap_or_default(),
+                &settings.allowed_host_paths,
+            )?;
+        }
         ctx.local_backup_host_path = self.local_backup_host_path;
         Ok(ctx)
     }
@@ -122,6 +130,27 @@ fn local_store_secret(etcd: &Etcd) -> Option<&str> {
         return None;
     }
     store.secret_ref.as_ref()?.name.as_deref()
+}
+
+/// `Ok` when `path`, the `hostPath` of the Secret `namespace/secret`, may be mounted
+/// (core `host_path_allowed`); otherwise the error that says which directories may.
+pub(crate) fn check_host_path(
+    path: &str,
+    namespace: &str,
+    secret: &str,
+    allowed: &[String],
+) -> Result<(), Error> {
+    if quorate_core::components::paths::host_path_allowed(path, allowed) {
+        return Ok(());
+    }
+    let mut dirs =
+        vec![quorate_core::components::paths::DEFAULT_LOCAL_BACKUP_HOST_PATH.to_string()];
+    dirs.extend(allowed.iter().cloned());
+    Err(Error::HostPathRefused {
+        secret: format!("{namespace}/{secret}"),
+        path: path.to_string(),
+        allowed: format!("under {}", dirs.join(" or ")),
+    })
 }
 
 /// The `hostPath` key of a `Local` store's Secret (druid's way to place buckets on the host).

@@ -239,11 +239,20 @@ async fn local_host_path(
         return Ok(DEFAULT_LOCAL_BACKUP_HOST_PATH.to_string());
     };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret = secrets.get(secret).await.map_err(|e| {
-        format!("reading the Local store's Secret {namespace}/{secret} for its hostPath: {e}")
+    let name = secret;
+    let secret = secrets.get(name).await.map_err(|e| {
+        format!("reading the Local store's Secret {namespace}/{name} for its hostPath: {e}")
     })?;
-    Ok(crate::spec_flow::references::host_path(&secret)
-        .unwrap_or_else(|| DEFAULT_LOCAL_BACKUP_HOST_PATH.to_string()))
+    let path = crate::spec_flow::references::host_path(&secret)
+        .unwrap_or_else(|| DEFAULT_LOCAL_BACKUP_HOST_PATH.to_string());
+    crate::spec_flow::references::check_host_path(
+        &path,
+        namespace,
+        name,
+        &ctx.settings.allowed_host_paths,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 fn describe(store: &StoreSpec) -> String {
