@@ -2,15 +2,18 @@
 //! etcd serves with a leader), `/metrics` ([`crate::metrics`]), `/initialization/status`, `/config`, `/member`, and the
 //! on-demand snapshots `/snapshot/full[?final=true]`, `/snapshot/delta`, `/snapshot/latest`,
 //! which any member answers (a member that is not the backup leader forwards to the one that
-//! is).
+//! is). The two that take snapshots need the cluster's bearer token (its Secret is named by
+//! the configuration, `agentTokenSecret`).
 
 use crate::backup::BackupRequest;
 use crate::state::{Phase, SharedState};
 use axum::Router;
 use axum::extract::{Query, State};
+use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use quorate_api::names::AGENT_TOKEN_KEY;
 use quorate_backup::layout::SnapshotKind;
 use quorate_backup::store::StoredSnapshot;
 use quorate_coord::Coordination;
@@ -105,12 +108,79 @@ fn failure(code: StatusCode, message: impl Into<String>) -> Response {
     (code, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
+/// `None` when the request may go on: the configuration names no token Secret (written before
+/// tokens), or the request carries the token as `Authorization: Bearer <token>`. Otherwise the
+/// refusal: 401 (counted in `quorate_agent_requests_refused_total`), or 503 while the token
+/// cannot be read (fail closed).
+async fn refuse_unauthorized<C: Coordination>(
+    http: &Http<C>,
+    headers: &HeaderMap,
+    path: &str,
+) -> Option<Response> {
+    let config = match http.coord.cluster_config().await {
+        Ok(config) => config,
+        Err(e) => {
+            return Some(failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reading the cluster configuration: {e}"),
+            ));
+        }
+    };
+    let secret = config.agent_token_secret?;
+    let token = match http.coord.secret_data(&secret).await {
+        Ok(data) => data.and_then(|d| d.get(AGENT_TOKEN_KEY).cloned()),
+        Err(e) => {
+            return Some(failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reading the agent token Secret {secret}: {e}"),
+            ));
+        }
+    };
+    let token = token.map(|t| String::from_utf8_lossy(&t).trim().to_string());
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return Some(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the agent token Secret {secret} has no {AGENT_TOKEN_KEY:?} yet"),
+        ));
+    };
+    let given = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if given.is_some_and(|g| same(g.as_bytes(), token.as_bytes())) {
+        return None;
+    }
+    http.state.metrics().refused(path);
+    let why = if given.is_some() {
+        "the bearer token is not this cluster's"
+    } else {
+        "this endpoint needs `Authorization: Bearer <token>`"
+    };
+    let mut response = failure(
+        StatusCode::UNAUTHORIZED,
+        format!("{why}; the token is the key {AGENT_TOKEN_KEY:?} of the Secret {secret}"),
+    );
+    response
+        .headers_mut()
+        .insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+    Some(response)
+}
+
+/// Compares without stopping at the first difference, so the time says nothing about the token.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 async fn snapshot_full<C: Coordination + Clone>(
     State(http): State<Http<C>>,
     Query(query): Query<FullQuery>,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
+    if let Some(refusal) = refuse_unauthorized(&http, &headers, uri.path()).await {
+        return refusal;
+    }
     if let Some(response) = forward_unless_leader(&http, &headers, &uri).await {
         return response;
     }
@@ -131,6 +201,9 @@ async fn snapshot_delta<C: Coordination + Clone>(
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
+    if let Some(refusal) = refuse_unauthorized(&http, &headers, uri.path()).await {
+        return refusal;
+    }
     if let Some(response) = forward_unless_leader(&http, &headers, &uri).await {
         return response;
     }
@@ -194,9 +267,11 @@ async fn forward_unless_leader<C: Coordination>(
         ));
     };
     let target = format!("{url}{}", uri.path_and_query().map_or("", |p| p.as_str()));
-    let sent = reqwest::Client::new()
-        .get(&target)
-        .header(FORWARDED, "1")
+    let mut request = reqwest::Client::new().get(&target).header(FORWARDED, "1");
+    if let Some(auth) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
+        request = request.header("authorization", auth);
+    }
+    let sent = request
         .timeout(Duration::from_secs(900))
         .send()
         .await;

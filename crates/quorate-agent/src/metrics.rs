@@ -8,7 +8,8 @@
 //!   the deltas a restore would replay after the newest full snapshot;
 //! - `etcdbr_defragmentation_duration_seconds{succeeded,endpoint}` (endpoint: the member);
 //! - `quorate_defragmentation_db_size_bytes{when}`: this member's database before and after its
-//!   last defragmentation.
+//!   last defragmentation;
+//! - `quorate_agent_requests_refused_total{path}`: requests without the cluster's bearer token.
 //!
 //! Snapshot and backlog metrics move only on the member that leads backups.
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -48,6 +50,13 @@ pub struct DefragLabels {
     pub endpoint: String,
 }
 
+/// `path` of a refused request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    /// The request's path.
+    pub path: String,
+}
+
 /// `when` of a database size: `before` or `after`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WhenLabel {
@@ -73,6 +82,7 @@ pub struct AgentMetrics {
     delta_revisions: Gauge,
     defrag_duration: Histograms<DefragLabels>,
     defrag_size: Family<WhenLabel, Gauge>,
+    refused: Family<PathLabel, Counter>,
 }
 
 impl Default for AgentMetrics {
@@ -122,6 +132,12 @@ impl Default for AgentMetrics {
             "This member's database size before and after its last defragmentation.",
             defrag_size.clone(),
         );
+        let refused = Family::<PathLabel, Counter>::default();
+        registry.register(
+            "quorate_agent_requests_refused",
+            "Requests refused for a missing or wrong bearer token, by path.",
+            refused.clone(),
+        );
         AgentMetrics {
             registry: Arc::new(registry),
             snapshot_duration,
@@ -131,6 +147,7 @@ impl Default for AgentMetrics {
             delta_revisions,
             defrag_duration,
             defrag_size,
+            refused,
         }
     }
 }
@@ -191,6 +208,15 @@ impl AgentMetrics {
                 })
                 .set(clamp(size));
         }
+    }
+
+    /// A request to `path` was refused (no token, or a wrong one).
+    pub fn refused(&self, path: &str) {
+        self.refused
+            .get_or_create(&PathLabel {
+                path: path.to_string(),
+            })
+            .inc();
     }
 
     /// The metrics in the OpenMetrics text format.

@@ -52,6 +52,8 @@ pub mod component {
     pub const STATEFULSET: &str = "etcd-statefulset";
     /// The snapshot-compaction Job.
     pub const SNAPSHOT_COMPACTION_JOB: &str = "etcd-snapshot-compaction-job";
+    /// The agents' bearer token Secret (quorate's own).
+    pub const AGENT_TOKEN: &str = "etcd-agent-token";
 }
 
 /// Name of pod (and StatefulSet ordinal) `ordinal`: `<name>-<ordinal>`.
@@ -114,6 +116,15 @@ pub fn delta_snapshot_lease_name(etcd_name: &str) -> String {
 pub fn config_map_name(etcd_name: &str) -> String {
     format!("{etcd_name}-config")
 }
+
+/// Secret with the bearer token the agents require on their state-changing endpoints
+/// (`/snapshot/full`, `/snapshot/delta`); key [`AGENT_TOKEN_KEY`].
+pub fn agent_token_secret_name(etcd_name: &str) -> String {
+    format!("{etcd_name}-agent-token")
+}
+
+/// Key of the token in [`agent_token_secret_name`]'s Secret.
+pub const AGENT_TOKEN_KEY: &str = "token";
 
 /// ClusterIP Service clients connect to.
 pub fn client_service_name(etcd_name: &str) -> String {

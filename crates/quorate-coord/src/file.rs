@@ -61,11 +61,32 @@ fn remove_if_exists(path: &Path) -> Result<(), CoordError> {
 
 impl Coordination for FileCoordination {
     /// Local TLS files are files already: a local configuration names no Secret.
+    /// A local Secret is the directory `secrets/<name>/` of the cluster, one file per key
+    /// (as the store Secrets are).
     async fn secret_data(
         &self,
-        _name: &str,
+        name: &str,
     ) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, CoordError> {
-        Ok(None)
+        let dir = self.root.join("secrets").join(name);
+        let io = |e: std::io::Error| CoordError::Io {
+            action: "reading the Secret directory",
+            path: dir.display().to_string(),
+            source: e,
+        };
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let mut data = std::collections::BTreeMap::new();
+        for entry in entries {
+            let entry = entry.map_err(io)?;
+            if entry.file_type().map_err(io)?.is_file() {
+                let value = std::fs::read(entry.path()).map_err(io)?;
+                data.insert(entry.file_name().to_string_lossy().into_owned(), value);
+            }
+        }
+        Ok(Some(data))
     }
 
     async fn cluster_config(&self) -> Result<ClusterConfig, CoordError> {

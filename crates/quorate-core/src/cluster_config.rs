@@ -59,6 +59,11 @@ pub struct ClusterConfig {
     /// Maintenance settings. Not part of what a rollout rolls: changing them restarts nothing.
     #[serde(default)]
     pub maintenance: MaintenanceConfig,
+    /// The Secret holding the bearer token the agents require on `/snapshot/full` and
+    /// `/snapshot/delta` (read through the coordination: the API, or the local `secrets/`
+    /// directory); `None` (configurations written before tokens) leaves them open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_token_secret: Option<String>,
 }
 
 /// When and how the members' databases are defragmented (core `maintenance::defrag`).

@@ -79,6 +79,8 @@ pub enum ErrorCode {
     SyncRole,
     /// Creating or updating the RoleBinding failed.
     SyncRoleBinding,
+    /// Creating the agents' token Secret failed.
+    SyncAgentToken,
     /// Creating or updating the member Leases failed.
     SyncMemberLease,
     /// Creating or updating the snapshot Leases failed.
@@ -117,6 +119,7 @@ impl ErrorCode {
             ErrorCode::SyncServiceAccount => "ERR_SYNC_SERVICE_ACCOUNT",
             ErrorCode::SyncRole => "ERR_SYNC_ROLE",
             ErrorCode::SyncRoleBinding => "ERR_SYNC_ROLE_BINDING",
+            ErrorCode::SyncAgentToken => "ERR_SYNC_AGENT_TOKEN",
             ErrorCode::SyncMemberLease => "ERR_SYNC_MEMBER_LEASE",
             ErrorCode::SyncSnapshotLease => "ERR_SYNC_SNAPSHOT_LEASE",
             ErrorCode::SyncPodDisruptionBudget => "ERR_SYNC_POD_DISRUPTION_BUDGET",
@@ -141,6 +144,7 @@ impl ErrorCode {
         ErrorCode::SyncServiceAccount,
         ErrorCode::SyncRole,
         ErrorCode::SyncRoleBinding,
+        ErrorCode::SyncAgentToken,
         ErrorCode::SyncMemberLease,
         ErrorCode::SyncSnapshotLease,
         ErrorCode::SyncPodDisruptionBudget,

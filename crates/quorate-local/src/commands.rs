@@ -118,6 +118,7 @@ pub fn prepare(ctx: &LocalContext, mut etcd: Etcd) -> Result<(ClusterDir, Applie
     settle_etcd_version(ctx, &dir, &mut etcd)?;
     let running = lock::running_supervisor(&dir).is_some();
     let applied = object::apply(&dir, etcd, jiff::Timestamp::now(), rand::random())?;
+    object::ensure_agent_token(&dir)?;
     if !running {
         let etcd = load_object(&dir)?;
         let mut record = load_record(&dir)?;

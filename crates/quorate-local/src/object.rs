@@ -35,6 +35,38 @@ pub fn store_object(dir: &ClusterDir, etcd: &Etcd) -> Result<(), LocalError> {
         })
 }
 
+/// Makes the agents' token file (32 random bytes, hex; the directory 0700, the file 0600)
+/// unless it exists. Deleting it rotates the token at the next `up`/`apply`.
+pub fn ensure_agent_token(dir: &ClusterDir) -> Result<(), LocalError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = dir.agent_token();
+    if path.is_file() {
+        return Ok(());
+    }
+    let io = |source| LocalError::Io {
+        action: "write the agent token",
+        path: path.display().to_string(),
+        source,
+    };
+    let parent = path.parent().expect("the token file has a directory");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent)
+        .map_err(io)?;
+    let token: String = rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io)?;
+    std::io::Write::write_all(&mut file, token.as_bytes()).map_err(io)
+}
+
 /// The cluster record; an error if the cluster was never created.
 pub fn load_record(dir: &ClusterDir) -> Result<ClusterRecord, LocalError> {
     json_file::read(&dir.record(), "cluster record")?.ok_or_else(|| LocalError::NotFound {

@@ -43,6 +43,20 @@ impl ClusterDir {
         self.manifest().is_file()
     }
 
+    /// The agents' bearer token (`secrets/<name>-agent-token/token`, mode 0600), as the
+    /// file coordination reads Secrets.
+    pub fn agent_token(&self) -> PathBuf {
+        let name = self
+            .root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.root
+            .join("secrets")
+            .join(quorate_api::names::agent_token_secret_name(&name))
+            .join(quorate_api::names::AGENT_TOKEN_KEY)
+    }
+
     /// The applied `Etcd` manifest (the local stand-in for the API object).
     pub fn manifest(&self) -> PathBuf {
         self.root.join("etcd.yaml")

@@ -231,7 +231,12 @@ fn the_clusterrole_covers_the_role_of_the_etcd_pods_and_nothing_broad() {
             );
         }
         if rule.resources.iter().flatten().any(|r| r == "secrets") {
-            assert_eq!(rule.verbs, ["get"], "Secrets are only read one by name");
+            assert_eq!(
+                rule.verbs,
+                ["get", "create"],
+                "Secrets are only read one by name, and the agent token made once: never listed, \
+                 watched or changed"
+            );
         }
     }
 }

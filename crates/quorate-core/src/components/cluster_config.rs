@@ -89,6 +89,7 @@ impl PlacedMember {
 /// The configuration of `etcd` with `members` placed as `placement` says.
 pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -> ClusterConfig {
     let name = etcd.metadata.name.clone().unwrap_or_default();
+    let agent_token_secret = Some(quorate_api::names::agent_token_secret_name(&name));
     let members: Vec<MemberEndpoints> = members.into_iter().map(|m| m.endpoints(etcd)).collect();
     let backup = etcd.spec.backup.store.as_ref().map(|_| BackupConfig {
         spec: etcd.spec.backup.clone(),
@@ -120,6 +121,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         maintenance: crate::cluster_config::MaintenanceConfig::from_etcd(etcd),
         hibernation_request: (etcd.spec.replicas == 0)
             .then(|| etcd.metadata.generation.unwrap_or(0).to_string()),
+        agent_token_secret,
     }
 }
 

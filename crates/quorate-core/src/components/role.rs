@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
 use quorate_api::Etcd;
-use quorate_api::names::{component, config_map_name, role_name};
+use quorate_api::names::{agent_token_secret_name, component, config_map_name, role_name};
 
 use crate::last_operation::ErrorCode;
 
@@ -34,12 +34,15 @@ pub fn build(etcd: &Etcd) -> Result<Role, ComponentError> {
             verbs: verbs.iter().map(|v| v.to_string()).collect(),
             ..PolicyRule::default()
         };
-    // The agent reads its TLS Secrets and writes their files itself (`super::tls_secrets`).
-    let tls_secrets: Vec<String> = super::tls_secrets::tls_secret_files(etcd)
-        .into_iter()
-        .map(|f| f.secret)
+    // The agent reads its token and its TLS Secrets (writing the TLS files itself,
+    // `super::tls_secrets`), and no other Secret.
+    let secrets: Vec<String> = std::iter::once(agent_token_secret_name(&id.name))
+        .chain(
+            super::tls_secrets::tls_secret_files(etcd)
+                .into_iter()
+                .map(|f| f.secret),
+        )
         .collect();
-    let tls_secret_rule = (!tls_secrets.is_empty()).then_some(tls_secrets);
     Ok(Role {
         metadata: id.object_meta(component::ROLE, &role_name(&id.name)),
         rules: Some(
@@ -54,7 +57,7 @@ pub fn build(etcd: &Etcd) -> Result<Role, ComponentError> {
                 rule("", "pods", None, &POD_VERBS),
             ]
             .into_iter()
-            .chain(tls_secret_rule.map(|names| rule("", "secrets", Some(names), &["get"])))
+            .chain([rule("", "secrets", Some(secrets), &["get"])])
             .collect(),
         ),
     })
@@ -81,7 +84,7 @@ mod tests {
             .iter()
             .map(|r| r.resources.clone().unwrap()[0].clone())
             .collect();
-        assert_eq!(resources, ["leases", "configmaps", "pods"]);
+        assert_eq!(resources, ["leases", "configmaps", "pods", "secrets"]);
         assert!(rules[0].verbs.contains(&"patch".to_string()));
         assert!(!rules[0].verbs.contains(&"create".to_string()));
         assert!(rules[0].resource_names.is_none());
@@ -90,5 +93,11 @@ mod tests {
             Some(&["etcd-main-config".to_string()][..])
         );
         assert!(!rules[2].verbs.contains(&"update".to_string()));
+        // Secrets: its own token only (no TLS here), read only.
+        assert_eq!(
+            rules[3].resource_names.as_deref(),
+            Some(&["etcd-main-agent-token".to_string()][..])
+        );
+        assert_eq!(rules[3].verbs, ["get"]);
     }
 }

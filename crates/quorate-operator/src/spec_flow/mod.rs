@@ -16,6 +16,7 @@
 //! The `Etcd` was validated once, before the pass ([`ValidatedEtcd`]); the status flow runs
 //! after it whatever the outcome.
 
+mod agent_token;
 mod components;
 pub(crate) mod references;
 mod rollout;
@@ -44,6 +45,10 @@ async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepE
     finalizer::ensure(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::AddFinalizer))?;
+    // The agents' token before anything that starts them.
+    agent_token::ensure(etcd, ctx)
+        .await
+        .map_err(StepError::tag(ErrorCode::SyncAgentToken))?;
     // A failed read of what the ConfigMap is built from fails the ConfigMap's sync.
     let references = References::look_up(etcd, ctx)
         .await

@@ -1,7 +1,7 @@
 //! Asking a cluster's agents for an on-demand snapshot: `GET /snapshot/full[?final=true]` or
 //! `/snapshot/delta` on the client Service's backup port (any member forwards to the backup
 //! leader), with the task's timeout. The answer is sorted into done, unreachable (retried)
-//! and failed.
+//! and failed. The token is the cluster's agent token Secret (`<name>-agent-token`).
 
 use std::time::Duration;
 
@@ -42,19 +42,27 @@ impl AgentClient {
         )
     }
 
-    /// Asks for the snapshot and sorts the answer.
-    pub async fn snapshot(&self, etcd: &Etcd, request: SnapshotRequest) -> ExecutionOutcome {
+    /// Asks for the snapshot (with the cluster's bearer token, when it has one) and sorts the
+    /// answer.
+    pub async fn snapshot(
+        &self,
+        etcd: &Etcd,
+        request: SnapshotRequest,
+        token: Option<&str>,
+    ) -> ExecutionOutcome {
         let kind = if request.full { "full" } else { "delta" };
         let mut url = format!("{}/snapshot/{kind}", self.base_url(etcd));
         if request.is_final {
             url.push_str("?final=true");
         }
-        let sent = self
+        let mut get = self
             .http
             .get(&url)
-            .timeout(request.timeout + Duration::from_secs(5))
-            .send()
-            .await;
+            .timeout(request.timeout + Duration::from_secs(5));
+        if let Some(token) = token {
+            get = get.bearer_auth(token);
+        }
+        let sent = get.send().await;
         let response = match sent {
             Ok(response) => response,
             Err(e) => return ExecutionOutcome::Unreachable(format!("GET {url}: {e}")),

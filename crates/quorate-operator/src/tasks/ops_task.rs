@@ -125,7 +125,10 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
             }
             OpsStep::Execute(request) => {
                 let Some(etcd) = &etcd else { continue };
-                let outcome = ctx.agents.snapshot(etcd, request).await;
+                let outcome = match agent_token(&ctx, &namespace, etcd).await {
+                    Ok(token) => ctx.agents.snapshot(etcd, request, token.as_deref()).await,
+                    Err(why) => ExecutionOutcome::Unreachable(why),
+                };
                 let (status, again) = after_execution(&view, outcome);
                 task = write_status(&tasks, &task, status, &ctx)
                     .await
@@ -164,6 +167,21 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
         }
     }
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// The cluster's agent token; `Err` while its Secret cannot be read (the operator makes it
+/// in the `Etcd`'s first pass).
+async fn agent_token(ctx: &TaskContext, namespace: &str, etcd: &Etcd) -> Result<Option<String>, String> {
+    let name = agent_token_secret_name(etcd.metadata.name.as_deref().unwrap_or_default());
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    match secrets.get_opt(&name).await {
+        Ok(Some(secret)) => Ok(secret
+            .data
+            .and_then(|d| d.get(AGENT_TOKEN_KEY).cloned())
+            .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())),
+        Ok(None) => Err(format!("the agent token Secret {namespace}/{name} does not exist yet")),
+        Err(e) => Err(format!("reading the agent token Secret {namespace}/{name}: {e}")),
+    }
 }
 
 fn state(task: &EtcdOpsTask) -> Option<TaskState> {
