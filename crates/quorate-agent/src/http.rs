@@ -161,9 +161,10 @@ async fn refuse_unauthorized<C: Coordination>(
         StatusCode::UNAUTHORIZED,
         format!("{why}; the token is the key {AGENT_TOKEN_KEY:?} of the Secret {secret}"),
     );
-    response
-        .headers_mut()
-        .insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+    response.headers_mut().insert(
+        "www-authenticate",
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
     Some(response)
 }
 
@@ -271,10 +272,7 @@ async fn forward_unless_leader<C: Coordination>(
     if let Some(auth) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         request = request.header("authorization", auth);
     }
-    let sent = request
-        .timeout(Duration::from_secs(900))
-        .send()
-        .await;
+    let sent = request.timeout(Duration::from_secs(900)).send().await;
     Some(match sent {
         Ok(response) => {
             let code =

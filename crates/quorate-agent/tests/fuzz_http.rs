@@ -105,6 +105,7 @@ fn check(case: &Case) {
     let path = case.path.split('?').next().unwrap_or_default();
     let known = [
         "/healthz",
+        "/metrics",
         "/initialization/status",
         "/config",
         "/member",

@@ -56,6 +56,7 @@ fn config(n: usize) -> ClusterConfig {
         backup: None,
         recovery_request: None,
         maintenance: Default::default(),
+        agent_token_secret: None,
         hibernation_request: None,
     }
 }

@@ -308,6 +308,7 @@ pub(crate) mod tests {
             backup: None,
             recovery_request: None,
             maintenance: Default::default(),
+            agent_token_secret: None,
             hibernation_request: None,
         }
     }

@@ -201,6 +201,7 @@ mod tests {
             backup: None,
             recovery_request: None,
             maintenance: Default::default(),
+            agent_token_secret: None,
             hibernation_request: None,
         }
     }

@@ -224,6 +224,16 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
         .await
         .unwrap();
     assert_managed(&binding, &etcd, "etcd-role-binding");
+    // The agents' token: made once, owned by the Etcd, readable by the pods' Role alone.
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns);
+    let token = secrets.get("etcd-main-agent-token").await.unwrap();
+    assert_managed(&token, &etcd, "etcd-agent-token");
+    let value = token.data.clone().unwrap()["token"].0.clone();
+    assert_eq!(value.len(), 64, "32 random bytes as hex");
+    assert!(role.rules.as_ref().unwrap().iter().any(|r| {
+        r.resources.as_deref() == Some(&["secrets".to_string()][..])
+            && r.resource_names.as_deref() == Some(&["etcd-main-agent-token".to_string()][..])
+    }));
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
     for i in 0..3 {
         let lease = leases.get(&format!("etcd-main-{i}")).await.unwrap();

@@ -256,9 +256,9 @@ fn a_bucket_claimed_by_another_cluster_is_refused_unless_adopted() {
     );
 }
 
-/// `GET path` on an agent: the status code and the JSON object of the body.
-fn http_get(port: u16, path: &str) -> (u16, serde_json::Value) {
-    let (code, body) = support::http_get(port, path);
+/// `GET path` on an agent with `token`: the status code and the JSON object of the body.
+fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    let (code, body) = support::http_get_as(port, path, token);
     (
         code,
         serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
@@ -282,10 +282,30 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
         })
         .unwrap();
     let port = local.agent_port("demand", follower);
-    let (code, full) = http_get(port, "/snapshot/full");
+    // Taking snapshots needs the cluster's token; without it, or with another, it is refused
+    // and counted.
+    for token in [None, Some("0123456789abcdef")] {
+        let (code, refused) = http_get(port, "/snapshot/full", token);
+        assert_eq!(code, 401, "{token:?}: {refused}");
+        assert!(
+            refused["error"]
+                .as_str()
+                .unwrap()
+                .contains("demand-agent-token"),
+            "{refused}"
+        );
+    }
+    let refusals = support::metric(
+        &local.agent_metrics("demand", follower),
+        "quorate_agent_requests_refused_total{path=\"/snapshot/full\"}",
+    );
+    assert_eq!(refusals, Some(2.0));
+    let token = local.agent_token("demand");
+    let token = Some(token.as_str());
+    let (code, full) = http_get(port, "/snapshot/full", token);
     assert_eq!(code, 200, "{full}");
     assert_eq!(full["kind"], "Full", "{full}");
-    let (code, latest) = http_get(port, "/snapshot/latest");
+    let (code, latest) = http_get(port, "/snapshot/latest", None);
     assert_eq!(code, 200);
     assert_eq!(latest["fullSnapshot"]["path"], full["path"], "{latest}");
 
@@ -305,7 +325,7 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
     });
     let concurrent: Vec<(u16, serde_json::Value)> = std::thread::scope(|scope| {
         let asks: Vec<_> = (0..3)
-            .map(|_| scope.spawn(|| http_get(port, "/snapshot/full")))
+            .map(|_| scope.spawn(|| http_get(port, "/snapshot/full", token)))
             .collect();
         asks.into_iter().map(|a| a.join().unwrap()).collect()
     });

@@ -9,6 +9,7 @@ use quorate_api::Etcd;
 use quorate_api::names::{CONFIG_MAP_KEY, component, config_map_name};
 use sha2::{Digest, Sha256};
 
+use crate::cluster_config::ClusterConfig;
 use crate::last_operation::ErrorCode;
 
 use super::cluster_config::render_for_kubernetes;
@@ -25,8 +26,12 @@ pub const CLUSTER_CONFIG_KEY: &str = "cluster.json";
 
 /// The ConfigMap with both keys.
 pub fn build(etcd: &Etcd, ctx: &ComponentContext) -> Result<ConfigMap, ComponentError> {
+    with_cluster(etcd, &render_for_kubernetes(etcd, ctx)?)
+}
+
+/// The ConfigMap of `etcd` carrying `cluster` as `cluster.json`.
+fn with_cluster(etcd: &Etcd, cluster: &ClusterConfig) -> Result<ConfigMap, ComponentError> {
     let id = EtcdIdentity::of(etcd)?;
-    let cluster = render_for_kubernetes(etcd, ctx)?;
     let cluster_json =
         serde_json::to_string_pretty(&cluster).map_err(|e| ComponentError::Serialize {
             what: CLUSTER_CONFIG_KEY,
@@ -97,7 +102,10 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
         etcd_version: quorate_api::EtcdVersion::DEFAULT,
         ..ctx.clone()
     };
-    Ok(config_map_checksum(&build(&one, &ctx)?))
+    let mut cluster = render_for_kubernetes(&one, &ctx)?;
+    // The agents read their token Secret at each request: naming it restarts nothing.
+    cluster.agent_token_secret = None;
+    Ok(config_map_checksum(&with_cluster(&one, &cluster)?))
 }
 
 #[cfg(test)]

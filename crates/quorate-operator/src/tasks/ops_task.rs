@@ -7,13 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use quorate_api::Etcd;
+use quorate_api::names::{AGENT_TOKEN_KEY, agent_token_secret_name};
 use quorate_api::tasks::{EtcdOpsTask, EtcdOpsTaskStatus, OPS_TASK_FINALIZER, TaskState};
-use quorate_core::tasks::ops_task::{EtcdFacts, OpsStep, OpsTaskView, after_execution, next_step};
+use quorate_core::tasks::ops_task::{
+    EtcdFacts, ExecutionOutcome, OpsStep, OpsTaskView, after_execution, next_step,
+};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -171,7 +175,11 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
 
 /// The cluster's agent token; `Err` while its Secret cannot be read (the operator makes it
 /// in the `Etcd`'s first pass).
-async fn agent_token(ctx: &TaskContext, namespace: &str, etcd: &Etcd) -> Result<Option<String>, String> {
+async fn agent_token(
+    ctx: &TaskContext,
+    namespace: &str,
+    etcd: &Etcd,
+) -> Result<Option<String>, String> {
     let name = agent_token_secret_name(etcd.metadata.name.as_deref().unwrap_or_default());
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     match secrets.get_opt(&name).await {
@@ -179,8 +187,12 @@ async fn agent_token(ctx: &TaskContext, namespace: &str, etcd: &Etcd) -> Result<
             .data
             .and_then(|d| d.get(AGENT_TOKEN_KEY).cloned())
             .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())),
-        Ok(None) => Err(format!("the agent token Secret {namespace}/{name} does not exist yet")),
-        Err(e) => Err(format!("reading the agent token Secret {namespace}/{name}: {e}")),
+        Ok(None) => Err(format!(
+            "the agent token Secret {namespace}/{name} does not exist yet"
+        )),
+        Err(e) => Err(format!(
+            "reading the agent token Secret {namespace}/{name}: {e}"
+        )),
     }
 }
 

@@ -119,6 +119,14 @@ impl Local {
         config["members"][i]["agentPort"].as_u64().unwrap() as u16
     }
 
+    /// The agents' bearer token of cluster `name` (made by `up`).
+    pub fn agent_token(&self, name: &str) -> String {
+        let path = self
+            .cluster_dir(name)
+            .join(format!("secrets/{name}-agent-token/token"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
     /// The `/metrics` text of member `i`'s agent.
     pub fn agent_metrics(&self, name: &str, i: usize) -> String {
         let (code, body) = http_get(self.agent_port(name, i), "/metrics");
@@ -374,11 +382,19 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// `GET path` on a loopback port: the status code and the body (de-chunked).
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    http_get_as(port, path, None)
+}
+
+/// `GET path` with `Authorization: Bearer <token>` when a token is given.
+pub fn http_get_as(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
