@@ -22,18 +22,7 @@ use quorate_core::tasks::copy_job::{COMPONENT, CopyJobInputs, copy_job, copy_tas
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::TaskContext;
-
-/// A failed API call of a copy-task pass.
-#[derive(Debug, thiserror::Error)]
-#[error("{action} for EtcdCopyBackupsTask {namespace}/{name}: {source}")]
-pub struct CopyTaskError {
-    action: &'static str,
-    namespace: String,
-    name: String,
-    #[source]
-    source: Box<kube::Error>,
-}
+use super::{TaskContext, TaskError, TaskRef, set_finalizers};
 
 /// Runs the controller until `shutdown` turns true.
 pub async fn run(
@@ -56,38 +45,18 @@ pub async fn run(
         .graceful_shutdown_on(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, super::error_policy, ctx)
         .for_each(|_| async {})
         .await;
-}
-
-fn error_policy(
-    task: Arc<EtcdCopyBackupsTask>,
-    error: &CopyTaskError,
-    _: Arc<TaskContext>,
-) -> Action {
-    tracing::warn!(
-        task = task.metadata.name.as_deref().unwrap_or_default(),
-        "{error}"
-    );
-    Action::requeue(Duration::from_secs(10))
 }
 
 async fn reconcile(
     task: Arc<EtcdCopyBackupsTask>,
     ctx: Arc<TaskContext>,
-) -> Result<Action, CopyTaskError> {
-    let namespace = task.metadata.namespace.clone().unwrap_or_default();
-    let name = task.metadata.name.clone().unwrap_or_default();
-    let fail = |action| {
-        let (namespace, name) = (namespace.clone(), name.clone());
-        move |source| CopyTaskError {
-            action,
-            namespace,
-            name,
-            source: Box::new(source),
-        }
-    };
+) -> Result<Action, TaskError> {
+    let me = TaskRef::of("EtcdCopyBackupsTask", &task.metadata);
+    let (namespace, name) = (me.namespace.clone(), me.name.clone());
+    let fail = |action| me.failed(action);
     let tasks: Api<EtcdCopyBackupsTask> = Api::namespaced(ctx.client.clone(), &namespace);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &namespace);
     let job_name = copy_job_name(&name);
@@ -116,16 +85,12 @@ async fn reconcile(
             }
             return Ok(Action::requeue(Duration::from_secs(2)));
         }
-        let kept: Vec<&String> = finalizers
+        let kept: Vec<String> = finalizers
             .iter()
             .filter(|f| *f != COPY_TASK_FINALIZER)
+            .cloned()
             .collect();
-        tasks
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": kept}})),
-            )
+        set_finalizers(&tasks, &name, &kept)
             .await
             .map_err(fail("remove the finalizer"))?;
         return Ok(Action::await_change());
@@ -133,12 +98,7 @@ async fn reconcile(
     if !has_finalizer {
         let mut with = finalizers.clone();
         with.push(COPY_TASK_FINALIZER.to_string());
-        tasks
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": with}})),
-            )
+        set_finalizers(&tasks, &name, &with)
             .await
             .map_err(fail("add the finalizer"))?;
     }

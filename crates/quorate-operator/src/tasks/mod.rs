@@ -9,9 +9,10 @@ pub mod ops_task;
 
 use std::sync::Arc;
 
-use kube::Client;
-use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
 use tokio::sync::watch;
 
 use crate::context::OperatorSettings;
@@ -50,6 +51,70 @@ impl TaskContext {
             tracing::debug!("could not publish event {reason}: {e}");
         }
     }
+}
+
+/// A failed API call of a task pass.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} ({kind} {namespace}/{name}): {source}")]
+pub struct TaskError {
+    action: &'static str,
+    kind: &'static str,
+    namespace: String,
+    name: String,
+    #[source]
+    source: Box<kube::Error>,
+}
+
+/// Names the task a pass works on, for its errors.
+pub(crate) struct TaskRef {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+}
+
+impl TaskRef {
+    /// The task `meta` of `kind`.
+    fn of(kind: &'static str, meta: &kube::core::ObjectMeta) -> TaskRef {
+        TaskRef {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Tags a failed call made while doing `action`: `.map_err(task.failed("..."))`.
+    fn failed(&self, action: &'static str) -> impl FnOnce(kube::Error) -> TaskError + '_ {
+        move |source| TaskError {
+            action,
+            kind: self.kind,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Logs a failed pass and looks again in 10 s.
+fn error_policy<K: Resource>(task: Arc<K>, error: &TaskError, _: Arc<TaskContext>) -> Action {
+    tracing::warn!(
+        task = task.meta().name.as_deref().unwrap_or_default(),
+        "{error}"
+    );
+    Action::requeue(std::time::Duration::from_secs(10))
+}
+
+/// Writes `finalizers` as the task's finalizers (merge patch).
+async fn set_finalizers<K>(
+    api: &Api<K>,
+    name: &str,
+    finalizers: &[String],
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
 }
 
 /// Which task CRDs the API server serves.

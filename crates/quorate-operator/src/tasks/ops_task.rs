@@ -21,18 +21,7 @@ use quorate_core::tasks::ops_task::{
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::TaskContext;
-
-/// A failed API call of a task pass.
-#[derive(Debug, thiserror::Error)]
-#[error("{action} EtcdOpsTask {namespace}/{name}: {source}")]
-pub struct OpsTaskError {
-    action: &'static str,
-    namespace: String,
-    name: String,
-    #[source]
-    source: Box<kube::Error>,
-}
+use super::{TaskContext, TaskError, TaskRef, set_finalizers};
 
 /// Runs the controller until `shutdown` turns true.
 pub async fn run(
@@ -48,32 +37,16 @@ pub async fn run(
         .graceful_shutdown_on(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, super::error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }
 
-fn error_policy(task: Arc<EtcdOpsTask>, error: &OpsTaskError, _: Arc<TaskContext>) -> Action {
-    tracing::warn!(
-        task = task.metadata.name.as_deref().unwrap_or_default(),
-        "{error}"
-    );
-    Action::requeue(Duration::from_secs(10))
-}
-
 /// One pass: steps until one waits.
-async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Action, OpsTaskError> {
-    let namespace = task.metadata.namespace.clone().unwrap_or_default();
-    let name = task.metadata.name.clone().unwrap_or_default();
-    let fail = |action| {
-        let (namespace, name) = (namespace.clone(), name.clone());
-        move |source| OpsTaskError {
-            action,
-            namespace,
-            name,
-            source: Box::new(source),
-        }
-    };
+async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Action, TaskError> {
+    let me = TaskRef::of("EtcdOpsTask", &task.metadata);
+    let (namespace, name) = (me.namespace.clone(), me.name.clone());
+    let fail = |action| me.failed(action);
     let tasks: Api<EtcdOpsTask> = Api::namespaced(ctx.client.clone(), &namespace);
     let etcds: Api<Etcd> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut task = (*task).clone();
@@ -113,12 +86,7 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
             OpsStep::AddFinalizer => {
                 let mut finalizers = task.metadata.finalizers.clone().unwrap_or_default();
                 finalizers.push(OPS_TASK_FINALIZER.to_string());
-                task = tasks
-                    .patch(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-                    )
+                task = set_finalizers(&tasks, &name, &finalizers)
                     .await
                     .map_err(fail("add the finalizer to"))?;
             }
@@ -146,16 +114,12 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
                 if let Some(finalizers) = &task.metadata.finalizers
                     && finalizers.iter().any(|f| f == OPS_TASK_FINALIZER)
                 {
-                    let kept: Vec<&String> = finalizers
+                    let kept: Vec<String> = finalizers
                         .iter()
                         .filter(|f| *f != OPS_TASK_FINALIZER)
+                        .cloned()
                         .collect();
-                    tasks
-                        .patch(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"metadata": {"finalizers": kept}})),
-                        )
+                    set_finalizers(&tasks, &name, &kept)
                         .await
                         .map_err(fail("remove the finalizer from"))?;
                 }

@@ -7,11 +7,10 @@ use std::fmt;
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use kube::core::response::StatusCause;
 use quorate_api::{Etcd, ValidationErrors, validate, validate_update};
 use serde_json::Value;
 
-use super::review::{object_key, refuse};
+use super::review::{object_key, refuse_invalid, refuse_unreadable};
 
 /// What the webhook decided about one request.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,36 +130,10 @@ pub fn review_etcd(request: &AdmissionRequest<DynamicObject>) -> AdmissionRespon
     match verdict {
         EtcdVerdict::Allowed => AdmissionResponse::from(request),
         EtcdVerdict::Invalid(errors) => {
-            let causes = errors
-                .errors
-                .iter()
-                .map(|e| StatusCause {
-                    reason: "FieldValueInvalid".to_string(),
-                    message: e.message.clone(),
-                    field: e.path.clone(),
-                })
-                .collect();
-            refuse(
-                request,
-                422,
-                "Invalid",
-                invalid_message(&key, &errors),
-                causes,
-            )
+            refuse_invalid(request, invalid_message(&key, &errors), &errors)
         }
         EtcdVerdict::Unreadable(u) => {
-            let cause = StatusCause {
-                reason: "FieldValueInvalid".to_string(),
-                message: u.message.clone(),
-                field: u.path.clone(),
-            };
-            refuse(
-                request,
-                400,
-                "BadRequest",
-                unreadable_message(&key, &u),
-                vec![cause],
-            )
+            refuse_unreadable(request, unreadable_message(&key, &u), &u.path, &u.message)
         }
     }
 }

@@ -54,3 +54,36 @@ pub(crate) fn object_key(request: &AdmissionRequest<DynamicObject>) -> String {
         _ => request.name.clone(),
     }
 }
+
+/// The refusal of an object that breaks validation rules: HTTP 422 with one cause per field.
+pub(crate) fn refuse_invalid(
+    request: &AdmissionRequest<DynamicObject>,
+    message: String,
+    errors: &quorate_api::ValidationErrors,
+) -> AdmissionResponse {
+    let causes = errors
+        .errors
+        .iter()
+        .map(|e| StatusCause {
+            reason: "FieldValueInvalid".to_string(),
+            message: e.message.clone(),
+            field: e.path.clone(),
+        })
+        .collect();
+    refuse(request, 422, "Invalid", message, causes)
+}
+
+/// The refusal of an object that does not decode: HTTP 400 naming the field.
+pub(crate) fn refuse_unreadable(
+    request: &AdmissionRequest<DynamicObject>,
+    message: String,
+    path: &str,
+    detail: &str,
+) -> AdmissionResponse {
+    let cause = StatusCause {
+        reason: "FieldValueInvalid".to_string(),
+        message: detail.to_string(),
+        field: path.to_string(),
+    };
+    refuse(request, 400, "BadRequest", message, vec![cause])
+}

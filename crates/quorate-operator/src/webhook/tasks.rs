@@ -6,7 +6,6 @@
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use kube::core::response::StatusCause;
 use quorate_api::ValidationErrors;
 use quorate_api::tasks::{EtcdCopyBackupsTask, EtcdOpsTask};
 use quorate_api::validate::{
@@ -15,7 +14,7 @@ use quorate_api::validate::{
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::review::{object_key, refuse};
+use super::review::{object_key, refuse_invalid, refuse_unreadable};
 
 /// Path of the task webhook.
 pub const TASK_VALIDATION_PATH: &str = "/webhooks/validate/tasks";
@@ -89,40 +88,19 @@ pub fn review_task(request: &AdmissionRequest<DynamicObject>) -> AdmissionRespon
     let key = object_key(request);
     match judge_task(kind, &request.operation, object.as_ref(), old.as_ref()) {
         Ok(()) => AdmissionResponse::from(request),
-        Err(TaskRefusal::Invalid(errors)) => {
-            let causes = errors
-                .errors
-                .iter()
-                .map(|e| StatusCause {
-                    reason: "FieldValueInvalid".to_string(),
-                    message: e.message.clone(),
-                    field: e.path.clone(),
-                })
-                .collect();
-            refuse(
-                request,
-                422,
-                "Invalid",
-                format!("{kind} {key} is invalid:\n{errors}"),
-                causes,
-            )
-        }
-        Err(TaskRefusal::Unreadable(path, message)) => {
-            let cause = StatusCause {
-                reason: "FieldValueInvalid".to_string(),
-                message: message.clone(),
-                field: path.clone(),
-            };
-            refuse(
-                request,
-                400,
-                "BadRequest",
-                format!(
-                    "{kind} {key} cannot be read: {path}: {message}; fix the field's type or value"
-                ),
-                vec![cause],
-            )
-        }
+        Err(TaskRefusal::Invalid(errors)) => refuse_invalid(
+            request,
+            format!("{kind} {key} is invalid:\n{errors}"),
+            &errors,
+        ),
+        Err(TaskRefusal::Unreadable(path, message)) => refuse_unreadable(
+            request,
+            format!(
+                "{kind} {key} cannot be read: {path}: {message}; fix the field's type or value"
+            ),
+            &path,
+            &message,
+        ),
     }
 }
 
