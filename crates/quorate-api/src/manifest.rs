@@ -139,6 +139,14 @@ pub struct EtcdManifest {
 /// Reads the single `Etcd` in `text` (YAML or JSON; other documents are skipped).
 /// `source_name` (usually the file name) prefixes every error.
 pub fn parse_etcd_manifest(text: &str, source_name: &str) -> Result<Etcd, ManifestError> {
+    Ok(read_single_etcd_manifest(text, source_name)?.etcd)
+}
+
+/// Like [`parse_etcd_manifest`], keeping the line and the ignored unknown fields.
+pub fn read_single_etcd_manifest(
+    text: &str,
+    source_name: &str,
+) -> Result<EtcdManifest, ManifestError> {
     let mut all = read_etcd_manifests(text, source_name)?;
     if all.len() > 1 {
         return Err(ManifestError::MultipleEtcds {
@@ -149,7 +157,7 @@ pub fn parse_etcd_manifest(text: &str, source_name: &str) -> Result<Etcd, Manife
                 .collect(),
         });
     }
-    Ok(all.remove(0).etcd)
+    Ok(all.remove(0))
 }
 
 /// Reads every `Etcd` in `text`; fails if there is none.

@@ -57,9 +57,14 @@ pub fn read_manifest(file: &Path) -> Result<Etcd, LocalError> {
         path: file.display().to_string(),
         source,
     })?;
-    let etcd = quorate_api::manifest::parse_etcd_manifest(&text, &file.display().to_string())?;
-    quorate_api::validate::validate(&etcd)?;
-    Ok(etcd)
+    let source = file.display().to_string();
+    let manifest = quorate_api::manifest::read_single_etcd_manifest(&text, &source)?;
+    // Ignored fields are said, as kubectl says them: a typo must not pass unnoticed.
+    for unknown in &manifest.unknown_fields {
+        eprintln!("Warning: {source}: {unknown}");
+    }
+    quorate_api::validate::validate(&manifest.etcd)?;
+    Ok(manifest.etcd)
 }
 
 /// Decides the etcd version `etcd` runs (core `etcd_version::decide`, against the version the

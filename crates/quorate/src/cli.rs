@@ -366,6 +366,42 @@ impl ClientTlsArgs {
     }
 }
 
+/// A Go-style duration that is more than zero (every duration flag is a period or a bound;
+/// zero would spin or give up at once).
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    quorate_api::parse_go_duration(text).map_err(|e| e.to_string())
+    let duration = quorate_api::parse_go_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() {
+        return Err(format!(
+            "{text:?} is zero; give a positive duration such as \"100ms\" or \"30s\""
+        ));
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn zero_durations_are_refused_with_a_message_not_a_panic() {
+        for flag in ["--interval", "--write-timeout", "--report-every"] {
+            let refused = Cli::try_parse_from([
+                "quorate",
+                "canary",
+                "--endpoints",
+                "http://127.0.0.1:2379",
+                flag,
+                "0ms",
+            ])
+            .unwrap_err()
+            .to_string();
+            assert!(
+                refused.contains("is zero; give a positive duration"),
+                "{flag}: {refused}"
+            );
+        }
+        assert!(parse_duration("250ms").is_ok());
+        assert!(parse_duration("soon").is_err());
+    }
 }

@@ -282,6 +282,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
 }
 
 fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(), LocalError> {
+    if name.is_none() && commands::get(ctx, None)?.is_empty() {
+        // As kubectl says it, on stderr, rather than a bare header.
+        eprintln!("No resources found.");
+        return Ok(());
+    }
     print!("{}", commands::table(ctx, name, wide)?);
     Ok(())
 }

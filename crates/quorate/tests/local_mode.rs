@@ -339,14 +339,28 @@ fn killed_members_are_restarted_with_their_data() {
 #[test]
 fn invalid_manifest_is_refused_and_nothing_starts() {
     let local = Local::new();
-    let bad =
-        manifest("bad", 3, "").replace("heartbeatDuration: 1s", "heartbeatDuration: 10 seconds");
+    // Nothing yet: said as kubectl says it, not a bare header.
+    let out = local.quorate(&["get", "etcd"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No resources found"));
+
+    // A typo'd field is said (it is ignored), then the invalid value refuses the manifest.
+    let bad = manifest("bad", 3, "")
+        .replace("heartbeatDuration: 1s", "heartbeatDuration: 10 seconds")
+        .replace("  replicas: 3\n", "  replicas: 3\n  replicass: 5\n");
     let path = local.manifest("bad.yaml", &bad);
     let out = local.quorate(&["up", "-d", "-f", path_str(&path)]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("spec.etcd.heartbeatDuration"), "{stderr}");
     assert!(stderr.contains("10 seconds"), "{stderr}");
+    assert!(
+        stderr.contains("Warning:")
+            && stderr
+                .contains("spec.replicass: unknown field, ignored (did you mean \"replicas\"?)"),
+        "{stderr}"
+    );
     assert!(!local.cluster_dir("bad").exists(), "nothing was created");
 
     let not_yaml = local.manifest(
