@@ -135,3 +135,31 @@ mod tests {
         );
     }
 }
+
+/// A size as people read it, binary units, one decimal above bytes: `945B`, `12.3KiB`,
+/// `1.1GiB` (no space, so a table column stays one word).
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::human_size;
+
+    #[test]
+    fn sizes_read_like_people_write_them() {
+        assert_eq!(human_size(945), "945B");
+        assert_eq!(human_size(12_595), "12.3KiB");
+        assert_eq!(human_size(1_153_433_600), "1.1GiB");
+    }
+}

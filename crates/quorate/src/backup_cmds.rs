@@ -205,7 +205,7 @@ pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), 
             ),
             s.name.start_revision.to_string(),
             s.name.last_revision.to_string(),
-            s.size.to_string(),
+            quorate_local::table::human_size(s.size),
             created,
             s.path.clone(),
         ]);

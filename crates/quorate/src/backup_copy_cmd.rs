@@ -47,10 +47,15 @@ pub async fn copy(
     for i in chosen {
         let copied = source.copy_to(&listed[i], target).await?;
         bytes += copied.size;
-        println!("  {} ({} bytes)", copied.path, copied.size);
+        println!(
+            "  {} ({})",
+            copied.path,
+            quorate_local::table::human_size(copied.size)
+        );
     }
     println!(
-        "copied {bytes} bytes in {:.1} s",
+        "copied {} in {:.1} s",
+        quorate_local::table::human_size(bytes),
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -34,8 +34,11 @@ fn main() -> ExitCode {
 fn init_tracing(level: Option<&str>, format: cli::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("QUORATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.unwrap_or("info")));
+    // Colours only for a person at a terminal: agents and supervisors log into files.
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(terminal)
         .with_writer(std::io::stderr);
     match format {
         cli::LogFormat::Text => builder.init(),
