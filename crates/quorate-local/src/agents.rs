@@ -159,17 +159,23 @@ impl Agents {
         }
     }
 
-    /// Stops every agent.
-    pub async fn stop_all(&mut self, grace: Duration) {
+    /// Stops every agent: the followers together, then `leader`. A stopping etcd leader hands
+    /// leadership to a connected peer first and waits up to etcd's request timeout (7 s) for
+    /// it; stopped alongside its followers it picks one that is going away and waits that out,
+    /// while with no peer left it stops at once.
+    pub async fn stop_all(&mut self, grace: Duration, leader: Option<&str>) {
         let members: Vec<String> = self.running.keys().cloned().collect();
-        let stops =
-            members
-                .iter()
-                .filter_map(|m| self.running.remove(m))
-                .map(|mut agent| async move {
-                    terminate(&mut agent.child, grace).await;
-                });
+        let stops = members
+            .iter()
+            .filter(|m| Some(m.as_str()) != leader)
+            .filter_map(|m| self.running.remove(m))
+            .map(|mut agent| async move {
+                terminate(&mut agent.child, grace).await;
+            });
         futures::future::join_all(stops).await;
+        if let Some(mut agent) = leader.and_then(|l| self.running.remove(l)) {
+            terminate(&mut agent.child, grace).await;
+        }
     }
 }
 

@@ -78,8 +78,26 @@ impl Supervisor {
             }
         }
         tracing::info!("stopping all members");
-        self.agents.stop_all(Duration::from_secs(15)).await;
+        let leader = self.leader_by_leases().await;
+        self.agents
+            .stop_all(Duration::from_secs(15), leader.as_deref())
+            .await;
         Ok(())
+    }
+
+    /// The member whose lease says it leads, if one does.
+    async fn leader_by_leases(&self) -> Option<String> {
+        use quorate_coord::Coordination;
+        let coord = quorate_coord::FileCoordination::new(self.dir.root());
+        let leases = coord.member_leases().await.ok()?;
+        leases
+            .into_iter()
+            .find(|l| {
+                l.holder_identity
+                    .as_deref()
+                    .is_some_and(|h| h.ends_with(":Leader"))
+            })
+            .map(|l| l.name)
     }
 
     /// One reconcile pass.
