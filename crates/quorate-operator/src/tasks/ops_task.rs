@@ -137,8 +137,7 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
     Ok(Action::requeue(Duration::from_secs(1)))
 }
 
-/// The cluster's agent token; `Err` while its Secret cannot be read (the operator makes it
-/// in the `Etcd`'s first pass).
+/// The cluster's agent token (`None` while it has none); `Err` when its Secret cannot be read.
 async fn agent_token(
     ctx: &TaskContext,
     namespace: &str,
@@ -151,9 +150,9 @@ async fn agent_token(
             .data
             .and_then(|d| d.get(AGENT_TOKEN_KEY).cloned())
             .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())),
-        Ok(None) => Err(format!(
-            "the agent token Secret {namespace}/{name} does not exist yet"
-        )),
+        // Not made yet (an `Etcd` whose spec was not reconciled since tokens came): its
+        // agents' configuration names no token either, so they take requests without one.
+        Ok(None) => Ok(None),
         Err(e) => Err(format!(
             "reading the agent token Secret {namespace}/{name}: {e}"
         )),
