@@ -134,7 +134,12 @@ async fn reconcile(
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
+                // Every field named, `null` included, so a cleared error is cleared.
+                &Patch::Merge(json!({"status": {
+                    "conditions": status.conditions,
+                    "observedGeneration": status.observed_generation,
+                    "lastError": status.last_error,
+                }})),
             )
             .await
             .map_err(fail("write the status"))?;
