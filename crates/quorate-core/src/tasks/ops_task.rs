@@ -207,14 +207,7 @@ pub fn after_execution(
             (next, None)
         }
         ExecutionOutcome::Failed(why) => {
-            transition(&mut next, TaskState::Failed, view.now);
-            operation(
-                &mut next,
-                TaskPhase::Execution,
-                TaskPhaseState::Failed,
-                &why,
-                view,
-            );
+            mark_failed(&mut next, &why, view);
             push_error(&mut next, codes::CREATE_SNAPSHOT, &why, view.now);
             (next, None)
         }
@@ -235,14 +228,7 @@ pub fn after_execution(
                 let why = format!(
                     "no agent answered within the task's timeout of {limit} s; last: {why}"
                 );
-                transition(&mut next, TaskState::Failed, view.now);
-                operation(
-                    &mut next,
-                    TaskPhase::Execution,
-                    TaskPhaseState::Failed,
-                    &why,
-                    view,
-                );
+                mark_failed(&mut next, &why, view);
                 (next, None)
             } else {
                 operation(
@@ -291,16 +277,21 @@ fn prerequisites(etcd: EtcdFacts) -> Result<(), (&'static str, String)> {
 }
 
 fn fail(mut next: EtcdOpsTaskStatus, code: &str, why: &str, view: &OpsTaskView) -> OpsStep {
-    transition(&mut next, TaskState::Failed, view.now);
+    mark_failed(&mut next, why, view);
+    push_error(&mut next, code, why, view.now);
+    OpsStep::WriteStatus(Box::new(next))
+}
+
+/// The task failed in execution, for `why`.
+fn mark_failed(status: &mut EtcdOpsTaskStatus, why: &str, view: &OpsTaskView) {
+    transition(status, TaskState::Failed, view.now);
     operation(
-        &mut next,
+        status,
         TaskPhase::Execution,
         TaskPhaseState::Failed,
         why,
         view,
     );
-    push_error(&mut next, code, why, view.now);
-    OpsStep::WriteStatus(Box::new(next))
 }
 
 fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
