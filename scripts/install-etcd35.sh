@@ -14,7 +14,14 @@ declare -A SHA256=(
 )
 dest="${QUORATE_ETCD_3_5_DIR:-$HOME/.cache/quorate/etcd-3.5}"
 want="etcd Version: ${VERSION%-*}"
-if [ -x "$dest/etcd" ] && "$dest/etcd" --version 2>/dev/null | grep -qx "$want" \
+# Read whole, then cut: piping `etcd --version` into `grep -q` lets grep exit at the first line,
+# etcd die of SIGPIPE writing the next, and pipefail turn that into exit 141.
+installed_version() {
+  local out
+  out=$("$dest/etcd" --version 2>/dev/null) || true
+  echo "${out%%$'\n'*}"
+}
+if [ -x "$dest/etcd" ] && [ "$(installed_version)" = "$want" ] \
   && [ -x "$dest/etcdctl" ] && [ -x "$dest/etcdutl" ]; then
   exit 0
 fi
@@ -46,4 +53,7 @@ mkdir -p "$dest"
 for bin in etcd etcdctl etcdutl; do
   install -m 0755 "$work/root/usr/bin/$bin" "$dest/$bin"
 done
-"$dest/etcd" --version | grep -qx "$want"
+if [ "$(installed_version)" != "$want" ]; then
+  echo "install-etcd35.sh: $dest/etcd reports '$(installed_version)', expected '$want'" >&2
+  exit 1
+fi

@@ -15,7 +15,7 @@ etcdctl --endpoints="$endpoints" endpoint status -w table
 echo
 echo "waiting for the first backup ..."
 for _ in $(seq 30); do
-  "$bin" get etcd etcd-main | grep -q 'true *True *True *True' && break
+  grep -q 'true *True *True *True' <<<"$("$bin" get etcd etcd-main)" && break
   sleep 1
 done
 "$bin" get etcd -o wide

@@ -331,7 +331,7 @@ sed -e "s|__NODE_IP__|$NODE_IP|g" -e "s|__CLUSTER_DNS__|$CLUSTER_DNS|g" \
 $KC -n kube-system rollout status deploy/kube-dns-lite --timeout=180s >/dev/null \
   || { $KC -n kube-system get pods -o wide >&2; die "cluster DNS did not become ready"; }
 dns_answers() {
-  /bin/busybox nslookup "kubernetes.default.svc.$CLUSTER_DOMAIN" "$CLUSTER_DNS" 2>/dev/null | grep -q '10\.0\.0\.1$'
+  grep -q '10\.0\.0\.1$' <<<"$(/bin/busybox nslookup "kubernetes.default.svc.$CLUSTER_DOMAIN" "$CLUSTER_DNS" 2>/dev/null)"
 }
 wait_for "DNS answers on $CLUSTER_DNS" 60 dns_answers || die "cluster DNS does not answer"
 
