@@ -241,6 +241,9 @@ impl<C: Coordination> Leader<'_, C> {
         requests: &mut mpsc::Receiver<BackupRequest>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<LeadEnd, BackupError> {
+        crate::secret_files::write_backup_keys(self.coord, self.cluster)
+            .await
+            .map_err(BackupError::store)?;
         let store = crate::restore::open_store(self.backup).map_err(BackupError::store)?;
         store.check().await.map_err(BackupError::store)?;
         crate::restore::check_owner(&store, self.backup)

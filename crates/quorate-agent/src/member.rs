@@ -120,6 +120,10 @@ pub async fn run_agent<C: Coordination>(
             wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
             continue;
         }
+        // A restore from an encrypted bucket needs the keys; without them it fails and says so.
+        if let Err(reason) = crate::secret_files::write_backup_keys(&coord, &cluster).await {
+            tracing::warn!(member = %opts.member, %reason, "backup encryption keys not written");
+        }
         let mode = match next_mode.take() {
             Some(mode) => mode,
             None => match prepare_start(&coord, &cluster, &opts, &state).await {
@@ -404,6 +408,9 @@ async fn run_etcd<C: Coordination>(
                     secrets_written = Instant::now();
                     if let Err(reason) = crate::secret_files::write_secret_files(coord, latest).await {
                         tracing::warn!(member = %me, %reason, "refreshing the TLS files failed");
+                    }
+                    if let Err(reason) = crate::secret_files::write_backup_keys(coord, latest).await {
+                        tracing::warn!(member = %me, %reason, "refreshing the backup encryption keys failed");
                     }
                 }
                 if let Ok(latest) = &latest {

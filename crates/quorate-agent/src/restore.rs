@@ -17,6 +17,7 @@ pub fn open_store(backup: &BackupConfig) -> Result<SnapStore, StoreRestoreError>
     let options = StoreOptions {
         local_root: backup.local_root.clone().into(),
         secret_dir: backup.secret_dir.clone().map(Into::into),
+        encryption_keys: backup.encryption_key_dir.clone().map(Into::into),
     };
     store_restore::open_store(&backup.spec, &options)
 }

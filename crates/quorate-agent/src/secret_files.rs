@@ -3,6 +3,10 @@
 //! or restarts with them and again now and then, so a rotated certificate reaches etcd (which
 //! reads its certificate files at each new connection). Enabling TLS is then a change of the
 //! configuration only, carried out by restarting etcd in place; no pod is replaced.
+//!
+//! The backup encryption keys come the same way ([`write_backup_keys`]): copied from their
+//! Secret into the directory the store reads them from, before the store is used and again now
+//! and then, so a rotated key counts without a restart.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -40,6 +44,37 @@ pub async fn write_secret_files<C: Coordination>(
     Ok(changed)
 }
 
+/// Copies the backup encryption Secret `cluster` names into the key directory; true when a
+/// file changed. Locally the directory is the Secret's own, so nothing changes. `Err` says
+/// what is missing; the store then refuses to write (nothing is written in clear).
+pub async fn write_backup_keys<C: Coordination>(
+    coord: &C,
+    cluster: &ClusterConfig,
+) -> Result<bool, Wait> {
+    let Some(backup) = &cluster.backup else {
+        return Ok(false);
+    };
+    let (Some(secret), Some(dir)) = (&backup.encryption_secret, &backup.encryption_key_dir) else {
+        return Ok(false);
+    };
+    let data = coord
+        .secret_data(secret)
+        .await
+        .map_err(|e| Wait::new(format!("reading the backup encryption Secret {secret}: {e}")))?
+        .ok_or_else(|| {
+            Wait::new(format!(
+                "the backup encryption Secret {secret} does not exist; no backup is written until it does"
+            ))
+        })?;
+    let dir = Path::new(dir);
+    std::fs::create_dir_all(dir).map_err(|e| io_wait(dir, &e))?;
+    let mut changed = false;
+    for (key, value) in &data {
+        changed |= write_if_changed(&dir.join(key), value)?;
+    }
+    Ok(changed)
+}
+
 /// Writes `path` (owner read-write only) through a temporary file and a rename, so etcd never
 /// reads half a certificate; false when it already held `value`.
 fn write_if_changed(path: &Path, value: &[u8]) -> Result<bool, Wait> {
@@ -61,7 +96,7 @@ fn write_if_changed(path: &Path, value: &[u8]) -> Result<bool, Wait> {
 }
 
 fn io_wait(path: &Path, e: &std::io::Error) -> Wait {
-    Wait::new(format!("writing the TLS file {}: {e}", path.display()))
+    Wait::new(format!("writing {}: {e}", path.display()))
 }
 
 #[cfg(test)]

@@ -44,6 +44,11 @@ pub const NEW_BACKUP_CHAIN: &str = "quorate.io/new-backup-chain";
 /// the final full snapshot could not be taken. Without it the members keep running until the
 /// snapshot is in the bucket.
 pub const HIBERNATE_WITHOUT_FINAL_SNAPSHOT: &str = "quorate.io/hibernate-without-final-snapshot";
+/// quorate's own: the Secret holding the keys that encrypt every backup object: one entry per
+/// key, named by its key ID (32 bytes, 64 hex digits or base64), and `active` naming the key
+/// new objects are encrypted with; the others stay for reading older objects. Without it
+/// backups are written in clear.
+pub const BACKUP_ENCRYPTION_SECRET: &str = "quorate.io/backup-encryption-secret";
 /// quorate's own: `"true"` keeps the PersistentVolumeClaims and member Leases of members a
 /// scale-in removed (by default they are deleted once etcd removed the member).
 pub const KEEP_REMOVED_MEMBER_VOLUMES: &str = "quorate.io/keep-removed-member-volumes";
@@ -114,4 +119,14 @@ mod tests {
         assert!(!is_spec_reconcile_suspended(None));
         assert!(are_components_protected(None));
     }
+}
+
+/// The Secret named by [`BACKUP_ENCRYPTION_SECRET`] on `etcd`, if set and not empty.
+pub fn backup_encryption_secret(etcd: &crate::Etcd) -> Option<&str> {
+    etcd.metadata
+        .annotations
+        .as_ref()?
+        .get(BACKUP_ENCRYPTION_SECRET)
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
 }

@@ -3,7 +3,9 @@
 //!
 //! Layout v2 (written and read): `<prefix>/v2/<Kind>-<start %08d>-<last %08d>-<unix><suffix>[.final]`,
 //! e.g. `etcd-main/v2/Full-00000000-11680572-1727038676.gz`. Kind is `Full` or `Incr`; the suffix
-//! names the compression (`.gz`, `.Z`, `.zlib`, none); `.final` marks a last full snapshot.
+//! names the compression (`.gz`, `.Z`, `.zlib`, none); `.enc` follows it on an object quorate
+//! encrypted ([`crate::encryption`]; etcd-backup-restore cannot read those); `.final` marks a
+//! last full snapshot.
 //!
 //! Layout v1 (read only): `<prefix>/v1/Backup-<unix>/<snapshot name>`, the same names grouped in
 //! one directory per full snapshot.
@@ -12,6 +14,8 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use quorate_api::CompressionPolicy;
+
+use crate::encryption::ENCRYPTED_SUFFIX;
 use thiserror::Error;
 
 /// Directory of layout v2 under the store prefix.
@@ -63,6 +67,8 @@ pub struct SnapshotName {
     pub compression: Option<CompressionPolicy>,
     /// A final full snapshot (taken before the cluster is handed over or deleted).
     pub is_final: bool,
+    /// Encrypted by quorate (`.enc`): only quorate, with the key, reads it.
+    pub encrypted: bool,
 }
 
 /// A name that is not a snapshot name of etcd-backup-restore's layout.
@@ -70,7 +76,7 @@ pub struct SnapshotName {
 pub enum LayoutError {
     /// Not `<Kind>-<start>-<last>-<unix>[suffix]`.
     #[error(
-        "{name:?} is not a snapshot name: expected <Full|Incr>-<startRevision>-<lastRevision>-<unixSeconds>[.gz|.Z|.zlib][.final]"
+        "{name:?} is not a snapshot name: expected <Full|Incr>-<startRevision>-<lastRevision>-<unixSeconds>[.gz|.Z|.zlib][.enc][.final]"
     )]
     Shape {
         /// The offending name.
@@ -107,7 +113,7 @@ pub enum LayoutError {
         last: i64,
     },
     /// A suffix that is no compression etcd-backup-restore writes.
-    #[error("{name:?}: unknown suffix {suffix:?} (expected .gz, .Z, .zlib and/or .final)")]
+    #[error("{name:?}: unknown suffix {suffix:?} (expected .gz, .Z, .zlib, .enc and/or .final)")]
     Suffix {
         /// The offending name.
         name: String,
@@ -130,6 +136,7 @@ impl SnapshotName {
             created_unix,
             compression,
             is_final: false,
+            encrypted: false,
         }
     }
 
@@ -147,15 +154,17 @@ impl SnapshotName {
             created_unix,
             compression,
             is_final: false,
+            encrypted: false,
         }
     }
 
     /// The object's file name, e.g. `Full-00000000-00000042-1700000000.gz`.
     pub fn file_name(&self) -> String {
         let suffix = self.compression.map_or("", |c| c.file_suffix());
+        let enc = if self.encrypted { ENCRYPTED_SUFFIX } else { "" };
         let fin = if self.is_final { FINAL_SUFFIX } else { "" };
         format!(
-            "{}-{:08}-{:08}-{}{suffix}{fin}",
+            "{}-{:08}-{:08}-{}{suffix}{enc}{fin}",
             self.kind, self.start_revision, self.last_revision, self.created_unix
         )
     }
@@ -204,6 +213,10 @@ impl SnapshotName {
             Some(before) => (before, true),
             None => (suffixes, false),
         };
+        let (suffixes, encrypted) = match suffixes.strip_suffix(ENCRYPTED_SUFFIX) {
+            Some(before) => (before, true),
+            None => (suffixes, false),
+        };
         let compression = match suffixes {
             "" => None,
             s => Some(
@@ -224,6 +237,7 @@ impl SnapshotName {
             created_unix,
             compression,
             is_final,
+            encrypted,
         })
     }
 
@@ -234,13 +248,14 @@ impl SnapshotName {
 
     /// The order snapshots are listed and applied in: by last revision, then full before delta,
     /// then by creation time (the remaining fields only make the order total).
-    pub fn sort_key(&self) -> (i64, SnapshotKind, i64, i64, bool, Option<usize>) {
+    pub fn sort_key(&self) -> (i64, SnapshotKind, i64, i64, bool, bool, Option<usize>) {
         (
             self.last_revision,
             self.kind,
             self.created_unix,
             self.start_revision,
             self.is_final,
+            self.encrypted,
             self.compression.map(|c| {
                 CompressionPolicy::ALL
                     .iter()
@@ -488,21 +503,25 @@ mod tests {
                 Just(Some(CompressionPolicy::Zlib)),
             ],
             any::<bool>(),
+            any::<bool>(),
         )
-            .prop_map(|(kind, a, b, created_unix, compression, is_final)| {
-                let (start_revision, last_revision) = match kind {
-                    SnapshotKind::Full => (0, a.max(b)),
-                    SnapshotKind::Incr => (a.min(b), a.max(b)),
-                };
-                SnapshotName {
-                    kind,
-                    start_revision,
-                    last_revision,
-                    created_unix,
-                    compression,
-                    is_final,
-                }
-            })
+            .prop_map(
+                |(kind, a, b, created_unix, compression, is_final, encrypted)| {
+                    let (start_revision, last_revision) = match kind {
+                        SnapshotKind::Full => (0, a.max(b)),
+                        SnapshotKind::Incr => (a.min(b), a.max(b)),
+                    };
+                    SnapshotName {
+                        kind,
+                        start_revision,
+                        last_revision,
+                        created_unix,
+                        compression,
+                        is_final,
+                        encrypted,
+                    }
+                },
+            )
     }
 
     proptest! {

@@ -5,6 +5,7 @@
 pub mod compress;
 pub mod credentials;
 pub mod delta;
+pub mod encryption;
 pub mod layout;
 pub mod restore;
 pub mod snapshotter;

@@ -22,6 +22,7 @@ use quorate_api::{StorageProvider, StoreSpec};
 pub use error::StoreError;
 
 use crate::compress;
+use crate::encryption::{self, EncryptionError, Keyring};
 use crate::layout::{KeyKind, SnapshotName};
 use error::{Context, classify};
 
@@ -41,6 +42,9 @@ pub struct StoreOptions {
     /// The secret directory with the store credentials (one file per key); `None` uses the
     /// provider's ambient credentials (environment, workload identity, instance metadata).
     pub secret_dir: Option<PathBuf>,
+    /// The directory of backup encryption keys ([`crate::encryption::Keyring`]); `None`: objects
+    /// are written in clear, and encrypted ones cannot be read.
+    pub encryption_keys: Option<PathBuf>,
 }
 
 /// A snapshot object found in (or just written to) the store.
@@ -80,6 +84,7 @@ pub struct SnapStore {
     prefix: String,
     description: String,
     part_size: usize,
+    encryption_keys: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SnapStore {
@@ -103,6 +108,7 @@ impl SnapStore {
             prefix: spec.prefix.trim_matches('/').to_string(),
             description: b.description,
             part_size: MIN_PART_SIZE,
+            encryption_keys: opts.encryption_keys.clone(),
         })
     }
 
@@ -119,7 +125,28 @@ impl SnapStore {
             prefix: prefix.trim_matches('/').to_string(),
             description: description.to_string(),
             part_size: MIN_PART_SIZE,
+            encryption_keys: None,
         }
+    }
+
+    /// Encrypts what it writes, and decrypts what it reads, with the keys in `dir`.
+    pub fn with_encryption_keys(mut self, dir: PathBuf) -> SnapStore {
+        self.encryption_keys = Some(dir);
+        self
+    }
+
+    /// Whether objects written are encrypted.
+    pub fn encrypts(&self) -> bool {
+        self.encryption_keys.is_some()
+    }
+
+    /// The keys, read now (so a rotated Secret counts at once); `None` when not configured.
+    fn keyring(&self) -> Result<Option<Keyring>, StoreError> {
+        self.encryption_keys
+            .as_deref()
+            .map(Keyring::load)
+            .transpose()
+            .map_err(StoreError::from)
     }
 
     /// Uses parts of `bytes` for multipart uploads (at least [`MIN_PART_SIZE`]).
@@ -185,16 +212,25 @@ impl SnapStore {
     }
 
     /// Uploads a snapshot under `name` (layout v2), compressing `body` as `name.compression`
-    /// says. Large snapshots go up as a multipart upload that is aborted if `body` or the
-    /// store fails, so a failed upload leaves nothing behind.
+    /// says, then encrypting it when keys are configured (the stored name then ends in `.enc`;
+    /// keys that cannot be read fail the upload: nothing is written in clear). Large snapshots
+    /// go up as a multipart upload that is aborted if `body` or the store fails, so a failed
+    /// upload leaves nothing behind.
     pub async fn upload(
         &self,
         name: &SnapshotName,
         body: impl Stream<Item = io::Result<Bytes>> + Send + Unpin,
     ) -> Result<StoredSnapshot, StoreError> {
+        let keys = self.keyring()?;
+        let mut name = name.clone();
+        name.encrypted = keys.is_some();
         let key = name.v2_key(&self.prefix);
         let path = Path::from(key.as_str());
         let packed = compress::compress(name.compression, body);
+        let packed = match &keys {
+            Some(keys) => encryption::encrypt(keys, &name.file_name(), packed),
+            None => packed,
+        };
         let started = std::time::Instant::now();
         match upload::upload(
             self.store.as_ref(),
@@ -208,7 +244,7 @@ impl SnapStore {
             Ok(done) => {
                 tracing::debug!(store = %self.description, key, size = done.size, parts = done.parts, elapsed = ?started.elapsed(), "uploaded snapshot");
                 Ok(StoredSnapshot {
-                    name: name.clone(),
+                    name,
                     path: path.as_ref().to_string(),
                     size: done.size,
                 })
@@ -224,14 +260,18 @@ impl SnapStore {
         }
     }
 
-    /// Streams a snapshot's contents, decompressed. Errors inside the stream are `io::Error`s
-    /// carrying a [`StoreError`] (`Corrupt` for damaged data; get it back with
+    /// Streams a snapshot's contents, decrypted and decompressed. Errors inside the stream are
+    /// `io::Error`s carrying a [`StoreError`] (`Corrupt` for damaged data, `Encryption` for a
+    /// missing or wrong key or a tampered object; get it back with
     /// [`StoreError::from_stream_error`]).
     pub async fn download(
         &self,
         s: &StoredSnapshot,
     ) -> Result<BoxStream<'static, io::Result<Bytes>>, StoreError> {
-        let raw = self.stored_bytes(s).await?;
+        let mut raw = self.stored_bytes(s).await?;
+        if s.name.encrypted {
+            raw = encryption::decrypt(self.keyring()?, s.path.clone(), s.name.file_name(), raw);
+        }
         let store = self.description.clone();
         let key = s.path.clone();
         let format = s.name.compression.map_or("uncompressed", |c| c.as_str());
@@ -241,6 +281,13 @@ impl SnapStore {
                     return e;
                 }
                 let kind = e.kind();
+                if e.get_ref()
+                    .is_some_and(|inner| inner.is::<EncryptionError>())
+                {
+                    let inner = e.into_inner().expect("checked above");
+                    let inner = inner.downcast::<EncryptionError>().expect("checked above");
+                    return io::Error::new(kind, StoreError::Encryption(*inner));
+                }
                 io::Error::new(
                     kind,
                     StoreError::Corrupt {
@@ -282,14 +329,22 @@ impl SnapStore {
 
     /// Copies snapshot `s` into `target` under the same name (layout v2), byte for byte: the
     /// stored (compressed) object is streamed from one store to the other, neither decoded
-    /// nor held in memory whole.
+    /// nor held in memory whole. An encrypted object stays encrypted with its key; a clear one
+    /// is encrypted on the way when `target` encrypts.
     pub async fn copy_to(
         &self,
         s: &StoredSnapshot,
         target: &SnapStore,
     ) -> Result<StoredSnapshot, StoreError> {
-        let raw = self.stored_bytes(s).await?;
-        let target_key = s.name.v2_key(&target.prefix);
+        let mut raw = self.stored_bytes(s).await?;
+        let mut name = s.name.clone();
+        if !name.encrypted
+            && let Some(keys) = target.keyring()?
+        {
+            name.encrypted = true;
+            raw = encryption::encrypt(&keys, &name.file_name(), raw);
+        }
+        let target_key = name.v2_key(&target.prefix);
         let target_path = Path::from(target_key.as_str());
         match upload::upload(
             target.store.as_ref(),
@@ -301,7 +356,7 @@ impl SnapStore {
         .await
         {
             Ok(done) => Ok(StoredSnapshot {
-                name: s.name.clone(),
+                name,
                 path: target_key,
                 size: done.size,
             }),

@@ -45,9 +45,10 @@ fn name() -> impl Strategy<Value = SnapshotName> {
         0i64..=i64::MAX,
         policy(),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(full, a, b, created_unix, compression, is_final)| SnapshotName {
+            |(full, a, b, created_unix, compression, is_final, encrypted)| SnapshotName {
                 kind: if full {
                     SnapshotKind::Full
                 } else {
@@ -58,6 +59,7 @@ fn name() -> impl Strategy<Value = SnapshotName> {
                 created_unix,
                 compression,
                 is_final,
+                encrypted,
             },
         )
 }

@@ -467,6 +467,7 @@ async fn a_target_inside_a_full_snapshot_that_holds_more_than_its_name_is_restor
         &StoreOptions {
             local_root: files.path().to_path_buf(),
             secret_dir: None,
+            encryption_keys: None,
         },
     )
     .unwrap();

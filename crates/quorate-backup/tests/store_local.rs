@@ -25,6 +25,7 @@ fn open(root: &std::path::Path) -> SnapStore {
     let opts = StoreOptions {
         local_root: root.to_path_buf(),
         secret_dir: None,
+        encryption_keys: None,
     };
     SnapStore::open(&spec("backups"), &opts).unwrap()
 }

@@ -18,6 +18,7 @@ fn open(target: &S3Target, dir: &std::path::Path) -> SnapStore {
     let opts = StoreOptions {
         local_root: dir.to_path_buf(),
         secret_dir: Some(secret),
+        encryption_keys: None,
     };
     SnapStore::open(&target.store_spec("clusters/etcd-main"), &opts).unwrap()
 }

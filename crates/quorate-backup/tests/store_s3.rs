@@ -23,6 +23,7 @@ fn open(target: &S3Target, secret: &std::path::Path) -> SnapStore {
     let opts = StoreOptions {
         local_root: secret.to_path_buf(),
         secret_dir: Some(secret.to_path_buf()),
+        encryption_keys: None,
     };
     SnapStore::open(&target.store_spec(PREFIX), &opts).unwrap()
 }

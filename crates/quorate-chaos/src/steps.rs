@@ -304,6 +304,7 @@ async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
     let options = quorate_backup::store::StoreOptions {
         local_root: ctx.cluster.dir().join("backups"),
         secret_dir: secret_dir.is_dir().then_some(secret_dir),
+        encryption_keys: None,
     };
     let corrupted = crate::faults::bucket::corrupt_newest_restored(&manifest, &options)
         .await

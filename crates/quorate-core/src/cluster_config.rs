@@ -144,6 +144,14 @@ pub struct BackupConfig {
     /// another history (`quorate.io/new-backup-chain`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_chain_request: Option<String>,
+    /// The Secret of backup encryption keys (`quorate.io/backup-encryption-secret`), which the
+    /// agent copies into [`BackupConfig::encryption_key_dir`] before it uses the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_secret: Option<String>,
+    /// Directory the backup encryption keys are read from; set exactly when backups are
+    /// encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_dir: Option<String>,
 }
 
 impl ClusterConfig {

@@ -122,6 +122,8 @@ mod tests {
             cluster_uid: "uid".into(),
             adopt_foreign_backups: false,
             new_chain_request: None,
+            encryption_secret: None,
+            encryption_key_dir: None,
         });
         let why = snapshot_gate(v34, &cluster, &[]).unwrap_err();
         assert!(

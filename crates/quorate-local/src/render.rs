@@ -66,6 +66,16 @@ pub fn render_cluster_config(
         // the directory `secrets/<name>/`, as for TLS.
         local_root: dir.backups().display().to_string(),
         secret_dir: store_secret_dir(etcd, dir),
+        // The encryption keys are read where the Secret's directory is.
+        encryption_key_dir: quorate_api::annotations::backup_encryption_secret(etcd).map(
+            |secret| {
+                dir.root()
+                    .join("secrets")
+                    .join(secret)
+                    .display()
+                    .to_string()
+            },
+        ),
         cluster_uid: record.uid.clone(),
         leaving,
         // `quorate up`/`apply` record the decided version in the stored object.

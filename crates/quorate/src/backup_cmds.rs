@@ -32,9 +32,13 @@ fn open_cluster_store(
             .and_then(|s| s.name.as_ref())
             .map(|s| dir.root().join("secrets").join(s))
     });
+    // As the agents do: the keys of the Secret the annotation names, `secrets/<name>/`.
+    let encryption_keys = quorate_api::annotations::backup_encryption_secret(etcd)
+        .map(|secret| dir.root().join("secrets").join(secret));
     let options = StoreOptions {
         local_root: local_root.unwrap_or_else(|| dir.backups()),
         secret_dir,
+        encryption_keys,
     };
     Ok(open_store(&etcd.spec.backup, &options)?)
 }
@@ -96,9 +100,11 @@ fn open_task_store(
         store: Some(store.clone()),
         ..BackupSpec::default()
     };
+    // A copy task moves objects as they are: encrypted ones stay encrypted with their key.
     let options = StoreOptions {
         local_root: local_root.unwrap_or_default(),
         secret_dir,
+        encryption_keys: None,
     };
     Ok(open_store(&backup, &options)?)
 }
@@ -225,6 +231,7 @@ pub struct RestoreArgs {
     pub target: RestoreTarget,
     pub secret_dir: Option<PathBuf>,
     pub local_root: Option<PathBuf>,
+    pub encryption_key_dir: Option<PathBuf>,
     pub force: bool,
 }
 
@@ -271,7 +278,11 @@ fn make_room(dir: &Path, force: bool) -> Result<(), Error> {
 pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error> {
     let etcd = commands::read_manifest(&args.file)?;
     let name = etcd.metadata.name.clone().unwrap_or_default();
-    let store = open_cluster_store(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
+    let mut store =
+        open_cluster_store(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
+    if let Some(dir) = args.encryption_key_dir.clone() {
+        store = store.with_encryption_keys(dir);
+    }
     let member = quorate_api::names::member_name(&etcd, 0);
     // The restored data is for the version the manifest's cluster will run.
     let version =

@@ -192,6 +192,10 @@ pub enum Command {
         /// Where `Local` containers live (default: the local cluster's `backups/`).
         #[arg(long)]
         local_root: Option<PathBuf>,
+        /// Directory of the backup encryption keys (default: the local cluster's
+        /// `secrets/<name>` of the annotation quorate.io/backup-encryption-secret).
+        #[arg(long)]
+        encryption_key_dir: Option<PathBuf>,
     },
     /// Print the Etcd CustomResourceDefinition (YAML).
     Crd,

@@ -246,6 +246,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             to_time,
             secret_dir,
             local_root,
+            encryption_key_dir,
         } => {
             let target = match (to_revision, to_time) {
                 (Some(rev), _) => quorate_backup::restore::RestoreTarget::ToRevision(rev),
@@ -259,6 +260,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 target,
                 secret_dir,
                 local_root,
+                encryption_key_dir,
                 force,
             };
             crate::backup_cmds::restore(&context(None), args).await?;

@@ -81,6 +81,24 @@ fn check_metadata(etcd: &Etcd, p: &mut Problems) {
     if let Err((annotation, message)) = crate::defrag::DefragThresholds::of(etcd) {
         p.add(format!("metadata.annotations[{annotation}]"), message);
     }
+    if let Some(secret) = crate::annotations::backup_encryption_secret(etcd) {
+        let path = format!(
+            "metadata.annotations[{}]",
+            crate::annotations::BACKUP_ENCRYPTION_SECRET
+        );
+        if !is_dns1123_subdomain(secret) {
+            p.add(
+                &path,
+                format!("{secret:?} is not a valid Secret name; {SUBDOMAIN_RULE}"),
+            );
+        }
+        if etcd.spec.backup.store.is_none() {
+            p.add(
+                path,
+                "names backup encryption keys, but there are no backups: set spec.backup.store, or remove the annotation",
+            );
+        }
+    }
     if let Err(message) = crate::etcd_version::requested(etcd) {
         p.add(
             format!("metadata.annotations[{}]", crate::annotations::ETCD_VERSION),

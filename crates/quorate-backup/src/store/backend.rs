@@ -354,6 +354,7 @@ mod tests {
         StoreOptions {
             local_root: root.to_path_buf(),
             secret_dir: secret.map(|p| p.to_path_buf()),
+            encryption_keys: None,
         }
     }
 

@@ -89,6 +89,10 @@ pub enum StoreError {
         /// The error of the body stream.
         source: io::Error,
     },
+    /// An encrypted object cannot be written or read with the keys at hand, or was tampered
+    /// with.
+    #[error(transparent)]
+    Encryption(#[from] crate::encryption::EncryptionError),
     /// Any other failure of the store.
     #[error("{op} on {store} failed: {detail}")]
     Other {
@@ -113,6 +117,7 @@ impl StoreError {
             StoreError::NotFound { .. } => "SnapshotNotFound",
             StoreError::Corrupt { .. } => "SnapshotCorrupt",
             StoreError::Source { .. } => "SnapshotSourceFailed",
+            StoreError::Encryption(e) => e.reason(),
             StoreError::Other { .. } => "StoreError",
         }
     }

@@ -86,6 +86,7 @@ pub fn local_store(root: &Path, container: &str) -> Result<SnapStore> {
     let options = StoreOptions {
         local_root: root.to_path_buf(),
         secret_dir: None,
+        encryption_keys: None,
     };
     SnapStore::open(&spec, &options)
         .map_err(|e| BenchError::failed(format!("opening a local snapshot store: {e}")))

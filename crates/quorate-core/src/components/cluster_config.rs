@@ -16,8 +16,9 @@ use super::addresses::{client_scheme, peer_scheme, pod_members, url};
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
 use super::paths::{
-    BACKUP_SECRET_MOUNT, CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT, CLIENT_SERVER_TLS_MOUNT,
-    LOCAL_BACKUP_ROOT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT, TLS_CERT_KEY, TLS_KEY_KEY, file_in,
+    BACKUP_ENCRYPTION_KEY_DIR, BACKUP_SECRET_MOUNT, CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT,
+    CLIENT_SERVER_TLS_MOUNT, LOCAL_BACKUP_ROOT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT, TLS_CERT_KEY,
+    TLS_KEY_KEY, file_in,
 };
 use crate::cluster_config::{BackupConfig, ClusterConfig, EtcdSettings, MemberEndpoints, TlsFiles};
 
@@ -44,6 +45,8 @@ pub struct Placement {
     pub local_root: String,
     /// Directory holding the store Secret's keys, when one is used.
     pub secret_dir: Option<String>,
+    /// Directory the agents put the backup encryption keys in, when backups are encrypted.
+    pub encryption_key_dir: Option<String>,
     /// Identity of this incarnation (the `Etcd`'s uid), written beside the backups.
     pub cluster_uid: String,
     /// Members placed beyond the desired ones that etcd still lists: they run until removed.
@@ -100,6 +103,10 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         cluster_uid: placement.cluster_uid,
         adopt_foreign_backups: adopts_foreign_backups(etcd),
         new_chain_request: annotation(etcd, quorate_api::annotations::NEW_BACKUP_CHAIN),
+        encryption_secret: quorate_api::annotations::backup_encryption_secret(etcd)
+            .map(String::from),
+        encryption_key_dir: quorate_api::annotations::backup_encryption_secret(etcd)
+            .and(placement.encryption_key_dir),
     });
     ClusterConfig {
         cluster_name: name,
@@ -210,6 +217,7 @@ pub fn render_for_kubernetes(
         }),
         local_root: LOCAL_BACKUP_ROOT.to_string(),
         secret_dir: mounts_store_secret(etcd).then(|| BACKUP_SECRET_MOUNT.to_string()),
+        encryption_key_dir: Some(BACKUP_ENCRYPTION_KEY_DIR.to_string()),
         cluster_uid: id.uid,
         leaving,
         etcd_version: ctx.etcd_version,

@@ -87,6 +87,7 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
         for key in [
             a::RECOVER,
             a::NEW_BACKUP_CHAIN,
+            a::BACKUP_ENCRYPTION_SECRET,
             a::ETCD_VERSION,
             d::DEFRAGMENT,
             d::DEFRAG_FREE_PERCENT,
@@ -103,8 +104,12 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
         ..ctx.clone()
     };
     let mut cluster = render_for_kubernetes(&one, &ctx)?;
-    // The agents read their token Secret at each request: naming it restarts nothing.
+    // The agents read their token Secret at each request, and the encryption keys before they
+    // use the store: naming either restarts nothing.
     cluster.agent_token_secret = None;
+    if let Some(backup) = cluster.backup.as_mut() {
+        backup.encryption_key_dir = None;
+    }
     Ok(config_map_checksum(&with_cluster(&one, &cluster)?))
 }
 

@@ -24,6 +24,10 @@ pub const PEER_SERVER_TLS_MOUNT: &str = "/var/etcd/ssl/peer/server";
 /// `Local`: druid's path for non-GCS providers. The agent reads the keys as files from here
 /// (`BackupConfig::secret_dir`), so one path serves GCS too.
 pub const BACKUP_SECRET_MOUNT: &str = "/var/etcd-backup";
+/// Where the agent writes the backup encryption keys (the Secret
+/// `quorate.io/backup-encryption-secret` names) in a pod: in the memory-backed TLS emptyDir,
+/// so keys never reach a disk and naming the Secret changes no pod.
+pub const BACKUP_ENCRYPTION_KEY_DIR: &str = "/var/etcd/ssl/backup-encryption";
 /// Directory under which `Local` containers (buckets) live in the pod
 /// (`BackupConfig::local_root`); the container `<c>` is mounted at `<root>/<c>`.
 pub const LOCAL_BACKUP_ROOT: &str = "/var/etcd/backups";

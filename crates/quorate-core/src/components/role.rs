@@ -34,14 +34,15 @@ pub fn build(etcd: &Etcd) -> Result<Role, ComponentError> {
             verbs: verbs.iter().map(|v| v.to_string()).collect(),
             ..PolicyRule::default()
         };
-    // The agent reads its token and its TLS Secrets (writing the TLS files itself,
-    // `super::tls_secrets`), and no other Secret.
+    // The agent reads its token, its TLS Secrets (writing the TLS files itself,
+    // `super::tls_secrets`) and the backup encryption keys, and no other Secret.
     let secrets: Vec<String> = std::iter::once(agent_token_secret_name(&id.name))
         .chain(
             super::tls_secrets::tls_secret_files(etcd)
                 .into_iter()
                 .map(|f| f.secret),
         )
+        .chain(quorate_api::annotations::backup_encryption_secret(etcd).map(String::from))
         .collect();
     Ok(Role {
         metadata: id.object_meta(component::ROLE, &role_name(&id.name)),
