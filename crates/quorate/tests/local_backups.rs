@@ -43,6 +43,57 @@ fn a_total_loss_is_recovered_from_an_s3_bucket() {
     );
 }
 
+#[test]
+fn an_encrypted_bucket_holds_no_clear_object_and_a_total_loss_is_recovered() {
+    let local = Local::new();
+    let name = "sealed";
+    let text = with_backups(name, 3).replace(
+        "  namespace: default\n",
+        "  namespace: default\n  annotations:\n    quorate.io/backup-encryption-secret: backup-keys\n",
+    );
+    let path = local.manifest("sealed.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    // No key Secret yet: nothing is written (never in clear), and BackupReady says why.
+    let (_, message) = eventually(
+        "BackupReady False naming the key Secret",
+        Duration::from_secs(60),
+        || {
+            condition(&local, name, "BackupReady")
+                .filter(|c| c.0 == "False" && c.1.contains("backup-keys"))
+        },
+    );
+    assert!(message.contains("encryption"), "{message}");
+    let bucket = local.cluster_dir(name).join("backups/bucket");
+    let objects = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let v2 = dir.join("main/v2");
+        std::fs::read_dir(&v2)
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    assert!(objects(&bucket).is_empty(), "{:?}", objects(&bucket));
+    let keys = local.cluster_dir(name).join("secrets/backup-keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("k1"), "5".repeat(64)).unwrap();
+    std::fs::write(keys.join("active"), "k1").unwrap();
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, name, "BackupReady")?.0 == "True").then_some(())
+    });
+    recover_after_total_loss(&local, name, &path);
+    let stored = objects(&bucket);
+    assert!(stored.len() >= 2, "{stored:?}");
+    for object in stored {
+        let file = object.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            file.ends_with(".gz.enc") || file.ends_with(".gz.enc.final"),
+            "{file}"
+        );
+        assert!(
+            std::fs::read(&object).unwrap().starts_with(b"QRTENC"),
+            "{file}"
+        );
+    }
+}
+
 /// Backs up a 3-member cluster, loses every process and data directory, brings it back with
 /// `quorate up` and checks that every write is back at its original revision.
 fn total_loss_recovery(local: &Local, name: &str, text: &str) {
@@ -51,6 +102,12 @@ fn total_loss_recovery(local: &Local, name: &str, text: &str) {
     eventually("BackupReady to turn True", Duration::from_secs(60), || {
         (condition(local, name, "BackupReady")?.0 == "True").then_some(())
     });
+    recover_after_total_loss(local, name, &path);
+}
+
+/// Writes to a backed-up cluster, kills every member and wipes their data, brings the cluster
+/// back with `quorate up -f path` and checks every write is back at its original revision.
+fn recover_after_total_loss(local: &Local, name: &str, path: &std::path::Path) {
     let rt = runtime();
     let endpoints = local.endpoints(name);
     rt.block_on(async {
@@ -87,7 +144,7 @@ fn total_loss_recovery(local: &Local, name: &str, text: &str) {
         )
         .unwrap();
     }
-    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
+    local.ok(&["up", "-d", "-f", path_str(path), "--timeout", "120s"]);
     for url in &local.endpoints(name) {
         let after = rt.block_on(async {
             for _ in 0..50 {

@@ -277,6 +277,25 @@ fn tls_references_need_secret_names() {
 /// Names that become file or directory names (a CA key, a store Secret) stay plain names: a
 /// path would read or write outside the Secret's directory.
 #[test]
+fn the_backup_encryption_secret_must_be_a_secret_name_and_needs_a_store() {
+    let path = "metadata.annotations[quorate.io/backup-encryption-secret]";
+    let mut e = valid();
+    let annotate = |e: &mut Etcd, secret: &str| {
+        e.metadata.annotations = Some(BTreeMap::from([(
+            crate::annotations::BACKUP_ENCRYPTION_SECRET.to_string(),
+            secret.to_string(),
+        )]));
+    };
+    annotate(&mut e, "backup-keys");
+    accepted(&e);
+    annotate(&mut e, "../keys");
+    assert!(rejected(&e, path).contains("not a valid Secret name"));
+    annotate(&mut e, "backup-keys");
+    e.spec.backup.store = None;
+    assert!(rejected(&e, path).contains("set spec.backup.store"));
+}
+
+#[test]
 fn names_that_would_leave_their_directory_are_refused() {
     let mut e = valid();
     for key in ["../../etc/passwd", "ca/crt", "..", "."] {

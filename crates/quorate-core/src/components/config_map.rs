@@ -220,6 +220,39 @@ mod tests {
         );
     }
 
+    /// Naming backup encryption keys reaches the agents through the configuration (they copy
+    /// the Secret into the TLS emptyDir): no pod is replaced.
+    #[test]
+    fn the_template_checksum_ignores_backup_encryption() {
+        let mut plain = etcd("etcd-main", 3);
+        plain.spec.backup.store = Some(quorate_api::StoreSpec {
+            provider: Some("S3".into()),
+            container: Some("bucket".into()),
+            prefix: "main".into(),
+            ..Default::default()
+        });
+        let mut sealed = plain.clone();
+        sealed.metadata.annotations = Some(
+            [(
+                quorate_api::annotations::BACKUP_ENCRYPTION_SECRET.to_string(),
+                "backup-keys".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            template_checksum(&plain, &ctx()).unwrap(),
+            template_checksum(&sealed, &ctx()).unwrap()
+        );
+        let data = build(&sealed, &ctx()).unwrap().data.unwrap();
+        let cluster: ClusterConfig = serde_json::from_str(&data["cluster.json"]).unwrap();
+        let backup = cluster.backup.unwrap();
+        assert_eq!(backup.encryption_secret.as_deref(), Some("backup-keys"));
+        assert_eq!(
+            backup.encryption_key_dir.as_deref(),
+            Some(crate::components::paths::BACKUP_ENCRYPTION_KEY_DIR)
+        );
+    }
+
     /// Maintenance settings reach the running agents through the configuration: no pod is
     /// replaced for a defragmentation request, schedule or threshold.
     #[test]

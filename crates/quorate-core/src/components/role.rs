@@ -101,4 +101,26 @@ mod tests {
         );
         assert_eq!(rules[3].verbs, ["get"]);
     }
+
+    #[test]
+    fn grants_the_backup_encryption_secret_when_one_is_named() {
+        let mut e = etcd("etcd-main", 3);
+        e.metadata.annotations = Some(
+            [(
+                quorate_api::annotations::BACKUP_ENCRYPTION_SECRET.to_string(),
+                "backup-keys".to_string(),
+            )]
+            .into(),
+        );
+        let rules = build(&e).unwrap().rules.unwrap();
+        assert_eq!(
+            rules[3].resource_names.as_deref(),
+            Some(
+                &[
+                    "etcd-main-agent-token".to_string(),
+                    "backup-keys".to_string()
+                ][..]
+            )
+        );
+    }
 }
