@@ -14,6 +14,9 @@
 //! `quorate operator` reconciling them (against a plain replay of its first passes), its API
 //! requests in steady state and its peak memory.
 //!
+//! `quorate-bench encryption` uploads full and delta snapshots with and without backup
+//! encryption.
+//!
 //! `quorate-bench defrag` defragments a 3-member cluster with a ≥ 1 GB database under 8
 //! writing clients, in quorate's order and in druid's.
 //!
@@ -23,6 +26,7 @@
 mod alloc_count;
 mod backup;
 mod defrag;
+mod encryption;
 mod error;
 mod hand;
 mod observe;
@@ -73,6 +77,9 @@ enum Command {
     /// clients, in quorate's order and in druid's (the leader in place); print failed writes,
     /// p99 and longest write of each.
     Defrag(defrag::DefragArgs),
+    /// Full snapshot and delta uploads into a store with and without backup encryption; print
+    /// both times and the ratio (target: at most 10 % slower).
+    Encryption(encryption::EncryptionArgs),
 }
 
 #[derive(Debug, Args)]
@@ -138,6 +145,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Backup(args) => backup::run(args).await,
         Command::Operator(args) => operator::run(args).await,
         Command::Defrag(args) => defrag::run(args).await,
+        Command::Encryption(args) => encryption::run(args).await,
     }
 }
 

@@ -13,11 +13,11 @@
 //! Rounds alternate which side goes first, so load from other processes hits both alike.
 
 mod deltas;
-mod load;
+pub(crate) mod load;
 mod report;
 mod restore;
 mod results;
-mod snapshot;
+pub(crate) mod snapshot;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
