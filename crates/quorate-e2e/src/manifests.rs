@@ -22,7 +22,13 @@ pub struct EtcdShape<'a> {
     pub etcd_version: Option<&'a str>,
     /// The etcd container's CPU request (a pod template change when it changes).
     pub cpu: &'a str,
+    /// Encrypt the backups with the keys of this Secret (`quorate.io/backup-encryption-secret`),
+    /// made with the `Etcd`: one key `k1`, active.
+    pub backup_encryption_secret: Option<&'a str>,
 }
+
+/// The backup encryption key of [`EtcdShape::backup_encryption_secret`] (hex).
+pub const BACKUP_KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
 /// The CPU request of [`EtcdShape`]s that do not choose one.
 pub const DEFAULT_CPU: &str = "50m";
@@ -46,6 +52,18 @@ impl EtcdShape<'_> {
         if let Some(version) = self.etcd_version {
             annotations.push_str(&format!("    quorate.io/etcd-version: \"{version}\"\n"));
         }
+        let keys = match self.backup_encryption_secret {
+            Some(secret) => {
+                annotations.push_str(&format!(
+                    "    quorate.io/backup-encryption-secret: {secret}\n"
+                ));
+                format!(
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {secret}\n  namespace: \
+                     {namespace}\ntype: Opaque\nstringData:\n  k1: {BACKUP_KEY_HEX}\n  active: k1\n---\n"
+                )
+            }
+            None => String::new(),
+        };
         if !annotations.is_empty() {
             annotations.insert_str(0, "  annotations:\n");
         }
@@ -84,7 +102,7 @@ impl EtcdShape<'_> {
             None => (String::new(), "  backup: {}\n".to_string()),
         };
         format!(
-            r#"{secret}apiVersion: druid.gardener.cloud/v1alpha1
+            r#"{keys}{secret}apiVersion: druid.gardener.cloud/v1alpha1
 kind: Etcd
 metadata:
   name: {name}

@@ -159,6 +159,19 @@ impl Scenario {
     /// `kubectl apply` of a plain `Etcd` (no peer TLS) of `replicas` members, with backups to
     /// [`Scenario::bucket_dir`] when `backups`, then waits until it is fully ready.
     pub async fn create_ready_etcd(&self, name: &str, replicas: u32, backups: bool) -> Etcd {
+        self.create_ready_etcd_with(name, replicas, backups, None)
+            .await
+    }
+
+    /// [`Scenario::create_ready_etcd`], with backups encrypted by the keys of the Secret
+    /// `encryption_secret` (made with it) when given.
+    pub async fn create_ready_etcd_with(
+        &self,
+        name: &str,
+        replicas: u32,
+        backups: bool,
+        encryption_secret: Option<&str>,
+    ) -> Etcd {
         let bucket = self.bucket_dir().display().to_string();
         let shape = EtcdShape {
             name,
@@ -169,6 +182,7 @@ impl Scenario {
             reconcile: false,
             etcd_version: None,
             cpu: crate::manifests::DEFAULT_CPU,
+            backup_encryption_secret: encryption_secret,
         };
         println!("{}", self.cluster.apply(&shape.yaml()).await.trim_end());
         wait_fully_ready(

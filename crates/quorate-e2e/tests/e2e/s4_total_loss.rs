@@ -1,4 +1,6 @@
-//! Scenario 4: every member loses its pod and its volume at once.
+//! Scenario 4: every member loses its pod and its volume at once; the cluster's backups are
+//! encrypted (`quorate.io/backup-encryption-secret`), so the bucket holds no clear object and
+//! the restore decrypts.
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +28,8 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
     let mut s = Scenario::start(&env, "s4-total-loss").await;
     let ns = s.namespace.clone();
     let name = "etcd-total";
-    s.create_ready_etcd(name, 3, true).await;
+    s.create_ready_etcd_with(name, 3, true, Some("etcd-total-backup-keys"))
+        .await;
     let pod0 = format!("{name}-0");
     for i in 0..KEYS {
         etcdctl(
@@ -97,6 +100,19 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
         restored >= written,
         "the restored cluster is at revision {restored}, behind the backed-up {written}"
     );
+    // Every object in the bucket is encrypted: named `.enc`, starting with quorate's header.
+    let v2 = s.bucket_dir().join("backups").join(name).join("v2");
+    let objects: Vec<std::path::PathBuf> = std::fs::read_dir(&v2)
+        .unwrap_or_else(|e| panic!("{}: {e}", v2.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!objects.is_empty(), "{} is empty", v2.display());
+    for object in &objects {
+        let text = object.display().to_string();
+        assert!(text.contains(".enc"), "{text} is not named as encrypted");
+        let head = std::fs::read(object).unwrap();
+        assert!(head.starts_with(b"QRTENC"), "{text} is not encrypted");
+    }
     let log = s
         .cluster
         .kubectl(&["-n", &ns, "logs", &pod0, "-c", "etcd"])

@@ -84,6 +84,7 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
         reconcile: true,
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
+        backup_encryption_secret: None,
     };
     s.cluster.apply(&three.yaml()).await;
     let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
@@ -242,6 +243,7 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
         reconcile: true,
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
+        backup_encryption_secret: None,
     };
     let t = Instant::now();
     s.cluster.apply(&shape(0).yaml()).await;
