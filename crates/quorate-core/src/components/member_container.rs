@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Probe,
-    ResourceRequirements, SecurityContext, VolumeMount,
+    ResourceRequirements, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -73,10 +73,7 @@ pub fn build(
                 .clone()
                 .unwrap_or_else(default_resources),
         ),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(super::security::container()),
         volume_mounts: Some(mounts),
         ..Container::default()
     }

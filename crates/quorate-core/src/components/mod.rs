@@ -24,6 +24,7 @@ pub mod peer_service;
 pub mod pod_disruption_budget;
 pub mod role;
 pub mod role_binding;
+pub mod security;
 pub mod service_account;
 pub mod snapshot_leases;
 pub mod statefulset;

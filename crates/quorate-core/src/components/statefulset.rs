@@ -7,14 +7,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec,
     VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use quorate_api::Etcd;
 use quorate_api::annotations::CHECKSUM_ETCD_CONFIGMAP;
-use quorate_api::defaults::{DEFAULT_STORAGE_CAPACITY, NON_ROOT_USER_ID};
+use quorate_api::defaults::DEFAULT_STORAGE_CAPACITY;
 use quorate_api::names::{
     component, default_labels, peer_service_name, service_account_name, statefulset_name,
     volume_claim_template_name,
@@ -57,7 +57,7 @@ pub fn build(
     let init = init_containers(etcd, ctx);
     let pod = PodSpec {
         service_account_name: Some(service_account_name(&id.name)),
-        security_context: Some(pod_security_context(etcd.spec.run_as_root())),
+        security_context: Some(super::security::pod(etcd.spec.run_as_root())),
         affinity: scheduling.and_then(|s| s.affinity.clone()),
         topology_spread_constraints: scheduling.and_then(|s| s.topology_spread_constraints.clone()),
         priority_class_name: etcd
@@ -110,21 +110,6 @@ pub fn resized(built: &StatefulSet, replicas: i32) -> StatefulSet {
         spec.replicas = Some(replicas);
     }
     sts
-}
-
-/// uid/gid 65532 (or root with `runAsRoot`), with files of mounted volumes group-owned by it;
-/// ownership is changed only when the volume root does not match already, so large data
-/// volumes do not delay every start.
-fn pod_security_context(run_as_root: bool) -> PodSecurityContext {
-    let id = if run_as_root { 0 } else { NON_ROOT_USER_ID };
-    PodSecurityContext {
-        run_as_user: Some(id),
-        run_as_group: Some(id),
-        run_as_non_root: Some(!run_as_root),
-        fs_group: Some(id),
-        fs_group_change_policy: Some("OnRootMismatch".to_string()),
-        ..PodSecurityContext::default()
-    }
 }
 
 /// The data volume of each member: `spec.storageCapacity` (16Gi when unset), read-write by one
@@ -203,6 +188,18 @@ mod tests {
         let security = pod.security_context.as_ref().unwrap();
         assert_eq!(security.run_as_user, Some(65532));
         assert_eq!(security.run_as_non_root, Some(true));
+        // Kubernetes' restricted profile: what the member writes is on its volumes.
+        assert_eq!(
+            security.seccomp_profile.as_ref().unwrap().type_,
+            "RuntimeDefault"
+        );
+        let container = pod.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(container.read_only_root_filesystem, Some(true));
+        assert_eq!(container.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            container.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
         let pvc = &spec.volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(pvc.metadata.name.as_deref(), Some("etcd-main"));
         let pvc_spec = pvc.spec.as_ref().unwrap();

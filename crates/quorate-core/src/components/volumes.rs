@@ -4,11 +4,9 @@
 //! user, as druid does).
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, HostPathVolumeSource, SecretVolumeSource, SecurityContext,
-    Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, HostPathVolumeSource, SecretVolumeSource, Volume, VolumeMount,
 };
 use quorate_api::Etcd;
-use quorate_api::defaults::NON_ROOT_USER_ID;
 use quorate_api::names::volume_claim_template_name;
 use quorate_api::provider::StorageProvider;
 
@@ -20,8 +18,6 @@ use super::tls_secrets::TLS_DIR;
 /// File mode of mounted Secrets: owner read-write, group read (druid's `0640`); the pod's
 /// `fsGroup` makes the group the container's.
 pub const SECRET_FILE_MODE: i32 = 0o640;
-/// Name of the init container that changes the owner of a `Local` bucket (druid's).
-pub const CHANGE_BACKUP_BUCKET_PERMISSIONS: &str = "change-backup-bucket-permissions";
 
 /// Volumes of the pod and the member container's mounts of them (the data volume is the
 /// PVC template and has a mount but no pod volume).
@@ -123,24 +119,11 @@ pub fn init_containers(etcd: &Etcd, ctx: &ComponentContext) -> Vec<Container> {
         return Vec::new();
     }
     let path = local_backup_mount(container);
-    vec![Container {
-        name: CHANGE_BACKUP_BUCKET_PERMISSIONS.to_string(),
-        image: Some(ctx.init_image.clone()),
-        image_pull_policy: Some("IfNotPresent".to_string()),
-        command: Some(vec!["sh".into(), "-c".into(), "--".into()]),
-        args: Some(vec![format!(
-            "chown -R {NON_ROOT_USER_ID}:{NON_ROOT_USER_ID} {path}"
-        )]),
-        volume_mounts: Some(vec![mount(volume::LOCAL_BACKUP, &path)]),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            run_as_group: Some(0),
-            run_as_non_root: Some(false),
-            run_as_user: Some(0),
-            ..SecurityContext::default()
-        }),
-        ..Container::default()
-    }]
+    vec![super::security::chown_bucket_container(
+        &ctx.init_image,
+        &path,
+        mount(volume::LOCAL_BACKUP, &path),
+    )]
 }
 
 #[cfg(test)]

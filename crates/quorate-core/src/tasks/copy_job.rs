@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, HostPathVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Container, HostPathVolumeSource, PodSpec, PodTemplateSpec, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use quorate_api::StoreSpec;
-use quorate_api::defaults::NON_ROOT_USER_ID;
 use quorate_api::names::{
     LABEL_APP_NAME, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_PART_OF, MANAGED_BY_VALUE,
 };
@@ -142,30 +141,16 @@ pub fn copy_job(inputs: &CopyJobInputs) -> Result<Job, CopyJobError> {
     }
     let init_containers = local_container(&task.spec.target_store).map(|container| {
         let path = format!("{LOCAL_BACKUP_ROOT}/{container}");
-        vec![Container {
-            name: crate::components::volumes::CHANGE_BACKUP_BUCKET_PERMISSIONS.to_string(),
-            image: Some(inputs.init_image.to_string()),
-            image_pull_policy: Some("IfNotPresent".to_string()),
-            command: Some(vec!["sh".into(), "-c".into(), "--".into()]),
-            args: Some(vec![format!(
-                "chown -R {NON_ROOT_USER_ID}:{NON_ROOT_USER_ID} {path}"
-            )]),
-            volume_mounts: Some(
-                mounts
-                    .iter()
-                    .filter(|m| m.mount_path == path)
-                    .cloned()
-                    .collect(),
-            ),
-            security_context: Some(SecurityContext {
-                allow_privilege_escalation: Some(false),
-                run_as_user: Some(0),
-                run_as_group: Some(0),
-                run_as_non_root: Some(false),
-                ..SecurityContext::default()
-            }),
-            ..Container::default()
-        }]
+        let mount = mounts
+            .iter()
+            .find(|m| m.mount_path == path)
+            .cloned()
+            .expect("the target bucket is mounted at its path");
+        vec![crate::components::security::chown_bucket_container(
+            inputs.init_image,
+            &path,
+            mount,
+        )]
     });
     Ok(Job {
         metadata: ObjectMeta {
@@ -198,20 +183,11 @@ pub fn copy_job(inputs: &CopyJobInputs) -> Result<Job, CopyJobError> {
                         command: Some(vec![crate::components::agent_args::COMMAND.to_string()]),
                         args: Some(args),
                         volume_mounts: Some(mounts),
-                        security_context: Some(SecurityContext {
-                            allow_privilege_escalation: Some(false),
-                            ..SecurityContext::default()
-                        }),
+                        security_context: Some(crate::components::security::container()),
                         ..Container::default()
                     }],
                     volumes: Some(volumes),
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(NON_ROOT_USER_ID),
-                        run_as_group: Some(NON_ROOT_USER_ID),
-                        run_as_non_root: Some(true),
-                        fs_group: Some(NON_ROOT_USER_ID),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(crate::components::security::pod(false)),
                     ..PodSpec::default()
                 }),
             },
