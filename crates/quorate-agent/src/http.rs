@@ -2,21 +2,23 @@
 //! etcd serves with a leader), `/metrics` ([`crate::metrics`]), `/initialization/status`, `/config`, `/member`, and the
 //! on-demand snapshots `/snapshot/full[?final=true]`, `/snapshot/delta`, `/snapshot/latest`,
 //! which any member answers (a member that is not the backup leader forwards to the one that
-//! is). The two that take snapshots need the cluster's bearer token (its Secret is named by
-//! the configuration, `agentTokenSecret`).
+//! is). The two that take snapshots need a credential: with `spec.backup.tls` and a client
+//! certificate configured, a client certificate the CA verified (see `listener.rs`); otherwise
+//! the cluster's bearer token (its Secret is named by the configuration, `agentTokenSecret`).
 
 use crate::backup::BackupRequest;
 use crate::state::{Phase, SharedState};
-use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 use quorate_api::names::AGENT_TOKEN_KEY;
 use quorate_backup::layout::SnapshotKind;
 use quorate_backup::store::StoredSnapshot;
 use quorate_coord::Coordination;
+use quorate_coord::agent_tls::{self, VerifiedClient};
 use serde::Deserialize;
 use serde_json::json;
 use std::time::Duration;
@@ -108,12 +110,14 @@ fn failure(code: StatusCode, message: impl Into<String>) -> Response {
     (code, axum::Json(json!({ "error": message.into() }))).into_response()
 }
 
-/// `None` when the request may go on: the configuration names no token Secret (written before
-/// tokens), or the request carries the token as `Authorization: Bearer <token>`. Otherwise the
-/// refusal: 401 (counted in `quorate_agent_requests_refused_total`), or 503 while the token
-/// cannot be read (fail closed).
+/// `None` when the request may go on. With `spec.backup.tls` and a client certificate
+/// configured: its connection presented a client certificate the CA verified. Otherwise: the
+/// configuration names no token Secret (written before tokens), or the request carries the
+/// token as `Authorization: Bearer <token>`. Else the refusal: 401 (counted in
+/// `quorate_agent_requests_refused_total`), or 503 while the token cannot be read (fail closed).
 async fn refuse_unauthorized<C: Coordination>(
     http: &Http<C>,
+    verified: Option<Extension<VerifiedClient>>,
     headers: &HeaderMap,
     path: &str,
 ) -> Option<Response> {
@@ -126,6 +130,21 @@ async fn refuse_unauthorized<C: Coordination>(
             ));
         }
     };
+    if config
+        .agent_tls
+        .as_ref()
+        .is_some_and(|t| t.client_cert_file.is_some())
+    {
+        if verified.is_some_and(|Extension(v)| v.0) {
+            return None;
+        }
+        http.state.metrics().refused(path);
+        return Some(failure(
+            StatusCode::UNAUTHORIZED,
+            "this endpoint needs a client certificate signed by the CA of spec.backup.tls \
+             (tlsCASecretRef), over HTTPS",
+        ));
+    }
     let secret = config.agent_token_secret?;
     let token = match http.coord.secret_data(&secret).await {
         Ok(data) => data.and_then(|d| d.get(AGENT_TOKEN_KEY).cloned()),
@@ -176,10 +195,11 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 async fn snapshot_full<C: Coordination + Clone>(
     State(http): State<Http<C>>,
     Query(query): Query<FullQuery>,
+    verified: Option<Extension<VerifiedClient>>,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    if let Some(refusal) = refuse_unauthorized(&http, &headers, uri.path()).await {
+    if let Some(refusal) = refuse_unauthorized(&http, verified, &headers, uri.path()).await {
         return refusal;
     }
     if let Some(response) = forward_unless_leader(&http, &headers, &uri).await {
@@ -199,10 +219,11 @@ async fn snapshot_full<C: Coordination + Clone>(
 
 async fn snapshot_delta<C: Coordination + Clone>(
     State(http): State<Http<C>>,
+    verified: Option<Extension<VerifiedClient>>,
     headers: HeaderMap,
     uri: Uri,
 ) -> Response {
-    if let Some(refusal) = refuse_unauthorized(&http, &headers, uri.path()).await {
+    if let Some(refusal) = refuse_unauthorized(&http, verified, &headers, uri.path()).await {
         return refusal;
     }
     if let Some(response) = forward_unless_leader(&http, &headers, &uri).await {
@@ -268,7 +289,17 @@ async fn forward_unless_leader<C: Coordination>(
         ));
     };
     let target = format!("{url}{}", uri.path_and_query().map_or("", |p| p.as_str()));
-    let mut request = reqwest::Client::new().get(&target).header(FORWARDED, "1");
+    let tls = http.state.get().agent_tls;
+    let client = match agent_tls::http_client(tls.as_ref()) {
+        Ok(client) => client,
+        Err(e) => {
+            return Some(failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the agents' TLS files cannot be used: {e}"),
+            ));
+        }
+    };
+    let mut request = client.get(&target).header(FORWARDED, "1");
     if let Some(auth) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         request = request.header("authorization", auth);
     }

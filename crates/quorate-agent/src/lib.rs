@@ -10,6 +10,7 @@ pub mod etcd_process;
 pub mod executor;
 mod facts;
 pub mod http;
+mod listener;
 pub mod member;
 pub mod metrics;
 mod private_start;
@@ -58,14 +59,12 @@ pub async fn serve<C: Coordination + Clone>(
         requests,
         shutdown.clone(),
     ));
-    let mut http_shutdown = shutdown.clone();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = http_shutdown.wait_for(|stop| *stop).await;
-            })
-            .await;
-    });
+    let server = tokio::spawn(listener::serve(
+        listener,
+        app,
+        state.clone(),
+        shutdown.clone(),
+    ));
     let result = run_agent(coord, opts, state, shutdown).await;
     server.abort();
     backup_loop.abort();

@@ -120,6 +120,8 @@ pub async fn run_agent<C: Coordination>(
             wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
             continue;
         }
+        // The TLS files are in place: the listener may serve TLS (`spec.backup.tls`).
+        state.update(|s| s.agent_tls = cluster.agent_tls.clone());
         // A restore from an encrypted bucket needs the keys; without them it fails and says so.
         if let Err(reason) = crate::secret_files::write_backup_keys(&coord, &cluster).await {
             tracing::warn!(member = %opts.member, %reason, "backup encryption keys not written");
@@ -416,7 +418,14 @@ async fn run_etcd<C: Coordination>(
                 if let Ok(latest) = &latest {
                     newest = latest.clone();
                     let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
+                    // Serve TLS once its files are there (written at start and with the TLS files).
+                    let agent_tls = latest.agent_tls.clone().filter(|t| {
+                        [&t.ca_file, &t.cert_file, &t.key_file]
+                            .iter()
+                            .all(|f| std::path::Path::new(f).is_file())
+                    });
                     state.update(|s| {
+                        s.agent_tls = agent_tls;
                         s.hibernation_request = latest.hibernation_request.clone();
                         s.upgrade_snapshot_request = upgrade;
                     });

@@ -82,6 +82,10 @@ pub struct MemberState {
     /// The newest defragmentation round this member knows and its own last defragmentation
     /// (published on its lease).
     pub defrag: DefragRecord,
+    /// The agents' TLS files from the newest configuration read (`spec.backup.tls`): the
+    /// listener serves TLS while set.
+    #[serde(skip)]
+    pub agent_tls: Option<quorate_core::cluster_config::TlsFiles>,
 }
 
 impl MemberState {

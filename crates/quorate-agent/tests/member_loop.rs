@@ -51,6 +51,7 @@ fn config(n: usize) -> ClusterConfig {
         },
         client_tls: None,
         peer_tls: None,
+        agent_tls: None,
         secret_files: Vec::new(),
         heartbeat_millis: 500,
         backup: None,

@@ -79,6 +79,16 @@ pub fn are_components_protected(annotations: Option<&BTreeMap<String, String>>) 
 /// Raising it upgrades the members one at a time; lowering it is refused.
 pub const ETCD_VERSION: &str = "quorate.io/etcd-version";
 
+/// The Secret named by [`BACKUP_ENCRYPTION_SECRET`] on `etcd`, if set and not empty.
+pub fn backup_encryption_secret(etcd: &crate::Etcd) -> Option<&str> {
+    etcd.metadata
+        .annotations
+        .as_ref()?
+        .get(BACKUP_ENCRYPTION_SECRET)
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,14 +129,4 @@ mod tests {
         assert!(!is_spec_reconcile_suspended(None));
         assert!(are_components_protected(None));
     }
-}
-
-/// The Secret named by [`BACKUP_ENCRYPTION_SECRET`] on `etcd`, if set and not empty.
-pub fn backup_encryption_secret(etcd: &crate::Etcd) -> Option<&str> {
-    etcd.metadata
-        .annotations
-        .as_ref()?
-        .get(BACKUP_ENCRYPTION_SECRET)
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
 }

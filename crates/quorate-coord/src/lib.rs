@@ -3,6 +3,7 @@
 //! local mode they are files in the cluster's state directory. The agent is written against the
 //! [`Coordination`] trait so it runs unchanged in both places.
 
+pub mod agent_tls;
 pub mod file;
 pub mod json_file;
 pub mod kube;

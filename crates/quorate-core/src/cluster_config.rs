@@ -39,6 +39,11 @@ pub struct ClusterConfig {
     /// Peer TLS, when `spec.etcd.peerUrlTls` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_tls: Option<TlsFiles>,
+    /// The agents' HTTPS, when `spec.backup.tls` is set: they serve with its server
+    /// certificate, and with a client certificate configured they require one from its CA
+    /// for the endpoints that take snapshots (and present it to each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_tls: Option<TlsFiles>,
     /// Secrets the agent writes as files before etcd uses them (Kubernetes: the TLS Secrets,
     /// read through the API; locally the files exist already and this is empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -303,6 +303,7 @@ pub(crate) mod tests {
             },
             client_tls: None,
             peer_tls: None,
+            agent_tls: None,
             secret_files: Vec::new(),
             heartbeat_millis: 10_000,
             backup: None,

@@ -1,17 +1,33 @@
 //! Readiness of a member as its agent reports it (`GET /healthz`), the local stand-in for a
 //! pod's `ContainersReady`.
 
+use quorate_core::cluster_config::TlsFiles;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Whether the agent on `127.0.0.1:port` answers `/healthz` with 200 within `timeout`.
-pub async fn agent_ready(port: u16, timeout: Duration) -> bool {
-    tokio::time::timeout(timeout, get_status(port, "/healthz"))
+/// Whether the agent on `127.0.0.1:port` answers `/healthz` with 200 within `timeout`, over
+/// HTTPS trusting the agents' CA when they serve TLS (`tls`).
+pub async fn agent_ready(port: u16, tls: Option<&TlsFiles>, timeout: Duration) -> bool {
+    let status = match tls {
+        None => tokio::time::timeout(timeout, get_status(port, "/healthz"))
+            .await
+            .ok()
+            .flatten(),
+        Some(files) => https_status(port, files, timeout).await,
+    };
+    status == Some(200)
+}
+
+async fn https_status(port: u16, files: &TlsFiles, timeout: Duration) -> Option<u16> {
+    let client = quorate_coord::agent_tls::http_client(Some(files)).ok()?;
+    let response = client
+        .get(format!("https://127.0.0.1:{port}/healthz"))
+        .timeout(timeout)
+        .send()
         .await
-        .ok()
-        .flatten()
-        == Some(200)
+        .ok()?;
+    Some(response.status().as_u16())
 }
 
 async fn get_status(port: u16, path: &str) -> Option<u16> {
@@ -48,11 +64,11 @@ mod tests {
                 s.write_all(reply.as_bytes()).await.unwrap();
             }
         });
-        assert!(agent_ready(port, Duration::from_secs(2)).await);
-        assert!(!agent_ready(port, Duration::from_secs(2)).await);
+        assert!(agent_ready(port, None, Duration::from_secs(2)).await);
+        assert!(!agent_ready(port, None, Duration::from_secs(2)).await);
         server.await.unwrap();
         assert!(
-            !agent_ready(port, Duration::from_millis(200)).await,
+            !agent_ready(port, None, Duration::from_millis(200)).await,
             "nothing listens any more"
         );
     }

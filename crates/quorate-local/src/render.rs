@@ -62,6 +62,7 @@ pub fn render_cluster_config(
         listen_host: LOCAL_HOST.into(),
         client_tls,
         peer_tls,
+        agent_tls: crate::tls::agent_tls_files(etcd, dir)?,
         // `Local` containers live in the cluster's `backups/` directory and a store Secret is
         // the directory `secrets/<name>/`, as for TLS.
         local_root: dir.backups().display().to_string(),

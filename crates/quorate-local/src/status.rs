@@ -196,6 +196,7 @@ mod tests {
             etcd: EtcdSettings::from_etcd(e),
             client_tls: None,
             peer_tls: None,
+            agent_tls: None,
             secret_files: Vec::new(),
             heartbeat_millis: 1000,
             backup: None,

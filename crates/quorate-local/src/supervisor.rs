@@ -164,7 +164,9 @@ impl Supervisor {
         for member in &desired {
             let port = record.ports[member].agent;
             let running = self.agents.is_running(member);
-            let ready = running && probe::agent_ready(port, Duration::from_millis(300)).await;
+            let ready = running
+                && probe::agent_ready(port, config.agent_tls.as_ref(), Duration::from_millis(300))
+                    .await;
             processes.insert(member.clone(), MemberProcess { running, ready });
         }
         let backup = self.snapshot_leases(&config, &mut record).await?;

@@ -41,6 +41,20 @@ pub fn tls_files(
     Ok((client, peer))
 }
 
+/// The agents' TLS files (`spec.backup.tls`), generating what is missing.
+pub fn agent_tls_files(etcd: &Etcd, dir: &ClusterDir) -> Result<Option<TlsFiles>, LocalError> {
+    let Some(t) = &etcd.spec.backup.tls else {
+        return Ok(None);
+    };
+    materialize(
+        &dir.root().join("secrets"),
+        &t.tls_ca_secret_ref,
+        secret_name(&t.server_tls_secret_ref),
+        t.client_tls_secret_ref.as_ref().map(secret_name),
+    )
+    .map(Some)
+}
+
 fn secret_name(r: &k8s_openapi::api::core::v1::SecretReference) -> &str {
     r.name.as_deref().unwrap_or_default()
 }

@@ -297,7 +297,14 @@ fn check_etcd_config(etcd: &Etcd, config: &EtcdConfig, p: &mut Problems) {
     );
     check_resources("spec.etcd.resources", config.resources.as_ref(), p);
     if let Some(tls) = &config.client_url_tls {
-        check_tls("spec.etcd.clientUrlTls", tls, true, p);
+        check_tls(
+            "spec.etcd.clientUrlTls",
+            tls,
+            Some(
+                "with client TLS; reference the Secret with the client certificate and key the members use to reach etcd",
+            ),
+            p,
+        );
     }
     if let Some(tls) = &config.peer_url_tls {
         check_peer_tls("spec.etcd.peerUrlTls", tls, p);
@@ -390,9 +397,14 @@ fn check_ca_ref(path: &str, ca: &SecretReference, p: &mut Problems) {
     }
 }
 
-/// Client or backup TLS: CA and server certificate, and (for the client URL) the client
-/// certificate the agent uses to reach etcd.
-pub(super) fn check_tls(path: &str, tls: &TlsConfig, client_required: bool, p: &mut Problems) {
+/// Client or backup TLS: CA and server certificate, and the client certificate, which must be
+/// set when `client_required` says why.
+pub(super) fn check_tls(
+    path: &str,
+    tls: &TlsConfig,
+    client_required: Option<&str>,
+    p: &mut Problems,
+) {
     check_ca_ref(&format!("{path}.tlsCASecretRef"), &tls.tls_ca_secret_ref, p);
     check_secret_name(
         &format!("{path}.serverTLSSecretRef"),
@@ -408,11 +420,11 @@ pub(super) fn check_tls(path: &str, tls: &TlsConfig, client_required: bool, p: &
             "the client certificate and key",
             p,
         ),
-        None if client_required => p.add(
-            client_path,
-            "is required with client TLS; reference the Secret with the client certificate and key the members use to reach etcd",
-        ),
-        None => {}
+        None => {
+            if let Some(why) = client_required {
+                p.add(client_path, format!("is required {why}"));
+            }
+        }
     }
 }
 

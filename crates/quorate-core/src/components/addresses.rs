@@ -40,6 +40,11 @@ pub fn client_scheme(etcd: &Etcd) -> &'static str {
     scheme(etcd.client_tls_enabled())
 }
 
+/// `https` when the agents serve TLS (`spec.backup.tls`), else `http`.
+pub fn agent_scheme(etcd: &Etcd) -> &'static str {
+    scheme(etcd.spec.backup.tls.is_some())
+}
+
 fn scheme(tls: bool) -> &'static str {
     if tls { "https" } else { "http" }
 }

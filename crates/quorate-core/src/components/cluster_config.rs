@@ -12,13 +12,13 @@ use quorate_api::annotations::ADOPT_BACKUPS;
 use quorate_api::names::{delta_snapshot_lease_name, full_snapshot_lease_name};
 use quorate_api::provider::StorageProvider;
 
-use super::addresses::{client_scheme, peer_scheme, pod_members, url};
+use super::addresses::{agent_scheme, client_scheme, peer_scheme, pod_members, url};
 use super::error::ComponentError;
 use super::meta::EtcdIdentity;
 use super::paths::{
-    BACKUP_ENCRYPTION_KEY_DIR, BACKUP_SECRET_MOUNT, CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT,
-    CLIENT_SERVER_TLS_MOUNT, LOCAL_BACKUP_ROOT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT, TLS_CERT_KEY,
-    TLS_KEY_KEY, file_in,
+    BACKUP_CA_MOUNT, BACKUP_CLIENT_TLS_MOUNT, BACKUP_ENCRYPTION_KEY_DIR, BACKUP_SECRET_MOUNT,
+    BACKUP_SERVER_TLS_MOUNT, CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT, CLIENT_SERVER_TLS_MOUNT,
+    LOCAL_BACKUP_ROOT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT, TLS_CERT_KEY, TLS_KEY_KEY, file_in,
 };
 use crate::cluster_config::{BackupConfig, ClusterConfig, EtcdSettings, MemberEndpoints, TlsFiles};
 
@@ -41,6 +41,8 @@ pub struct Placement {
     pub client_tls: Option<TlsFiles>,
     /// Peer TLS files, when peer TLS is configured.
     pub peer_tls: Option<TlsFiles>,
+    /// The agents' TLS files, when `spec.backup.tls` is configured.
+    pub agent_tls: Option<TlsFiles>,
     /// Directory under which `Local` containers live.
     pub local_root: String,
     /// Directory holding the store Secret's keys, when one is used.
@@ -82,7 +84,7 @@ impl PlacedMember {
             client_url: url(client_scheme(etcd), &self.host, self.client_port),
             peer_port: self.peer_port,
             client_port: self.client_port,
-            agent_url: url("http", &self.host, self.agent_port),
+            agent_url: url(agent_scheme(etcd), &self.host, self.agent_port),
             agent_port: self.agent_port,
             name: self.name,
         }
@@ -120,6 +122,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         etcd: EtcdSettings::from_etcd(etcd),
         client_tls: placement.client_tls,
         peer_tls: placement.peer_tls,
+        agent_tls: placement.agent_tls,
         secret_files: placement.secret_files,
         heartbeat_millis: u64::try_from(etcd.spec.etcd.heartbeat_duration().as_millis())
             .unwrap_or(u64::MAX),
@@ -214,6 +217,19 @@ pub fn render_for_kubernetes(
             key_file: file_in(PEER_SERVER_TLS_MOUNT, TLS_KEY_KEY),
             client_cert_file: None,
             client_key_file: None,
+        }),
+        agent_tls: spec.backup.tls.as_ref().map(|t| TlsFiles {
+            ca_file: file_in(BACKUP_CA_MOUNT, t.tls_ca_secret_ref.data_key()),
+            cert_file: file_in(BACKUP_SERVER_TLS_MOUNT, TLS_CERT_KEY),
+            key_file: file_in(BACKUP_SERVER_TLS_MOUNT, TLS_KEY_KEY),
+            client_cert_file: t
+                .client_tls_secret_ref
+                .as_ref()
+                .map(|_| file_in(BACKUP_CLIENT_TLS_MOUNT, TLS_CERT_KEY)),
+            client_key_file: t
+                .client_tls_secret_ref
+                .as_ref()
+                .map(|_| file_in(BACKUP_CLIENT_TLS_MOUNT, TLS_KEY_KEY)),
         }),
         local_root: LOCAL_BACKUP_ROOT.to_string(),
         secret_dir: mounts_store_secret(etcd).then(|| BACKUP_SECRET_MOUNT.to_string()),

@@ -59,7 +59,15 @@ pub fn build(
             http_get: Some(HTTPGetAction {
                 path: Some(READINESS_PATH.to_string()),
                 port: IntOrString::Int(agent_port),
-                scheme: Some("HTTP".to_string()),
+                // The kubelet does not verify the certificate, and `/healthz` needs none.
+                scheme: Some(
+                    if etcd.spec.backup.tls.is_some() {
+                        "HTTPS"
+                    } else {
+                        "HTTP"
+                    }
+                    .to_string(),
+                ),
                 ..HTTPGetAction::default()
             }),
             initial_delay_seconds: Some(READINESS_INITIAL_DELAY_SECONDS),

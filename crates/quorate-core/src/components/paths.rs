@@ -24,6 +24,12 @@ pub const PEER_SERVER_TLS_MOUNT: &str = "/var/etcd/ssl/peer/server";
 /// `Local`: druid's path for non-GCS providers. The agent reads the keys as files from here
 /// (`BackupConfig::secret_dir`), so one path serves GCS too.
 pub const BACKUP_SECRET_MOUNT: &str = "/var/etcd-backup";
+/// CA bundle of the agents' HTTPS (the `tlsCASecretRef` Secret of `spec.backup.tls`).
+pub const BACKUP_CA_MOUNT: &str = "/var/etcd/ssl/backup/ca";
+/// Server certificate and key of the agents' HTTPS.
+pub const BACKUP_SERVER_TLS_MOUNT: &str = "/var/etcd/ssl/backup/server";
+/// Client certificate and key the agents present to each other.
+pub const BACKUP_CLIENT_TLS_MOUNT: &str = "/var/etcd/ssl/backup/client";
 /// Where the agent writes the backup encryption keys (the Secret
 /// `quorate.io/backup-encryption-secret` names) in a pod: in the memory-backed TLS emptyDir,
 /// so keys never reach a disk and naming the Secret changes no pod.

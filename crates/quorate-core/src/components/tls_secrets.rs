@@ -7,8 +7,8 @@
 use quorate_api::Etcd;
 
 use super::paths::{
-    CLIENT_CA_MOUNT, CLIENT_CLIENT_TLS_MOUNT, CLIENT_SERVER_TLS_MOUNT, PEER_CA_MOUNT,
-    PEER_SERVER_TLS_MOUNT,
+    BACKUP_CA_MOUNT, BACKUP_CLIENT_TLS_MOUNT, BACKUP_SERVER_TLS_MOUNT, CLIENT_CA_MOUNT,
+    CLIENT_CLIENT_TLS_MOUNT, CLIENT_SERVER_TLS_MOUNT, PEER_CA_MOUNT, PEER_SERVER_TLS_MOUNT,
 };
 use crate::cluster_config::SecretFiles;
 
@@ -16,7 +16,7 @@ use crate::cluster_config::SecretFiles;
 pub const TLS_DIR: &str = "/var/etcd/ssl";
 
 /// Every configured TLS Secret with the directory its keys are written to, in druid's order
-/// (client CA, server, client; peer CA, peer server). Secrets without a name are left out
+/// (client CA, server, client; peer CA, peer server; backup CA, server, client). Secrets without a name are left out
 /// (validation refuses them).
 pub fn tls_secret_files(etcd: &Etcd) -> Vec<SecretFiles> {
     let mut files = Vec::new();
@@ -44,6 +44,16 @@ pub fn tls_secret_files(etcd: &Etcd) -> Vec<SecretFiles> {
             tls.server_tls_secret_ref.name.as_ref(),
             PEER_SERVER_TLS_MOUNT,
         );
+    }
+    if let Some(tls) = &etcd.spec.backup.tls {
+        add(tls.tls_ca_secret_ref.name.as_ref(), BACKUP_CA_MOUNT);
+        add(
+            tls.server_tls_secret_ref.name.as_ref(),
+            BACKUP_SERVER_TLS_MOUNT,
+        );
+        if let Some(client) = &tls.client_tls_secret_ref {
+            add(client.name.as_ref(), BACKUP_CLIENT_TLS_MOUNT);
+        }
     }
     files
 }

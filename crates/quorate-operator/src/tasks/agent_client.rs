@@ -1,7 +1,8 @@
 //! Asking a cluster's agents for an on-demand snapshot: `GET /snapshot/full[?final=true]` or
 //! `/snapshot/delta` on the client Service's backup port (any member forwards to the backup
 //! leader), with the task's timeout. The answer is sorted into done, unreachable (retried)
-//! and failed. The token is the cluster's agent token Secret (`<name>-agent-token`).
+//! and failed. The credential is the cluster's agent token Secret (`<name>-agent-token`), or
+//! with `spec.backup.tls` HTTPS with its CA and client certificate.
 
 use std::time::Duration;
 
@@ -9,6 +10,15 @@ use quorate_api::Etcd;
 use quorate_api::names::client_hostname;
 use quorate_core::tasks::ops_task::{ExecutionOutcome, SnapshotRequest};
 use serde_json::Value;
+
+/// What the operator presents to a cluster's agents.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// The bearer token, when the cluster has one.
+    pub token: Option<String>,
+    /// HTTPS with the CA of `spec.backup.tls` (and its client certificate, when configured).
+    pub tls: Option<rustls::ClientConfig>,
+}
 
 /// HTTP client for the agents.
 #[derive(Clone)]
@@ -36,30 +46,39 @@ impl AgentClient {
         let name = etcd.metadata.name.as_deref().unwrap_or_default();
         let namespace = etcd.metadata.namespace.as_deref().unwrap_or("default");
         format!(
-            "http://{}:{}",
+            "{}://{}:{}",
+            quorate_core::components::addresses::agent_scheme(etcd),
             client_hostname(name, namespace),
             etcd.spec.backup.port()
         )
     }
 
-    /// Asks for the snapshot (with the cluster's bearer token, when it has one) and sorts the
-    /// answer.
+    /// Asks for the snapshot with `credentials` and sorts the answer.
     pub async fn snapshot(
         &self,
         etcd: &Etcd,
         request: SnapshotRequest,
-        token: Option<&str>,
+        credentials: Credentials,
     ) -> ExecutionOutcome {
         let kind = if request.full { "full" } else { "delta" };
         let mut url = format!("{}/snapshot/{kind}", self.base_url(etcd));
         if request.is_final {
             url.push_str("?final=true");
         }
-        let mut get = self
-            .http
+        let http = match credentials.tls {
+            Some(tls) => match reqwest::Client::builder()
+                .tls_backend_preconfigured(tls)
+                .build()
+            {
+                Ok(client) => client,
+                Err(e) => return ExecutionOutcome::Unreachable(format!("an HTTPS client: {e}")),
+            },
+            None => self.http.clone(),
+        };
+        let mut get = http
             .get(&url)
             .timeout(request.timeout + Duration::from_secs(5));
-        if let Some(token) = token {
+        if let Some(token) = &credentials.token {
             get = get.bearer_auth(token);
         }
         let sent = get.send().await;

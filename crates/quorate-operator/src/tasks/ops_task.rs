@@ -3,6 +3,7 @@
 //! (finalizer, status, the snapshot through the agents, deletion after the TTL), with an event
 //! for each outcome a person would look for.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use quorate_core::tasks::ops_task::{
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::agent_client::Credentials;
 use super::{TaskContext, TaskError, TaskRef, set_finalizers};
 
 /// Runs the controller until `shutdown` turns true.
@@ -97,8 +99,8 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
             }
             OpsStep::Execute(request) => {
                 let Some(etcd) = &etcd else { continue };
-                let outcome = match agent_token(&ctx, &namespace, etcd).await {
-                    Ok(token) => ctx.agents.snapshot(etcd, request, token.as_deref()).await,
+                let outcome = match agent_credentials(&ctx, &namespace, etcd).await {
+                    Ok(credentials) => ctx.agents.snapshot(etcd, request, credentials).await,
                     Err(why) => ExecutionOutcome::Unreachable(why),
                 };
                 let (status, again) = after_execution(&view, outcome);
@@ -137,26 +139,76 @@ async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Acti
     Ok(Action::requeue(Duration::from_secs(1)))
 }
 
-/// The cluster's agent token (`None` while it has none); `Err` when its Secret cannot be read.
-async fn agent_token(
+/// What the operator presents to `etcd`'s agents: its token (`None` while it has none) and,
+/// with `spec.backup.tls`, HTTPS with its CA and client certificate. `Err` when a Secret
+/// cannot be read or holds no usable PEM.
+async fn agent_credentials(
     ctx: &TaskContext,
     namespace: &str,
     etcd: &Etcd,
-) -> Result<Option<String>, String> {
-    let name = agent_token_secret_name(etcd.metadata.name.as_deref().unwrap_or_default());
+) -> Result<Credentials, String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    match secrets.get_opt(&name).await {
-        Ok(Some(secret)) => Ok(secret
-            .data
-            .and_then(|d| d.get(AGENT_TOKEN_KEY).cloned())
-            .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())),
-        // Not made yet (an `Etcd` whose spec was not reconciled since tokens came): its
-        // agents' configuration names no token either, so they take requests without one.
-        Ok(None) => Ok(None),
-        Err(e) => Err(format!(
-            "reading the agent token Secret {namespace}/{name}: {e}"
-        )),
-    }
+    let read = async |name: &str| -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+        match secrets.get_opt(name).await {
+            Ok(secret) => Ok(secret.map(|s| {
+                s.data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect()
+            })),
+            Err(e) => Err(format!("reading the Secret {namespace}/{name}: {e}")),
+        }
+    };
+    let token_secret = agent_token_secret_name(etcd.metadata.name.as_deref().unwrap_or_default());
+    // Not made yet (an `Etcd` whose spec was not reconciled since tokens came): its agents'
+    // configuration names no token either, so they take requests without one.
+    let token = read(&token_secret).await?.and_then(|d| {
+        d.get(AGENT_TOKEN_KEY)
+            .map(|t| String::from_utf8_lossy(t).trim().to_string())
+    });
+    let Some(tls) = &etcd.spec.backup.tls else {
+        return Ok(Credentials { token, tls: None });
+    };
+    let key = |data: &BTreeMap<String, Vec<u8>>, secret: &str, key: &str| {
+        data.get(key)
+            .cloned()
+            .ok_or_else(|| format!("the Secret {namespace}/{secret} has no key {key:?}"))
+    };
+    let ca_secret = tls.tls_ca_secret_ref.name.clone().unwrap_or_default();
+    let ca_data = read(&ca_secret)
+        .await?
+        .ok_or_else(|| format!("the Secret {namespace}/{ca_secret} does not exist"))?;
+    let ca = key(&ca_data, &ca_secret, tls.tls_ca_secret_ref.data_key())?;
+    let client = match tls
+        .client_tls_secret_ref
+        .as_ref()
+        .and_then(|r| r.name.clone())
+    {
+        Some(secret) => {
+            let data = read(&secret)
+                .await?
+                .ok_or_else(|| format!("the Secret {namespace}/{secret} does not exist"))?;
+            Some((
+                key(&data, &secret, "tls.crt")?,
+                key(&data, &secret, "tls.key")?,
+            ))
+        }
+        None => None,
+    };
+    let config = quorate_coord::agent_tls::client_config_from_pem(
+        &ca,
+        client.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+        &format!(
+            "spec.backup.tls of {namespace}/{}",
+            etcd.metadata.name.as_deref().unwrap_or_default()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Credentials {
+        token,
+        tls: Some(config),
+    })
 }
 
 fn state(task: &EtcdOpsTask) -> Option<TaskState> {
