@@ -22,6 +22,9 @@ pub struct EtcdShape<'a> {
     pub etcd_version: Option<&'a str>,
     /// The etcd container's CPU request (a pod template change when it changes).
     pub cpu: &'a str,
+    /// The agents serve HTTPS (`spec.backup.tls`) with the Secrets of
+    /// [`crate::tls::backup_tls_secrets`] (made with the `Etcd`), requiring client certificates.
+    pub backup_tls: bool,
     /// Encrypt the backups with the keys of this Secret (`quorate.io/backup-encryption-secret`),
     /// made with the `Etcd`: one key `k1`, active.
     pub backup_encryption_secret: Option<&'a str>,
@@ -76,6 +79,18 @@ impl EtcdShape<'_> {
         } else {
             String::new()
         };
+        let (backup_tls, tls_secrets) = if self.backup_tls {
+            (
+                format!(
+                    "    tls:\n      tlsCASecretRef:\n        name: {name}-backup-ca\n        dataKey: ca.crt\n      \
+                     serverTLSSecretRef:\n        name: {name}-backup-server\n      clientTLSSecretRef:\n        \
+                     name: {name}-backup-client\n"
+                ),
+                crate::tls::backup_tls_secrets(name, namespace) + "---\n",
+            )
+        } else {
+            (String::new(), String::new())
+        };
         let (secret, backup) = match self.local_bucket {
             Some(dir) => (
                 format!(
@@ -85,7 +100,7 @@ impl EtcdShape<'_> {
                 format!(
                     r#"  backup:
     port: 8080
-    store:
+{backup_tls}    store:
       provider: Local
       container: backups
       prefix: {name}
@@ -102,7 +117,7 @@ impl EtcdShape<'_> {
             None => (String::new(), "  backup: {}\n".to_string()),
         };
         format!(
-            r#"{keys}{secret}apiVersion: druid.gardener.cloud/v1alpha1
+            r#"{tls_secrets}{keys}{secret}apiVersion: druid.gardener.cloud/v1alpha1
 kind: Etcd
 metadata:
   name: {name}

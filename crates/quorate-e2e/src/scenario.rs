@@ -159,20 +159,22 @@ impl Scenario {
     /// `kubectl apply` of a plain `Etcd` (no peer TLS) of `replicas` members, with backups to
     /// [`Scenario::bucket_dir`] when `backups`, then waits until it is fully ready.
     pub async fn create_ready_etcd(&self, name: &str, replicas: u32, backups: bool) -> Etcd {
-        self.create_ready_etcd_with(name, replicas, backups, None)
+        self.create_ready_etcd_with(name, replicas, backups, false)
             .await
     }
 
-    /// [`Scenario::create_ready_etcd`], with backups encrypted by the keys of the Secret
-    /// `encryption_secret` (made with it) when given.
+    /// [`Scenario::create_ready_etcd`]; with `secured`, its backups are encrypted (the keys of
+    /// the Secret `<name>-backup-keys`) and its agents serve HTTPS requiring client
+    /// certificates (`spec.backup.tls`), every Secret made with it as a user would.
     pub async fn create_ready_etcd_with(
         &self,
         name: &str,
         replicas: u32,
         backups: bool,
-        encryption_secret: Option<&str>,
+        secured: bool,
     ) -> Etcd {
         let bucket = self.bucket_dir().display().to_string();
+        let keys = format!("{name}-backup-keys");
         let shape = EtcdShape {
             name,
             namespace: &self.namespace,
@@ -182,7 +184,8 @@ impl Scenario {
             reconcile: false,
             etcd_version: None,
             cpu: crate::manifests::DEFAULT_CPU,
-            backup_encryption_secret: encryption_secret,
+            backup_tls: secured,
+            backup_encryption_secret: secured.then_some(keys.as_str()),
         };
         println!("{}", self.cluster.apply(&shape.yaml()).await.trim_end());
         wait_fully_ready(

@@ -1,11 +1,14 @@
-//! Scenario 4: every member loses its pod and its volume at once; the cluster's backups are
-//! encrypted (`quorate.io/backup-encryption-secret`), so the bucket holds no clear object and
-//! the restore decrypts.
+//! Scenario 4: every member loses its pod and its volume at once. The cluster is secured as
+//! issue 17 asks: its backups are encrypted (`quorate.io/backup-encryption-secret`), so the
+//! bucket holds no clear object and the restore decrypts, and its agents serve HTTPS with
+//! user-made, DNS-only certificates (`spec.backup.tls`), so an `EtcdOpsTask` succeeds only
+//! because the operator presents the client certificate.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
+use quorate_api::tasks::{EtcdOpsTask, TaskState};
 use quorate_e2e::manifests::DELTA_PERIOD_SECONDS;
 use quorate_e2e::members::{
     delete_pods_and_claims, etcdctl, local_value, revision, wait_for_voters, wait_fully_ready,
@@ -28,8 +31,7 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
     let mut s = Scenario::start(&env, "s4-total-loss").await;
     let ns = s.namespace.clone();
     let name = "etcd-total";
-    s.create_ready_etcd_with(name, 3, true, Some("etcd-total-backup-keys"))
-        .await;
+    s.create_ready_etcd_with(name, 3, true, true).await;
     let pod0 = format!("{name}-0");
     for i in 0..KEYS {
         etcdctl(
@@ -113,6 +115,36 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
         let head = std::fs::read(object).unwrap();
         assert!(head.starts_with(b"QRTENC"), "{text} is not encrypted");
     }
+    // An on-demand full snapshot through the agents' HTTPS: the operator presents the client
+    // certificate of spec.backup.tls.
+    s.cluster
+        .apply(&format!(
+            "apiVersion: druid.gardener.cloud/v1alpha1\nkind: EtcdOpsTask\nmetadata:\n  name: full-over-tls\n  \
+             namespace: {ns}\nspec:\n  etcdName: {name}\n  config:\n    onDemandSnapshot:\n      type: full\n"
+        ))
+        .await;
+    let tasks: Api<EtcdOpsTask> = Api::namespaced(s.cluster.client.clone(), &ns);
+    wait_for(
+        "the EtcdOpsTask over HTTPS Succeeded",
+        Duration::from_secs(120),
+        Duration::from_secs(1),
+        || async {
+            let status = tasks
+                .get("full-over-tls")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            match status.state {
+                Some(TaskState::Succeeded) => Ok(()),
+                Some(TaskState::Failed | TaskState::Rejected) => {
+                    panic!("the task ended {status:?}")
+                }
+                other => Err(format!("{other:?} {:?}", status.last_errors)),
+            }
+        },
+    )
+    .await;
     let log = s
         .cluster
         .kubectl(&["-n", &ns, "logs", &pod0, "-c", "etcd"])

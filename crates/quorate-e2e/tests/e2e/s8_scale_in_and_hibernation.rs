@@ -84,6 +84,7 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
         reconcile: true,
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
+        backup_tls: false,
         backup_encryption_secret: None,
     };
     s.cluster.apply(&three.yaml()).await;
@@ -243,6 +244,7 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
         reconcile: true,
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
+        backup_tls: false,
         backup_encryption_secret: None,
     };
     let t = Instant::now();
