@@ -313,7 +313,12 @@ async fn missing_config_map_key_json_and_lease_are_reported_clearly() {
         "{text}"
     );
 
-    let mut lease = MemberLease::new("etcd-main-5");
+    // A member lease the Role names but that is gone (the operator deleted it).
+    Api::<Lease>::namespaced(s.admin.clone(), &s.namespace)
+        .delete("etcd-main-0", &Default::default())
+        .await
+        .expect("delete the member lease");
+    let mut lease = MemberLease::new("etcd-main-0");
     lease.renew(
         &"1:2:Member".parse().unwrap(),
         false,
@@ -324,7 +329,7 @@ async fn missing_config_map_key_json_and_lease_are_reported_clearly() {
             let text = e.to_string();
             assert!(
                 text.contains(&format!(
-                    "member lease {}/etcd-main-5 does not exist",
+                    "member lease {}/etcd-main-0 does not exist",
                     s.namespace
                 )),
                 "{text}"
@@ -335,7 +340,7 @@ async fn missing_config_map_key_json_and_lease_are_reported_clearly() {
     }
     // Nothing was created behind the operator's back.
     let created = Api::<Lease>::namespaced(s.admin.clone(), &s.namespace)
-        .get_opt("etcd-main-5")
+        .get_opt("etcd-main-0")
         .await
         .unwrap();
     assert!(created.is_none());
@@ -401,4 +406,47 @@ async fn forbidden_calls_name_the_verb_the_resource_and_the_role() {
         text.contains("list configmaps") && text.contains("lacks `list` on configmaps"),
         "{text}"
     );
+}
+
+/// The pods of one `Etcd` may patch their own member and snapshot leases only: another
+/// cluster's lease in the same namespace (which drives that cluster's decisions) is refused.
+#[tokio::test]
+async fn the_role_refuses_another_clusters_lease() {
+    let Some(s) = setup("the_role_refuses_another_clusters_lease", 1, true).await else {
+        return;
+    };
+    let other = Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("etcd-other-0".to_string()),
+            ..Default::default()
+        },
+        spec: None,
+    };
+    Api::<Lease>::namespaced(s.admin.clone(), &s.namespace)
+        .create(&PostParams::default(), &other)
+        .await
+        .expect("create another cluster's lease");
+    let own = eventually("the member lease", || async {
+        s.coord.member_lease("etcd-main-0").await.ok().flatten()
+    })
+    .await;
+    s.coord
+        .put_member_lease(&own)
+        .await
+        .expect("its own lease is patched");
+    let foreign = MemberLease {
+        name: "etcd-other-0".to_string(),
+        ..own.clone()
+    };
+    let err = s
+        .coord
+        .put_member_lease(&foreign)
+        .await
+        .expect_err("another cluster's lease is refused");
+    let CoordError::Api(failure) = &err else {
+        panic!("expected an API failure, got {err:?}");
+    };
+    assert_eq!(failure.status, Some(403), "{err}");
+    // Reading it stays allowed (the agent lists member leases by label).
+    assert!(s.coord.member_lease("etcd-other-0").await.is_ok());
 }

@@ -181,7 +181,8 @@ fn the_clusterrole_covers_the_role_of_the_etcd_pods_and_nothing_broad() {
     let cluster_rules = rules_of(find(&objects, "ClusterRole", OPERATOR));
     let mut etcd: Etcd = serde_saphyr::from_str(CLUSTER).expect("example");
     etcd.metadata.uid = Some("0b5e0f4e-0000-4000-8000-000000000001".to_string());
-    let role = quorate_core::components::role::build(&etcd).expect("the pods' Role");
+    let role =
+        quorate_core::components::role::build(&etcd, etcd.spec.replicas).expect("the pods' Role");
     for rule in role.rules.unwrap_or_default() {
         for group in rule.api_groups.iter().flatten() {
             for resource in rule.resources.iter().flatten() {

@@ -21,7 +21,7 @@ pub async fn create_agent_objects(client: &Client, etcd: &Etcd, config: AgentCon
     let ns = etcd.metadata.namespace.clone().unwrap_or_default();
     let pp = PostParams::default();
     Api::<Role>::namespaced(client.clone(), &ns)
-        .create(&pp, &role::build(etcd).expect("role"))
+        .create(&pp, &role::build(etcd, etcd.spec.replicas).expect("role"))
         .await
         .expect("create Role");
     Api::<RoleBinding>::namespaced(client.clone(), &ns)

@@ -184,7 +184,7 @@ pub fn desired_components(
     let running = ctx.run_replicas(etcd);
     Ok(DesiredComponents {
         service_account: service_account::build(etcd, ctx)?,
-        role: role::build(etcd)?,
+        role: role::build(etcd, running)?,
         role_binding: role_binding::build(etcd)?,
         member_leases: member_leases::build(etcd, running)?,
         snapshot_leases: snapshot_leases::build(etcd)?,
