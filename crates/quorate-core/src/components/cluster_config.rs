@@ -198,18 +198,13 @@ pub fn render_for_kubernetes(
         namespace: id.namespace,
         bootstrap_members,
         listen_host: POD_LISTEN_HOST.to_string(),
-        client_tls: spec.etcd.client_url_tls.as_ref().map(|t| TlsFiles {
-            ca_file: file_in(CLIENT_CA_MOUNT, t.tls_ca_secret_ref.data_key()),
-            cert_file: file_in(CLIENT_SERVER_TLS_MOUNT, TLS_CERT_KEY),
-            key_file: file_in(CLIENT_SERVER_TLS_MOUNT, TLS_KEY_KEY),
-            client_cert_file: t
-                .client_tls_secret_ref
-                .as_ref()
-                .map(|_| file_in(CLIENT_CLIENT_TLS_MOUNT, TLS_CERT_KEY)),
-            client_key_file: t
-                .client_tls_secret_ref
-                .as_ref()
-                .map(|_| file_in(CLIENT_CLIENT_TLS_MOUNT, TLS_KEY_KEY)),
+        client_tls: spec.etcd.client_url_tls.as_ref().map(|t| {
+            pod_tls_files(
+                t,
+                CLIENT_CA_MOUNT,
+                CLIENT_SERVER_TLS_MOUNT,
+                CLIENT_CLIENT_TLS_MOUNT,
+            )
         }),
         peer_tls: spec.etcd.peer_url_tls.as_ref().map(|t| TlsFiles {
             ca_file: file_in(PEER_CA_MOUNT, t.tls_ca_secret_ref.data_key()),
@@ -218,18 +213,13 @@ pub fn render_for_kubernetes(
             client_cert_file: None,
             client_key_file: None,
         }),
-        agent_tls: spec.backup.tls.as_ref().map(|t| TlsFiles {
-            ca_file: file_in(BACKUP_CA_MOUNT, t.tls_ca_secret_ref.data_key()),
-            cert_file: file_in(BACKUP_SERVER_TLS_MOUNT, TLS_CERT_KEY),
-            key_file: file_in(BACKUP_SERVER_TLS_MOUNT, TLS_KEY_KEY),
-            client_cert_file: t
-                .client_tls_secret_ref
-                .as_ref()
-                .map(|_| file_in(BACKUP_CLIENT_TLS_MOUNT, TLS_CERT_KEY)),
-            client_key_file: t
-                .client_tls_secret_ref
-                .as_ref()
-                .map(|_| file_in(BACKUP_CLIENT_TLS_MOUNT, TLS_KEY_KEY)),
+        agent_tls: spec.backup.tls.as_ref().map(|t| {
+            pod_tls_files(
+                t,
+                BACKUP_CA_MOUNT,
+                BACKUP_SERVER_TLS_MOUNT,
+                BACKUP_CLIENT_TLS_MOUNT,
+            )
         }),
         local_root: LOCAL_BACKUP_ROOT.to_string(),
         secret_dir: mounts_store_secret(etcd).then(|| BACKUP_SECRET_MOUNT.to_string()),
@@ -240,6 +230,28 @@ pub fn render_for_kubernetes(
         secret_files: super::tls_secrets::tls_secret_files(etcd),
     };
     Ok(assemble(etcd, placement, members))
+}
+
+/// Where the agent writes the files of TLS block `tls` in a pod: the CA, server and client
+/// Secrets each in its directory.
+fn pod_tls_files(
+    tls: &quorate_api::TlsConfig,
+    ca_dir: &str,
+    server_dir: &str,
+    client_dir: &str,
+) -> TlsFiles {
+    let client = |key: &str| {
+        tls.client_tls_secret_ref
+            .as_ref()
+            .map(|_| file_in(client_dir, key))
+    };
+    TlsFiles {
+        ca_file: file_in(ca_dir, tls.tls_ca_secret_ref.data_key()),
+        cert_file: file_in(server_dir, TLS_CERT_KEY),
+        key_file: file_in(server_dir, TLS_KEY_KEY),
+        client_cert_file: client(TLS_CERT_KEY),
+        client_key_file: client(TLS_KEY_KEY),
+    }
 }
 
 /// Whether the pod mounts the store Secret at [`BACKUP_SECRET_MOUNT`]: a store with a
