@@ -4,6 +4,7 @@
 //! from learner, renews its member lease and serves `/healthz`.
 
 pub mod backup;
+mod certificates;
 pub mod clock;
 mod defrag;
 pub mod etcd_process;

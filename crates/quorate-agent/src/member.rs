@@ -122,6 +122,7 @@ pub async fn run_agent<C: Coordination>(
         }
         // The TLS files are in place: the listener may serve TLS (`spec.backup.tls`).
         state.update(|s| s.agent_tls = cluster.agent_tls.clone());
+        crate::certificates::record(&state, &cluster);
         // A restore from an encrypted bucket needs the keys; without them it fails and says so.
         if let Err(reason) = crate::secret_files::write_backup_keys(&coord, &cluster).await {
             tracing::warn!(member = %opts.member, %reason, "backup encryption keys not written");
@@ -411,6 +412,7 @@ async fn run_etcd<C: Coordination>(
                     if let Err(reason) = crate::secret_files::write_secret_files(coord, latest).await {
                         tracing::warn!(member = %me, %reason, "refreshing the TLS files failed");
                     }
+                    crate::certificates::record(state, latest);
                     if let Err(reason) = crate::secret_files::write_backup_keys(coord, latest).await {
                         tracing::warn!(member = %me, %reason, "refreshing the backup encryption keys failed");
                     }

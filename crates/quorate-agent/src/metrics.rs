@@ -57,6 +57,13 @@ pub struct PathLabel {
     pub path: String,
 }
 
+/// `file` of a certificate.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FileLabel {
+    /// The certificate file.
+    pub file: String,
+}
+
 /// `when` of a database size: `before` or `after`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WhenLabel {
@@ -83,6 +90,7 @@ pub struct AgentMetrics {
     defrag_duration: Histograms<DefragLabels>,
     defrag_size: Family<WhenLabel, Gauge>,
     refused: Family<PathLabel, Counter>,
+    certificate_expiry: Family<FileLabel, Gauge>,
 }
 
 impl Default for AgentMetrics {
@@ -135,11 +143,18 @@ impl Default for AgentMetrics {
         let refused = Family::<PathLabel, Counter>::default();
         registry.register(
             "quorate_agent_requests_refused",
-            "Requests refused for a missing or wrong bearer token, by path.",
+            "Requests refused for a missing or wrong credential (token or client certificate), by path; failed TLS handshakes as \"(tls handshake)\".",
             refused.clone(),
+        );
+        let certificate_expiry = Family::<FileLabel, Gauge>::default();
+        registry.register(
+            "quorate_certificate_expiry_timestamp_seconds",
+            "When each certificate file this member serves or uses stops being valid (Unix time).",
+            certificate_expiry.clone(),
         );
         AgentMetrics {
             registry: Arc::new(registry),
+            certificate_expiry,
             snapshot_duration,
             latest_revision,
             latest_timestamp,
@@ -217,6 +232,18 @@ impl AgentMetrics {
                 path: path.to_string(),
             })
             .inc();
+    }
+
+    /// The certificate files in use and their expiry (files no longer used are dropped).
+    pub fn certificates(&self, expiries: &[quorate_core::conditions::CertificateExpiry]) {
+        self.certificate_expiry.clear();
+        for e in expiries {
+            self.certificate_expiry
+                .get_or_create(&FileLabel {
+                    file: e.file.clone(),
+                })
+                .set(e.not_after.as_second());
+        }
     }
 
     /// The metrics in the OpenMetrics text format.

@@ -6,6 +6,7 @@ use crate::state::{Phase, SharedState};
 use quorate_api::status::EtcdRole;
 use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::conditions::CERTIFICATE_EXPIRY_ANNOTATION;
 use quorate_core::hibernation::FINAL_SNAPSHOT_ANNOTATION;
 use quorate_core::lease::{HolderIdentity, MemberLease};
 use quorate_core::maintenance::defrag::{DEFRAG_ANNOTATION, DefragRecord};
@@ -109,6 +110,14 @@ pub async fn publish<C: Coordination>(
     }
     if s.defrag != DefragRecord::default() {
         annotations.insert(DEFRAG_ANNOTATION.into(), s.defrag.to_annotation());
+    }
+    match &s.certificate_expiry {
+        Some(expiry) => {
+            annotations.insert(CERTIFICATE_EXPIRY_ANNOTATION.into(), expiry.to_annotation());
+        }
+        None => {
+            annotations.remove(CERTIFICATE_EXPIRY_ANNOTATION);
+        }
     }
     match coord.put_member_lease(&lease).await {
         Ok(()) => true,

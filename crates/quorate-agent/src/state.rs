@@ -86,6 +86,8 @@ pub struct MemberState {
     /// listener serves TLS while set.
     #[serde(skip)]
     pub agent_tls: Option<quorate_core::cluster_config::TlsFiles>,
+    /// The soonest-expiring certificate this member serves or uses (published on its lease).
+    pub certificate_expiry: Option<quorate_core::conditions::CertificateExpiry>,
 }
 
 impl MemberState {

@@ -80,6 +80,22 @@ fn agents_serve_https_and_take_snapshots_only_for_client_certificates() {
     let ports: Vec<u16> = (0..3).map(|i| local.agent_port(name, i)).collect();
     let metrics = |port| https_get(port, "/metrics", &ca, None).unwrap().body;
 
+    // Every certificate in use is watched: the soonest on the leases, each in the metrics.
+    let (valid, message) = eventually("CertificatesValid", Duration::from_secs(30), || {
+        condition(&local, name, "CertificatesValid").filter(|c| c.1.contains("expires at"))
+    });
+    assert_eq!(valid, "True", "{message}");
+    let server_cert = secrets.join("agent-server/tls.crt").display().to_string();
+    let expiry = metric(
+        &metrics(ports[0]),
+        &format!("quorate_certificate_expiry_timestamp_seconds{{file=\"{server_cert}\"}}"),
+    );
+    assert!(
+        expiry.is_some_and(|t| t > jiff::Timestamp::now().as_second() as f64),
+        "{}",
+        metrics(ports[0])
+    );
+
     // Plain HTTP gets no answer; the failed handshake is counted.
     let plain = std::panic::catch_unwind(|| support::http_get(ports[0], "/healthz"));
     assert!(

@@ -8,6 +8,7 @@
 
 mod all_members_ready;
 mod all_members_updated;
+mod certificates;
 mod cluster_id_mismatch;
 mod last_quorum_recovery;
 mod members_waiting;
@@ -18,6 +19,9 @@ mod test_support;
 
 pub use all_members_ready::check_all_members_ready;
 pub use all_members_updated::{StatefulSetRollout, check_all_members_updated};
+pub use certificates::{
+    CERTIFICATE_EXPIRY_ANNOTATION, CertificateExpiry, WARN_BEFORE, check_certificates,
+};
 pub use cluster_id_mismatch::check_cluster_id_mismatch;
 pub use last_quorum_recovery::check_last_quorum_recovery;
 pub use members_waiting::check_members_waiting;
@@ -42,6 +46,8 @@ pub const ALL_MEMBERS_UPDATED: &str = "AllMembersUpdated";
 pub const MEMBERS_WAITING: &str = "MembersWaiting";
 /// Condition type (quorate's own): the quorum-loss recovery a member recorded.
 pub const LAST_QUORUM_RECOVERY: &str = "LastQuorumRecovery";
+/// Condition type (quorate's own): no certificate the members use expires within 30 days.
+pub const CERTIFICATES_VALID: &str = "CertificatesValid";
 /// Condition type (DEP-08): etcd's voting members are the ones `spec.replicas` asks for.
 pub const SCALE_OPERATION_COMPLETE: &str = "ScaleOperationComplete";
 /// Condition type: backups are current (computed elsewhere, from the snapshot leases).

@@ -23,8 +23,9 @@ use quorate_api::status::EtcdStatus;
 
 use crate::backup_ready::backup_ready_from_leases;
 use crate::conditions::{
-    SKIP_MERGE, check_all_members_ready, check_all_members_updated, check_cluster_id_mismatch,
-    check_last_quorum_recovery, check_members_waiting, check_ready_under_alarms, merge_conditions,
+    SKIP_MERGE, check_all_members_ready, check_all_members_updated, check_certificates,
+    check_cluster_id_mismatch, check_last_quorum_recovery, check_members_waiting,
+    check_ready_under_alarms, merge_conditions,
 };
 
 /// The new status of the cluster `o` describes. Conditions keep their transition times when
@@ -46,6 +47,7 @@ pub fn compute_status(o: &ObservedCluster<'_>) -> EtcdStatus {
         check_all_members_updated(o.workload.rollout.as_ref()),
         check_members_waiting(&desired_leases(o)),
         check_last_quorum_recovery(&desired_leases(o)),
+        check_certificates(&desired_leases(o), o.now),
     ];
     if let Some(backup) = &o.backup {
         checks.push(backup_ready_from_leases(etcd, backup, o.previous, o.now));
