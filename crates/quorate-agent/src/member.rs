@@ -420,12 +420,15 @@ async fn run_etcd<C: Coordination>(
                 if let Ok(latest) = &latest {
                     newest = latest.clone();
                     let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
-                    // Serve TLS once its files are there (written at start and with the TLS files).
-                    let agent_tls = latest.agent_tls.clone().filter(|t| {
-                        [&t.ca_file, &t.cert_file, &t.key_file]
-                            .iter()
-                            .all(|f| std::path::Path::new(f).is_file())
-                    });
+                    // With TLS configured the listener serves TLS or nothing, never plain: a
+                    // changed TLS configuration has its files written at once.
+                    if latest.agent_tls != state.get().agent_tls
+                        && let Err(reason) =
+                            crate::secret_files::write_secret_files(coord, latest).await
+                    {
+                        tracing::warn!(member = %me, %reason, "writing the agents' TLS files failed");
+                    }
+                    let agent_tls = latest.agent_tls.clone();
                     state.update(|s| {
                         s.agent_tls = agent_tls;
                         s.hibernation_request = latest.hibernation_request.clone();

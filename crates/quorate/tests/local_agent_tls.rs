@@ -1,7 +1,7 @@
 //! The agents' API over TLS (`spec.backup.tls`) on a local cluster with backups: HTTPS only,
 //! snapshots only for a client certificate from the CA (any member, forwarded to the backup
-//! leader over TLS), every refusal counted, and a rotated server certificate served without
-//! restarting any agent or etcd.
+//! leader over TLS), every refusal counted, a rotated server certificate served and a CA
+//! rotated through a bundle, without restarting any agent or etcd.
 
 mod support;
 
@@ -203,4 +203,61 @@ fn agents_serve_https_and_take_snapshots_only_for_client_certificates() {
     );
     let taken = https_get(ports[2], "/snapshot/delta", &ca, Some((&cert, &key))).unwrap();
     assert_eq!(taken.code, 200, "{}", taken.body);
+
+    // CA rotation through a bundle, with nothing restarted. 1: the CA file holds the old and
+    // the new CA, so certificates of either are trusted.
+    let new = tempfile::tempdir().unwrap();
+    let next = quorate_testkit::TestCerts::generate(new.path()).unwrap();
+    let new_ca = std::fs::read(&next.ca).unwrap();
+    let (new_cert, new_key) = (
+        std::fs::read(&next.client_cert).unwrap(),
+        std::fs::read(&next.client_key).unwrap(),
+    );
+    let bundle = [ca.clone(), new_ca.clone()].concat();
+    std::fs::write(secrets.join("agent-ca/ca.crt"), &bundle).unwrap();
+    // 2: new leaves from the new CA: the agents' server certificate and the client one they
+    // present to each other.
+    for (from, to) in [
+        (&next.server_cert, "agent-server/tls.crt"),
+        (&next.server_key, "agent-server/tls.key"),
+        (&next.client_cert, "agent-client/tls.crt"),
+        (&next.client_key, "agent-client/tls.key"),
+    ] {
+        std::fs::copy(from, secrets.join(to)).unwrap();
+    }
+    for (who, client) in [("old", (&cert, &key)), ("new", (&new_cert, &new_key))] {
+        let taken = https_get(
+            ports[1],
+            "/snapshot/delta",
+            &new_ca,
+            Some((client.0, client.1)),
+        )
+        .unwrap_or_else(|e| panic!("{who} client certificate during the rotation: {e}"));
+        assert_eq!(taken.code, 200, "{who}: {}", taken.body);
+    }
+    // 3: the old CA leaves the bundle: its certificates are refused, the new ones work.
+    std::fs::write(secrets.join("agent-ca/ca.crt"), &new_ca).unwrap();
+    let old_client = https_get(ports[1], "/snapshot/delta", &new_ca, Some((&cert, &key)));
+    assert!(
+        old_client.is_err() || old_client.as_ref().is_ok_and(|a| a.code == 401),
+        "a certificate of the retired CA was accepted"
+    );
+    let taken = https_get(
+        ports[1],
+        "/snapshot/delta",
+        &new_ca,
+        Some((&new_cert, &new_key)),
+    )
+    .unwrap();
+    assert_eq!(taken.code, 200, "{}", taken.body);
+    assert_eq!(
+        pids(&|m| local.agent_pid(name, m)),
+        agents,
+        "an agent restarted"
+    );
+    assert_eq!(
+        pids(&|m| local.etcd_pid(name, m)),
+        etcds,
+        "an etcd restarted"
+    );
 }
