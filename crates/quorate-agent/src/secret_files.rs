@@ -57,6 +57,11 @@ pub async fn write_backup_keys<C: Coordination>(
     let (Some(secret), Some(dir)) = (&backup.encryption_secret, &backup.encryption_key_dir) else {
         return Ok(false);
     };
+    mirror_secret(coord, secret, Path::new(dir)).await
+}
+
+/// Makes `dir` hold exactly the keys of Secret `secret` as files; true when a file changed.
+async fn mirror_secret<C: Coordination>(coord: &C, secret: &str, dir: &Path) -> Result<bool, Wait> {
     let data = coord
         .secret_data(secret)
         .await
@@ -66,11 +71,20 @@ pub async fn write_backup_keys<C: Coordination>(
                 "the backup encryption Secret {secret} does not exist; no backup is written until it does"
             ))
         })?;
-    let dir = Path::new(dir);
     std::fs::create_dir_all(dir).map_err(|e| io_wait(dir, &e))?;
     let mut changed = false;
     for (key, value) in &data {
         changed |= write_if_changed(&dir.join(key), value)?;
+    }
+    // A key removed from the Secret stops decrypting here too. (Locally the directory is the
+    // Secret's own, whose regular files are exactly `data`: nothing is removed.)
+    let entries = std::fs::read_dir(dir).map_err(|e| io_wait(dir, &e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().is_ok_and(|t| t.is_file()) && !data.contains_key(&name) {
+            std::fs::remove_file(entry.path()).map_err(|e| io_wait(&entry.path(), &e))?;
+            changed = true;
+        }
     }
     Ok(changed)
 }
@@ -114,5 +128,35 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[tokio::test]
+    async fn the_key_directory_mirrors_the_secret_and_locally_touches_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let coord = quorate_coord::FileCoordination::new(root.path());
+        let secret = root.path().join("secrets/keys");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("k1"), "one").unwrap();
+        std::fs::write(secret.join("active"), "k1").unwrap();
+        let pod_dir = root.path().join("pod/backup-encryption");
+        std::fs::create_dir_all(&pod_dir).unwrap();
+        std::fs::write(pod_dir.join("k0"), "retired").unwrap();
+        assert!(mirror_secret(&coord, "keys", &pod_dir).await.unwrap());
+        let mut names: Vec<String> = std::fs::read_dir(&pod_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["active", "k1"],
+            "k0 left the Secret, so it leaves here"
+        );
+        assert!(!mirror_secret(&coord, "keys", &pod_dir).await.unwrap());
+        // Locally the key directory is the Secret's own: mirroring changes nothing.
+        assert!(!mirror_secret(&coord, "keys", &secret).await.unwrap());
+        assert_eq!(std::fs::read(secret.join("k1")).unwrap(), b"one");
+        let missing = mirror_secret(&coord, "absent", &pod_dir).await.unwrap_err();
+        assert!(missing.to_string().contains("does not exist"), "{missing}");
     }
 }
