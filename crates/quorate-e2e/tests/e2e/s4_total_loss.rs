@@ -2,11 +2,13 @@
 //! issue 17 asks: its backups are encrypted (`quorate.io/backup-encryption-secret`), so the
 //! bucket holds no clear object and the restore decrypts, and its agents serve HTTPS with
 //! user-made, DNS-only certificates (`spec.backup.tls`), so an `EtcdOpsTask` succeeds only
-//! because the operator presents the client certificate.
+//! because the operator presents the client certificate, and a client without one cannot take
+//! a snapshot.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::Api;
 use quorate_api::tasks::{EtcdOpsTask, TaskState};
 use quorate_e2e::manifests::DELTA_PERIOD_SECONDS;
@@ -145,6 +147,57 @@ async fn s4_every_member_loses_its_volume_and_the_bucket_brings_it_back() {
         },
     )
     .await;
+    // From the node, a client that trusts the CA but has no client certificate: the member
+    // answers its probe endpoint and refuses to take a snapshot.
+    let secrets: Api<Secret> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let ca = secrets
+        .get(&format!("{name}-backup-ca"))
+        .await
+        .expect("the backup CA Secret")
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .expect("ca.crt")
+        .0;
+    let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let pod1 = format!("{name}-1");
+    let ip: std::net::IpAddr = pods
+        .get(&pod1)
+        .await
+        .expect("member pod 1")
+        .status
+        .and_then(|st| st.pod_ip)
+        .expect("a pod IP")
+        .parse()
+        .expect("an IP address");
+    let host = format!("{pod1}.{name}-peer.{ns}.svc");
+    let tls = quorate_coord::agent_tls::client_config_from_pem(&ca, None, "the backup CA")
+        .expect("a TLS client");
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .resolve(&host, std::net::SocketAddr::new(ip, 8080))
+        .build()
+        .expect("an HTTPS client");
+    let status = |path: &'static str| {
+        let (http, host) = (http.clone(), host.clone());
+        async move {
+            http.get(format!("https://{host}:8080{path}"))
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .map_err(|e| format!("{e:?}"))
+        }
+    };
+    assert_eq!(
+        status("/healthz").await,
+        Ok(200),
+        "the probe endpoint over HTTPS"
+    );
+    assert_eq!(
+        status("/snapshot/full").await,
+        Ok(401),
+        "a snapshot without the client certificate"
+    );
     let log = s
         .cluster
         .kubectl(&["-n", &ns, "logs", &pod0, "-c", "etcd"])
