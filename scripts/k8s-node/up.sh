@@ -264,8 +264,10 @@ evictionHard:
   nodefs.available: 2%
   imagefs.available: 2%
   nodefs.inodesFree: 2%
-imageGCHighThresholdPercent: 98
-imageGCLowThresholdPercent: 95
+# The kit's images are imported, not pullable: image GC must never delete them (a full disk
+# once left every later scenario in ImagePullBackOff). 100 never triggers.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 maxPods: 100
 serializeImagePulls: false
 nodeStatusUpdateFrequency: 4s
