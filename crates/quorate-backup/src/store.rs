@@ -135,11 +135,6 @@ impl SnapStore {
         self
     }
 
-    /// Whether objects written are encrypted.
-    pub fn encrypts(&self) -> bool {
-        self.encryption_keys.is_some()
-    }
-
     /// The keys, read now (so a rotated Secret counts at once); `None` when not configured.
     fn keyring(&self) -> Result<Option<Keyring>, StoreError> {
         self.encryption_keys

@@ -169,6 +169,18 @@ fn agents_serve_https_and_take_snapshots_only_for_client_certificates() {
     };
     let agents = pids(&|m| local.agent_pid(name, m));
     let etcds = pids(&|m| local.etcd_pid(name, m));
+    let nothing_restarted = || {
+        assert_eq!(
+            pids(&|m| local.agent_pid(name, m)),
+            agents,
+            "an agent restarted"
+        );
+        assert_eq!(
+            pids(&|m| local.etcd_pid(name, m)),
+            etcds,
+            "an etcd restarted"
+        );
+    };
     std::fs::remove_file(secrets.join("agent-server/tls.crt")).unwrap();
     std::fs::remove_file(secrets.join("agent-server/tls.key")).unwrap();
     local.ok(&["apply", "-f", path_str(&path)]);
@@ -191,16 +203,7 @@ fn agents_serve_https_and_take_snapshots_only_for_client_certificates() {
             })
             .unwrap()
     );
-    assert_eq!(
-        pids(&|m| local.agent_pid(name, m)),
-        agents,
-        "an agent restarted"
-    );
-    assert_eq!(
-        pids(&|m| local.etcd_pid(name, m)),
-        etcds,
-        "an etcd restarted"
-    );
+    nothing_restarted();
     let taken = https_get(ports[2], "/snapshot/delta", &ca, Some((&cert, &key))).unwrap();
     assert_eq!(taken.code, 200, "{}", taken.body);
 
@@ -250,14 +253,5 @@ fn agents_serve_https_and_take_snapshots_only_for_client_certificates() {
     )
     .unwrap();
     assert_eq!(taken.code, 200, "{}", taken.body);
-    assert_eq!(
-        pids(&|m| local.agent_pid(name, m)),
-        agents,
-        "an agent restarted"
-    );
-    assert_eq!(
-        pids(&|m| local.etcd_pid(name, m)),
-        etcds,
-        "an etcd restarted"
-    );
+    nothing_restarted();
 }

@@ -96,6 +96,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
     let name = etcd.metadata.name.clone().unwrap_or_default();
     let agent_token_secret = Some(quorate_api::names::agent_token_secret_name(&name));
     let members: Vec<MemberEndpoints> = members.into_iter().map(|m| m.endpoints(etcd)).collect();
+    let encryption_secret = quorate_api::annotations::backup_encryption_secret(etcd);
     let backup = etcd.spec.backup.store.as_ref().map(|_| BackupConfig {
         spec: etcd.spec.backup.clone(),
         local_root: placement.local_root,
@@ -105,10 +106,8 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         cluster_uid: placement.cluster_uid,
         adopt_foreign_backups: adopts_foreign_backups(etcd),
         new_chain_request: annotation(etcd, quorate_api::annotations::NEW_BACKUP_CHAIN),
-        encryption_secret: quorate_api::annotations::backup_encryption_secret(etcd)
-            .map(String::from),
-        encryption_key_dir: quorate_api::annotations::backup_encryption_secret(etcd)
-            .and(placement.encryption_key_dir),
+        encryption_secret: encryption_secret.map(String::from),
+        encryption_key_dir: encryption_secret.and(placement.encryption_key_dir),
     });
     ClusterConfig {
         cluster_name: name,
