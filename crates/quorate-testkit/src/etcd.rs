@@ -4,6 +4,7 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -88,17 +89,33 @@ pub struct EtcdMemberConfig {
     pub peer_tls: Option<ServerTlsFiles>,
     /// Raft timing; `None` keeps etcd's own defaults.
     pub timing: Option<RaftTiming>,
-    /// Further flags appended verbatim.
     /// The etcd binary to run instead of [`etcd_binary`] (e.g. another version's).
     pub binary: Option<PathBuf>,
+    /// Further flags appended verbatim.
     pub extra_args: Vec<String>,
+    /// The probe sockets holding the three ports until the first spawn, so no other process
+    /// (e.g. a restore's temporary etcd on an OS-chosen port) can take them in between.
+    reservation: PortReservation,
+}
+
+/// A [`PortBlock`] shared by the clones of one config and released once, right before etcd
+/// binds its ports.
+#[derive(Clone, Debug, Default)]
+struct PortReservation(Arc<Mutex<Option<PortBlock>>>);
+
+impl PortReservation {
+    fn release(&self) {
+        let block = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(block.map(PortBlock::release));
+    }
 }
 
 impl EtcdMemberConfig {
     /// A config for a single-member cluster named `name` in `dir`, on fresh loopback ports,
     /// with [`RaftTiming::FAST`].
     pub fn new(name: &str, dir: &Path) -> EtcdMemberConfig {
-        let ports = PortBlock::reserve(3).release();
+        let block = PortBlock::reserve(3);
+        let ports = block.ports().to_vec();
         let mut config = EtcdMemberConfig {
             name: name.to_string(),
             data_dir: dir.join(format!("{name}.etcd")),
@@ -114,6 +131,7 @@ impl EtcdMemberConfig {
             timing: Some(RaftTiming::FAST),
             extra_args: Vec::new(),
             binary: None,
+            reservation: PortReservation(Arc::new(Mutex::new(Some(block)))),
         };
         config.initial_cluster = vec![(config.name.clone(), config.peer_url())];
         config
@@ -378,6 +396,7 @@ fn spawn_etcd(config: &EtcdMemberConfig) -> io::Result<ChildGuard> {
         .create(true)
         .append(true)
         .open(&config.log_file)?;
+    config.reservation.release();
     let mut cmd = Command::new(config.binary.clone().unwrap_or_else(etcd_binary));
     cmd.args(config.args())
         .stdin(Stdio::null())
