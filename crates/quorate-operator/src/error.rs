@@ -50,6 +50,24 @@ pub enum Error {
         /// The directories allowed, in words.
         allowed: String,
     },
+    /// The operator may not use Secrets in this namespace: an admin has not bound the Secrets
+    /// grant there (deploy/manifests/09-etcd-namespace-secrets.yaml).
+    #[error(
+        "the operator may not {action} the Secret {namespace}/{name} (403 Forbidden): it uses \
+         Secrets only in the namespaces an admin grants it; grant this one with `kubectl create \
+         rolebinding quorate-operator-secrets -n {namespace} \
+         --clusterrole=quorate-operator-secrets \
+         --serviceaccount=<operator namespace>:quorate-operator`, or add {namespace} to the \
+         chart's etcdNamespaces"
+    )]
+    SecretsNotGranted {
+        /// What was being done (`get`, `create`).
+        action: &'static str,
+        /// The namespace without the grant.
+        namespace: String,
+        /// The Secret.
+        name: String,
+    },
     /// The `Etcd` has no name or namespace (never true for an object from the API).
     #[error("the Etcd object lacks {0}")]
     Incomplete(&'static str),
@@ -65,12 +83,21 @@ impl Error {
     ) -> impl FnOnce(kube::Error) -> Error {
         let kind = kind.into();
         let (namespace, name) = (namespace.to_string(), name.to_string());
-        move |source| Error::Kube {
-            action,
-            kind,
-            namespace,
-            name,
-            source: Box::new(source),
+        move |source| match source {
+            kube::Error::Api(status) if status.code == 403 && kind == "Secret" => {
+                Error::SecretsNotGranted {
+                    action,
+                    namespace,
+                    name,
+                }
+            }
+            source => Error::Kube {
+                action,
+                kind,
+                namespace,
+                name,
+                source: Box::new(source),
+            },
         }
     }
 }

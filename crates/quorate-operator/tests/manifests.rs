@@ -40,6 +40,8 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Namespace and names the plain manifests use.
 const NAMESPACE: &str = "quorate-system";
 const OPERATOR: &str = "quorate-operator";
+/// The ClusterRole granting Secrets, bound per Etcd namespace.
+const SECRETS_ROLE: &str = "quorate-operator-secrets";
 const OPERATOR_USER: &str = "system:serviceaccount:quorate-system:quorate-operator";
 
 // ---- files -------------------------------------------------------------------------------
@@ -166,7 +168,10 @@ fn the_manifests_are_ordered_so_that_one_apply_works() {
             "ValidatingWebhookConfiguration",
         ]
         .contains(&kind);
-        if !cluster_scoped {
+        // The Secrets grant lives where the Etcd objects are (`default` in the manifests).
+        let etcd_namespace_grant =
+            kind == "RoleBinding" && object["metadata"]["name"] == SECRETS_ROLE;
+        if !cluster_scoped && !etcd_namespace_grant {
             assert_eq!(object["metadata"]["namespace"], NAMESPACE, "{kind}");
         }
     }
@@ -178,7 +183,11 @@ fn the_manifests_are_ordered_so_that_one_apply_works() {
 #[test]
 fn the_clusterrole_covers_the_role_of_the_etcd_pods_and_nothing_broad() {
     let objects = plain_objects();
-    let cluster_rules = rules_of(find(&objects, "ClusterRole", OPERATOR));
+    // In an Etcd's namespace the operator holds its ClusterRole and the Secrets grant.
+    let cluster_rules: Vec<PolicyRule> = [OPERATOR, SECRETS_ROLE]
+        .iter()
+        .flat_map(|name| rules_of(find(&objects, "ClusterRole", name)))
+        .collect();
     let mut etcd: Etcd = serde_saphyr::from_str(CLUSTER).expect("example");
     etcd.metadata.uid = Some("0b5e0f4e-0000-4000-8000-000000000001".to_string());
     let role =
@@ -231,14 +240,20 @@ fn the_clusterrole_covers_the_role_of_the_etcd_pods_and_nothing_broad() {
                 "{broad} is not needed: {text}"
             );
         }
-        if rule.resources.iter().flatten().any(|r| r == "secrets") {
-            assert_eq!(
-                rule.verbs,
-                ["get", "create"],
-                "Secrets are only read one by name, and the agent token made once: never listed, \
-                 watched or changed"
-            );
-        }
+    }
+    assert!(
+        !rules_of(find(&objects, "ClusterRole", OPERATOR))
+            .iter()
+            .any(|r| r.resources.iter().flatten().any(|r| r == "secrets")),
+        "Secrets are granted per namespace (09-etcd-namespace-secrets.yaml), never cluster-wide"
+    );
+    for rule in rules_of(find(&objects, "ClusterRole", SECRETS_ROLE)) {
+        assert_eq!(
+            rule.verbs,
+            ["get", "create"],
+            "Secrets are only read one by name, and the agent token made once: never listed, \
+             watched or changed"
+        );
     }
 }
 
@@ -538,7 +553,7 @@ fn render(template: &str, values: &Value) -> String {
             .to_string()
     };
     let chart_label = format!("quorate-operator-{app_version}");
-    let text = read(&format!("{CHART}/templates/{template}"));
+    let text = expand_ranges(&read(&format!("{CHART}/templates/{template}")), values);
     let scalar = |path: &str| match value_at(values, path) {
         Some(Value::String(s)) => s.clone(),
         Some(v) => v.to_string(),
@@ -691,6 +706,54 @@ fn render(template: &str, values: &Value) -> String {
         }
     }
     assert!(blocks.is_empty(), "{template}: a block is not closed");
+    out.join("\n")
+}
+
+/// Unrolls each whole-line `range $item := .Values.list` block (not nested) into one copy of
+/// its body per element, with `{{ $item }}` replaced by the element and the root context `$`
+/// of its includes written `.` again.
+fn expand_ranges(text: &str, values: &Value) -> String {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let action = line
+            .trim()
+            .strip_prefix("{{")
+            .and_then(|a| a.strip_suffix("}}"))
+            .map(|a| a.trim_matches('-').trim());
+        let Some((var, path)) = action
+            .and_then(|a| a.strip_prefix("range "))
+            .and_then(|a| a.split_once(" := .Values."))
+        else {
+            out.push(line.to_string());
+            continue;
+        };
+        let mut body = Vec::new();
+        let mut depth = 0;
+        for line in lines.by_ref() {
+            let word = actions(line).first().cloned().unwrap_or_default();
+            let word = word.split_whitespace().next().unwrap_or_default();
+            match word {
+                "if" | "with" | "range" => depth += 1,
+                "end" if depth == 0 => break,
+                "end" => depth -= 1,
+                _ => {}
+            }
+            body.push(line);
+        }
+        let items = value_at(values, path.trim())
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("range over {path}, which is not a list"));
+        for item in items {
+            let item = item.as_str().expect("a list of strings");
+            for line in &body {
+                out.push(
+                    line.replace(&format!("{{{{ {var} }}}}"), item)
+                        .replace("\" $ ", "\" . "),
+                );
+            }
+        }
+    }
     out.join("\n")
 }
 
@@ -1018,6 +1081,7 @@ async fn the_clusterrole_is_enough_for_the_controller() {
             manifest("02-serviceaccount.yaml"),
             manifest("03-clusterrole.yaml"),
             manifest("04-clusterrolebinding.yaml"),
+            manifest("09-etcd-namespace-secrets.yaml"),
         ],
     );
     let operator = server
@@ -1039,8 +1103,9 @@ async fn the_clusterrole_is_enough_for_the_controller() {
         namespace: None,
         identity: "quorate-operator-0".to_string(),
     };
+    let as_operator = operator.clone();
     let controller = tokio::spawn(async move {
-        run_controller(operator, settings, Metrics::default(), scope, stopped)
+        run_controller(as_operator, settings, Metrics::default(), scope, stopped)
             .await
             .expect("the controller starts as the operator's ServiceAccount");
     });
@@ -1052,6 +1117,46 @@ async fn the_clusterrole_is_enough_for_the_controller() {
         .create(&PostParams::default(), &etcd)
         .await
         .expect("create the Etcd");
+    // No Secrets grant in this namespace yet: the Etcd is refused with a status that says
+    // which binding to make, and nothing is created.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(operator.clone(), &namespace);
+    assert!(is_forbidden(secrets.get("anything").await));
+    let refusal = eventually("the missing grant reported", WAIT, || async {
+        let status = etcds.get(&name).await.ok()?.status?;
+        status
+            .last_errors
+            .iter()
+            .find(|e| {
+                e.description
+                    .contains("--clusterrole=quorate-operator-secrets")
+            })
+            .map(|e| e.description.clone())
+    })
+    .await;
+    assert!(
+        refusal.contains(&format!(
+            "rolebinding quorate-operator-secrets -n {namespace}"
+        )),
+        "{refusal}"
+    );
+    assert!(
+        Api::<StatefulSet>::namespaced(admin.clone(), &namespace)
+            .get_opt(&name)
+            .await
+            .expect("read")
+            .is_none(),
+        "nothing is built in a namespace without the grant"
+    );
+    // The grant as the manifest's comment tells an admin to make it.
+    let mut grant: RoleBinding =
+        serde_json::from_value(find(&plain_objects(), "RoleBinding", SECRETS_ROLE).clone())
+            .expect("RoleBinding");
+    grant.metadata.namespace = Some(namespace.clone());
+    Api::<RoleBinding>::namespaced(admin.clone(), &namespace)
+        .create(&PostParams::default(), &grant)
+        .await
+        .expect("grant Secrets in the namespace");
     // On a timeout, the last status says what was refused (lastErrors name verb and object).
     let mut last_status = None;
     let deadline = Instant::now() + WAIT;
@@ -1093,6 +1198,18 @@ async fn the_clusterrole_is_enough_for_the_controller() {
         .get(&role_name)
         .await
         .expect("the RoleBinding exists");
+    secrets
+        .get(&quorate_api::names::agent_token_secret_name(&name))
+        .await
+        .expect("with the grant, the operator reads the Secrets of this namespace");
+    assert!(
+        is_forbidden(
+            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(operator.clone(), "kube-system")
+                .get("anything")
+                .await
+        ),
+        "and still none elsewhere"
+    );
 
     etcds
         .delete(&name, &DeleteParams::default())
