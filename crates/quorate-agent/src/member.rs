@@ -17,7 +17,7 @@ use quorate_core::membership::data_state::DataState;
 use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::RecoveryRecord;
-use quorate_core::membership::rollout::{RolloutPeer, config_hash, handover_target, may_restart};
+use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
 use quorate_core::membership::start::Backups;
 use quorate_core::upgrade::{members_behind, snapshot_gate, snapshot_request};
 use quorate_etcd::MemberClient;
@@ -120,6 +120,8 @@ pub async fn run_agent<C: Coordination>(
             wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
             continue;
         }
+        // etcd starts trusting what the CA files hold now; see `with_trust_digests`.
+        let cluster = crate::secret_files::with_trust_digests(cluster);
         // The TLS files are in place: the listener may serve TLS (`spec.backup.tls`).
         state.update(|s| s.agent_tls = cluster.agent_tls.clone());
         crate::certificates::record(&state, &cluster);
@@ -404,7 +406,7 @@ async fn run_etcd<C: Coordination>(
                 return Ok(RunEnd::Shutdown);
             }
             _ = config_check.tick() => {
-                let latest = coord.cluster_config().await;
+                let mut latest = coord.cluster_config().await;
                 if let Ok(latest) = &latest
                     && secrets_written.elapsed() >= SECRET_REFRESH
                 {
@@ -417,6 +419,8 @@ async fn run_etcd<C: Coordination>(
                         tracing::warn!(member = %me, %reason, "refreshing the backup encryption keys failed");
                     }
                 }
+                // After the refresh, so a new CA bundle is seen as soon as it is written.
+                latest = latest.map(crate::secret_files::with_trust_digests);
                 if let Ok(latest) = &latest {
                     newest = latest.clone();
                     let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
@@ -652,7 +656,7 @@ async fn restart_turn<C: Coordination>(
         .collect();
     snapshot_gate(running.etcd_version, latest, &leases).map_err(Wait::new)?;
     let peers = RolloutPeer::from_leases(latest, &leases, &answers);
-    let hash = config_hash(latest);
+    let hash = rollout_key(latest);
     may_restart(me, &peers, &hash).map_err(Wait::new)?;
     Ok(handover_target(me, &peers, &hash))
 }

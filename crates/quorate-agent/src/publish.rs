@@ -13,7 +13,7 @@ use quorate_core::maintenance::defrag::{DEFRAG_ANNOTATION, DefragRecord};
 use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, WAITING_ANNOTATION};
 use quorate_core::membership::published::MEMBERSHIP_ANNOTATION;
 use quorate_core::membership::recovery::RECOVERY_ANNOTATION;
-use quorate_core::membership::rollout::{CONFIG_HASH_ANNOTATION, config_hash};
+use quorate_core::membership::rollout::{CONFIG_HASH_ANNOTATION, rollout_key};
 use quorate_core::upgrade::RUNNING_VERSION_ANNOTATION;
 
 /// Writes member `me`'s lease from `state`. With `renew`, the lease is renewed (etcd serves
@@ -46,7 +46,7 @@ pub async fn publish<C: Coordination>(
             lease.renew(&identity, s.peer_tls_enabled(), crate::clock::now());
             lease
                 .annotations
-                .insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash(cluster));
+                .insert(CONFIG_HASH_ANNOTATION.to_string(), rollout_key(cluster));
             if let Some(version) = &s.etcd_version {
                 lease
                     .annotations

@@ -44,6 +44,23 @@ pub async fn write_secret_files<C: Coordination>(
     Ok(changed)
 }
 
+/// `cluster` with the digest of each CA bundle etcd is configured to trust, as the files hold
+/// it now (unreadable: none). etcd reads its CA files only when it starts, unlike its
+/// certificates, so a changed bundle makes the running configuration differ from the latest:
+/// the members restart one at a time onto it (`rollout_key`), which is what rotating a CA
+/// through a bundle needs.
+pub fn with_trust_digests(mut cluster: ClusterConfig) -> ClusterConfig {
+    for tls in [&mut cluster.client_tls, &mut cluster.peer_tls]
+        .into_iter()
+        .flatten()
+    {
+        tls.trusted_ca_digest = std::fs::read(&tls.ca_file)
+            .ok()
+            .map(|pem| quorate_core::membership::rollout::content_digest(&pem));
+    }
+    cluster
+}
+
 /// Copies the backup encryption Secret `cluster` names into the key directory; true when a
 /// file changed. Locally the directory is the Secret's own, so nothing changes. `Err` says
 /// what is missing; the store then refuses to write (nothing is written in clear).

@@ -253,6 +253,11 @@ pub struct TlsFiles {
     /// Client key for the agent's own connections (client TLS only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_key_file: Option<String>,
+    /// A digest of what `ca_file` held when the agent last read it; never set by the operator.
+    /// etcd reads its CA bundle only at start, so a new digest restarts etcd in turn like a
+    /// changed flag (a CA rotated through a bundle), while leaves are re-read per connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_ca_digest: Option<String>,
 }
 
 impl EtcdSettings {

@@ -379,6 +379,7 @@ pub(crate) mod tests {
             key_file: "/key".into(),
             client_cert_file: None,
             client_key_file: None,
+            trusted_ca_digest: None,
         });
         let args = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart)
             .unwrap()

@@ -40,6 +40,7 @@ mod tests {
             key_file: "/tls/tls.key".into(),
             client_cert_file: Some("/tls/client.crt".into()),
             client_key_file: Some("/tls/client.key".into()),
+            trusted_ca_digest: None,
         };
         let tls = tls_from_files(&files);
         assert_eq!(tls.ca, PemSource::File("/tls/ca.crt".into()));

@@ -95,6 +95,7 @@ fn materialize(
         key_file: path(server_dir.join("tls.key")),
         client_cert_file: client_dir.as_ref().map(|d| path(d.join("tls.crt"))),
         client_key_file: client_dir.as_ref().map(|d| path(d.join("tls.key"))),
+        trusted_ca_digest: None,
     })
 }
 

@@ -539,6 +539,147 @@ fn tls_cluster_requires_client_certificates() {
     );
 }
 
+/// etcd reads its CA bundle only at start, its certificates per connection. Rotating the CA of
+/// client and peer TLS through a bundle: (1) old+new CA in the bundle restarts every member
+/// once, in turn, with no write failing; (2) leaves from the new CA are served with nothing
+/// restarted; (3) the bundle without the old CA restarts every member once more, after which a
+/// certificate of the old CA is refused.
+#[test]
+fn etcds_ca_rotates_through_a_bundle_one_member_at_a_time() {
+    let local = Local::new();
+    let name = "rotate";
+    let tls = "    clientUrlTls:
+      tlsCASecretRef: {name: ca}
+      serverTLSSecretRef: {name: server}
+      clientTLSSecretRef: {name: client}
+    peerUrlTls:
+      tlsCASecretRef: {name: peer-ca}
+      serverTLSSecretRef: {name: peer-server}
+";
+    let text = manifest(name, 3, "").replace(
+        "    heartbeatDuration: 1s\n",
+        &format!("    heartbeatDuration: 1s\n{tls}"),
+    );
+    let path = local.manifest("c.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let secrets = local.cluster_dir(name).join("secrets");
+    let file = |p: &str| secrets.join(p);
+    let read = |p: &str| std::fs::read(file(p)).unwrap();
+    let (old_ca, old_peer_ca) = (read("ca/ca.crt"), read("peer-ca/ca.crt"));
+    let pids = || -> Vec<Option<i32>> {
+        (0..3)
+            .map(|i| local.etcd_pid(name, &format!("{name}-{i}")))
+            .collect()
+    };
+    let all_restarted_since = |before: &[Option<i32>]| {
+        let now = pids();
+        (now.iter().all(Option::is_some) && now.iter().zip(before).all(|(a, b)| a != b))
+            .then_some(now)
+    };
+    let endpoints = local.endpoints(name);
+    let work = tempfile::tempdir().unwrap();
+    let next = quorate_testkit::TestCerts::generate(work.path()).unwrap();
+    let new_ca = std::fs::read(&next.ca).unwrap();
+    let tls_args = |ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path| {
+        vec![
+            format!("--cacert={}", ca.display()),
+            format!("--cert={}", cert.display()),
+            format!("--key={}", key.display()),
+        ]
+    };
+    let trust_both = work.path().join("both.crt");
+    std::fs::write(&trust_both, [old_ca.clone(), new_ca.clone()].concat()).unwrap();
+    let old_client = (file("client/tls.crt"), file("client/tls.key"));
+    let kept_old_client = (work.path().join("old.crt"), work.path().join("old.key"));
+    std::fs::copy(&old_client.0, &kept_old_client.0).unwrap();
+    std::fs::copy(&old_client.1, &kept_old_client.1).unwrap();
+    let put = |ca: &std::path::Path, (cert, key): (&std::path::Path, &std::path::Path)| {
+        std::process::Command::new(quorate_testkit::etcdctl_binary())
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(","), "--dial-timeout", "2s"])
+            .args(["--command-timeout", "5s"])
+            .args(tls_args(ca, cert, key))
+            .args(["put", "rotation", "ok"])
+            .output()
+            .unwrap()
+    };
+
+    // 1: both CAs trusted. Every etcd restarts once, in turn, while a client of the old CA
+    // writes on.
+    let before = pids();
+    let canary = support::canary::Canary::start_with(
+        &endpoints,
+        &tls_args(&trust_both, &kept_old_client.0, &kept_old_client.1),
+    );
+    std::fs::write(file("ca/ca.crt"), [old_ca.clone(), new_ca.clone()].concat()).unwrap();
+    std::fs::write(
+        file("peer-ca/ca.crt"),
+        [old_peer_ca, new_ca.clone()].concat(),
+    )
+    .unwrap();
+    let after_bundle = eventually(
+        "every etcd to restart onto the CA bundle",
+        Duration::from_secs(120),
+        || all_restarted_since(&before),
+    );
+    let last = canary.finish();
+    assert_eq!(last["failed"], 0, "no write failed: {last}");
+    assert!(
+        last["longest_wait_ms"].as_u64().unwrap() <= 5000,
+        "no write waited more than 5 s: {last}"
+    );
+
+    // 2: leaves of the new CA, re-read by etcd per connection: a client that trusts only the
+    // new CA and presents a new certificate is served, and nothing restarted.
+    for (from, to) in [
+        (&next.server_cert, "server/tls.crt"),
+        (&next.server_key, "server/tls.key"),
+        (&next.server_cert, "peer-server/tls.crt"),
+        (&next.server_key, "peer-server/tls.key"),
+        (&next.client_cert, "client/tls.crt"),
+        (&next.client_key, "client/tls.key"),
+    ] {
+        std::fs::copy(from, file(to)).unwrap();
+    }
+    let new_client = (next.client_cert.as_path(), next.client_key.as_path());
+    let served = put(&next.ca, new_client);
+    assert!(
+        served.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served.stderr)
+    );
+    assert_eq!(pids(), after_bundle, "new leaves need no restart");
+
+    // 3: the old CA leaves the bundle: every etcd restarts once more, and the old CA's
+    // certificates are refused afterwards.
+    let canary = support::canary::Canary::start_with(
+        &endpoints,
+        &tls_args(&next.ca, new_client.0, new_client.1),
+    );
+    std::fs::write(file("ca/ca.crt"), &new_ca).unwrap();
+    std::fs::write(file("peer-ca/ca.crt"), &new_ca).unwrap();
+    eventually(
+        "every etcd to restart onto the new CA alone",
+        Duration::from_secs(120),
+        || all_restarted_since(&after_bundle),
+    );
+    let last = canary.finish();
+    assert_eq!(last["failed"], 0, "no write failed: {last}");
+    assert!(
+        last["longest_wait_ms"].as_u64().unwrap() <= 5000,
+        "no write waited more than 5 s: {last}"
+    );
+    let refused = put(
+        &trust_both,
+        (kept_old_client.0.as_path(), kept_old_client.1.as_path()),
+    );
+    assert!(
+        !refused.status.success(),
+        "a client certificate of the retired CA was accepted"
+    );
+    assert!(put(&next.ca, new_client).status.success());
+}
+
 #[test]
 fn changed_etcd_flags_roll_through_the_members_one_at_a_time() {
     let local = Local::new();

@@ -211,6 +211,7 @@ pub fn render_for_kubernetes(
             key_file: file_in(PEER_SERVER_TLS_MOUNT, TLS_KEY_KEY),
             client_cert_file: None,
             client_key_file: None,
+            trusted_ca_digest: None,
         }),
         agent_tls: spec.backup.tls.as_ref().map(|t| {
             pod_tls_files(
@@ -250,6 +251,7 @@ fn pod_tls_files(
         key_file: file_in(server_dir, TLS_KEY_KEY),
         client_cert_file: client(TLS_CERT_KEY),
         client_key_file: client(TLS_KEY_KEY),
+        trusted_ca_digest: None,
     }
 }
 

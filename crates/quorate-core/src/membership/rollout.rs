@@ -6,24 +6,60 @@
 
 use super::recovery::EtcdAnswer;
 use super::turns::{self, Activity, TurnPeer, may_take_turn};
-use crate::cluster_config::ClusterConfig;
+use crate::cluster_config::{ClusterConfig, TlsFiles};
 use crate::lease::MemberLease;
 
-/// Member-lease annotation carrying the hash of the configuration the member's etcd runs with.
+/// Member-lease annotation carrying the [`rollout_key`] of the configuration the member's etcd
+/// runs with.
 pub const CONFIG_HASH_ANNOTATION: &str = "quorate.io/etcd-config-hash";
 
-/// Hash of the settings every member shares (etcd flags and TLS), which is what a rollout rolls.
+/// Hash of the settings every member shares (etcd flags and TLS file paths), which is what the
+/// cluster configuration asks for; the CA digests only the agents know are left out.
 /// FNV-1a, so it is the same for every build and platform.
 pub fn config_hash(cluster: &ClusterConfig) -> String {
+    let without_digest = |tls: &Option<TlsFiles>| {
+        tls.clone().map(|t| TlsFiles {
+            trusted_ca_digest: None,
+            ..t
+        })
+    };
     let shared = serde_json::json!({
         "etcd": cluster.etcd,
         "etcdVersion": cluster.etcd_version,
-        "clientTls": cluster.client_tls,
-        "peerTls": cluster.peer_tls,
+        "clientTls": without_digest(&cluster.client_tls),
+        "peerTls": without_digest(&cluster.peer_tls),
     });
+    content_digest(shared.to_string().as_bytes())
+}
+
+/// What a member publishes on its lease and a rollout's turns compare: the [`config_hash`],
+/// then `+ca-<digest>` when the agent knows what the CA bundles etcd trusts hold. etcd reads
+/// them only at start, so a changed bundle rolls through the members like a changed flag.
+pub fn rollout_key(cluster: &ClusterConfig) -> String {
+    let digests: Vec<&str> = [&cluster.client_tls, &cluster.peer_tls]
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.trusted_ca_digest.as_deref())
+        .collect();
+    let hash = config_hash(cluster);
+    if digests.is_empty() {
+        hash
+    } else {
+        format!("{hash}+ca-{}", content_digest(digests.join(",").as_bytes()))
+    }
+}
+
+/// The [`config_hash`] part of a published [`rollout_key`]: what status compares with the
+/// configuration it rendered, which knows no CA content.
+pub fn published_config_hash(rollout_key: &str) -> &str {
+    rollout_key.split('+').next().unwrap_or_default()
+}
+
+/// FNV-1a of `bytes` as 16 hex digits: a change detector, not a security hash.
+pub fn content_digest(bytes: &[u8]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in shared.to_string().bytes() {
-        hash ^= u64::from(byte);
+    for byte in bytes {
+        hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
@@ -128,6 +164,35 @@ mod tests {
             }),
             config_hash: Some(hash.into()),
         }
+    }
+
+    #[test]
+    fn a_new_ca_bundle_changes_the_rollout_key_but_not_the_configuration_hash() {
+        let mut cluster = three_members();
+        let plain = rollout_key(&cluster);
+        assert_eq!(plain, config_hash(&cluster));
+        cluster.peer_tls = Some(TlsFiles {
+            ca_file: "/ca".into(),
+            cert_file: "/crt".into(),
+            key_file: "/key".into(),
+            client_cert_file: None,
+            client_key_file: None,
+            trusted_ca_digest: None,
+        });
+        let unread = rollout_key(&cluster);
+        let hash = config_hash(&cluster);
+        assert_eq!(unread, hash, "no digest known: the key is the hash");
+        let with_ca = |digest: &str| {
+            let mut c = cluster.clone();
+            c.peer_tls.as_mut().unwrap().trusted_ca_digest = Some(digest.into());
+            c
+        };
+        let (old, bundle) = (with_ca("old"), with_ca("old+new"));
+        assert_eq!(config_hash(&old), hash);
+        assert_eq!(config_hash(&bundle), hash);
+        assert_ne!(rollout_key(&old), rollout_key(&bundle));
+        assert_eq!(published_config_hash(&rollout_key(&bundle)), hash);
+        assert_eq!(published_config_hash(&hash), hash);
     }
 
     #[test]

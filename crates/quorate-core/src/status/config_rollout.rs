@@ -9,10 +9,11 @@ use quorate_api::Etcd;
 use super::{MemberObservation, Presence};
 use crate::conditions::StatefulSetRollout;
 use crate::lease::MemberLease;
-use crate::membership::rollout::CONFIG_HASH_ANNOTATION;
+use crate::membership::rollout::{CONFIG_HASH_ANNOTATION, published_config_hash};
 
 /// The rollout of `etcd` towards configuration `desired_hash`: a member is updated when it is
-/// not known stopped and its lease carries `desired_hash`. The configuration is rendered from
+/// not known stopped and its lease carries `desired_hash` (with or without the CA digests its
+/// agent adds, see `rollout_key`). The configuration is rendered from
 /// the generation it was read at, so the observed generation is the `Etcd`'s own.
 pub fn rollout_from_config_hashes(
     etcd: &Etcd,
@@ -31,7 +32,7 @@ pub fn rollout_from_config_hashes(
                 .iter()
                 .find(|l| &l.name == *name)
                 .and_then(|l| l.annotations.get(CONFIG_HASH_ANNOTATION));
-            !stopped && hash.map(String::as_str) == Some(desired_hash)
+            !stopped && hash.map(|h| published_config_hash(h)) == Some(desired_hash)
         })
         .count();
     let updated = i32::try_from(updated).unwrap_or(i32::MAX);

@@ -16,6 +16,11 @@ pub struct Canary {
 
 impl Canary {
     pub fn start(endpoints: &[String]) -> Self {
+        Self::start_with(endpoints, &[])
+    }
+
+    /// As [`Canary::start`], with further arguments (e.g. `--cacert`, `--cert`, `--key`).
+    pub fn start_with(endpoints: &[String], args: &[String]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
         command
             .args([
@@ -27,6 +32,7 @@ impl Canary {
             ])
             .args(["--interval", "20ms", "--report-every", "500ms"])
             .args(["--write-timeout", "5s"])
+            .args(args)
             .env("QUORATE_LOG", "warn")
             .stdout(Stdio::piped());
         let mut child = ChildGuard::spawn(&mut command).expect("start quorate canary");
