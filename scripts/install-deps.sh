@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs what building and testing quorate needs, skipping what is already there:
-# etcd 3.4 (server + etcdctl) and 3.5, protoc with its well-known types, and (as root) iptables from Debian. Safe to run repeatedly.
+# etcd 3.4 (server + etcdctl) and 3.5, protoc with its well-known types, and (as root) iptables
+# from Debian; moto's S3 server; kube-apiserver and kubectl. Safe to run repeatedly.
+#
+#   scripts/install-deps.sh          # everything the tests need
+#   scripts/install-deps.sh --local  # only what building quorate and running local mode need
+#                                    # (etcd 3.4 and protoc): the quick start's fast path
 set -euo pipefail
+local_only=false
+case "${1:-}" in
+  --local) local_only=true ;;
+  "") ;;
+  *) echo "usage: $0 [--local]" >&2; exit 2 ;;
+esac
 
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
@@ -11,7 +22,7 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 # import; only a recommendation of protobuf-compiler, so --no-install-recommends skips them.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # The fault-injection suite cuts members off the network with iptables (as root).
-if [ "$(id -u)" = 0 ]; then command -v iptables >/dev/null 2>&1 || need+=(iptables); fi
+if [ "$(id -u)" = 0 ] && ! $local_only; then command -v iptables >/dev/null 2>&1 || need+=(iptables); fi
 
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
@@ -31,6 +42,10 @@ if pgrep -x etcd -u etcd >/dev/null 2>&1; then pkill -x -u etcd etcd || true; fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo is missing: install a Rust toolchain (1.95 or newer) first, e.g. from rustup" >&2
   exit 1
+fi
+
+if $local_only; then
+  exit 0
 fi
 
 # moto's S3 server, the second S3 implementation the store tests run against (the first is

@@ -2,7 +2,9 @@
 # Brings up the example 3-member etcd cluster with backups on this machine and shows its status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+# Only what local mode needs (etcd, protoc): the tests' extras (moto, etcd 3.5, kube-apiserver)
+# are installed by the test command.
+bash scripts/install-deps.sh --local
 cargo build --release --quiet -p quorate
 bin=target/release/quorate
 "$bin" up -d -f examples/etcd-cluster.yaml
