@@ -311,13 +311,15 @@ fn status_without_supervisor(
     ))
 }
 
-/// Stops cluster `name` (data kept), deleting its state too when `purge`.
+/// Stops cluster `name` (data kept), deleting its state directory too when `purge`. Returns
+/// the bucket directory `purge` kept because it lies outside the state directory (a store
+/// Secret's `hostPath`), to say so.
 pub async fn down(
     ctx: &LocalContext,
     name: &str,
     purge: bool,
     timeout: Duration,
-) -> Result<(), LocalError> {
+) -> Result<Option<std::path::PathBuf>, LocalError> {
     let dir = ctx.existing(name)?;
     if let Some(pid) = lock::running_supervisor(&dir) {
         let _ = nix::sys::signal::kill(
@@ -336,14 +338,18 @@ pub async fn down(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    if purge {
-        std::fs::remove_dir_all(dir.root()).map_err(|source| LocalError::Io {
-            action: "delete",
-            path: dir.root().display().to_string(),
-            source,
-        })?;
+    if !purge {
+        return Ok(None);
     }
-    Ok(())
+    let kept = load_object(&dir)
+        .ok()
+        .and_then(|etcd| crate::bucket::kept_outside(&etcd, &dir));
+    std::fs::remove_dir_all(dir.root()).map_err(|source| LocalError::Io {
+        action: "delete",
+        path: dir.root().display().to_string(),
+        source,
+    })?;
+    Ok(kept)
 }
 
 /// Client URLs of the cluster's desired members, comma-separated for `etcdctl --endpoints`.

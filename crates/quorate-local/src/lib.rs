@@ -3,6 +3,7 @@
 //! one agent per member, status); the agents are the same ones that run in pods.
 
 pub mod agents;
+pub mod bucket;
 pub mod commands;
 pub mod defrag;
 pub mod etcd_view;
@@ -128,4 +129,16 @@ pub enum LocalError {
     /// An etcd call failed.
     #[error(transparent)]
     Etcd(#[from] quorate_etcd::EtcdError),
+    /// A store Secret's `hostPath` is not a usable directory.
+    #[error(
+        "{file} holds {found:?}, but a Local store's hostPath must be an absolute directory \
+         (e.g. /mnt/backups); fix the file or remove it to keep the buckets in the cluster's \
+         state directory"
+    )]
+    BucketPath {
+        /// The `hostPath` file.
+        file: String,
+        /// What it holds.
+        found: String,
+    },
 }

@@ -63,9 +63,12 @@ pub fn render_cluster_config(
         client_tls,
         peer_tls,
         agent_tls: crate::tls::agent_tls_files(etcd, dir)?,
-        // `Local` containers live in the cluster's `backups/` directory and a store Secret is
-        // the directory `secrets/<name>/`, as for TLS.
-        local_root: dir.backups().display().to_string(),
+        // `Local` containers live where the store Secret's `hostPath` says, else in the
+        // cluster's `backups/` directory; a store Secret is the directory `secrets/<name>/`,
+        // as for TLS.
+        local_root: crate::bucket::local_backup_root(etcd, dir)?
+            .display()
+            .to_string(),
         secret_dir: store_secret_dir(etcd, dir),
         // The encryption keys are read where the Secret's directory is.
         encryption_key_dir: quorate_api::annotations::backup_encryption_secret(etcd).map(

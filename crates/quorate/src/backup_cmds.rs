@@ -36,7 +36,10 @@ fn open_cluster_store(
     let encryption_keys = quorate_api::annotations::backup_encryption_secret(etcd)
         .map(|secret| dir.root().join("secrets").join(secret));
     let options = StoreOptions {
-        local_root: local_root.unwrap_or_else(|| dir.backups()),
+        local_root: match local_root {
+            Some(root) => root,
+            None => quorate_local::bucket::local_backup_root(etcd, &dir)?,
+        },
         secret_dir,
         encryption_keys,
     };

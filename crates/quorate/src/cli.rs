@@ -70,7 +70,8 @@ pub enum Command {
     Down {
         /// Cluster name (metadata.name).
         name: String,
-        /// Also delete its data, backups and state.
+        /// Also delete its state directory: data, and backups kept there (a bucket elsewhere,
+        /// from a store Secret's hostPath, is kept).
         #[arg(long)]
         purge: bool,
     },

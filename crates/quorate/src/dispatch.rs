@@ -88,11 +88,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Command::Down { name, purge } => {
             let ctx = context(None);
-            commands::down(&ctx, &name, purge, Duration::from_secs(60)).await?;
+            let kept = commands::down(&ctx, &name, purge, Duration::from_secs(60)).await?;
             println!(
                 "{name} stopped{}",
                 if purge { " and deleted" } else { "; data kept" }
             );
+            if let Some(bucket) = kept {
+                println!(
+                    "its backups in {} were kept: they are outside the state directory (the \
+                     store Secret's hostPath); delete them yourself when no longer needed",
+                    bucket.display()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Get { name, output, .. } => {

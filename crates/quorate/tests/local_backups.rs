@@ -829,3 +829,64 @@ fn backups_copy_between_buckets_and_the_copy_restores() {
         "{stderr}"
     );
 }
+
+/// A `Local` store whose Secret names a `hostPath` keeps its buckets there, e.g. on another
+/// disk than the data (druid's way to place `Local` buckets); `down --purge` deletes the state
+/// directory, says it kept them, and the cluster comes back from them with `restore --up`.
+#[test]
+fn a_host_path_bucket_outside_the_state_directory_survives_purge_and_restores() {
+    let local = Local::new();
+    let disk = tempfile::tempdir().unwrap();
+    let text = with_backups("far", 1).replace(
+        "      prefix: main\n",
+        "      prefix: main\n      secretRef:\n        name: far-disk\n",
+    );
+    let path = local.manifest("far.yaml", &text);
+    let secret = local.cluster_dir("far").join("secrets/far-disk");
+    let name_the_disk = || {
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("hostPath"), disk.path().display().to_string()).unwrap();
+    };
+    name_the_disk();
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let rt = runtime();
+    let endpoints = local.endpoints("far");
+    let head = rt.block_on(put_keys(&endpoints, "k/", 20));
+    let newest = |listing: &str| {
+        objects(listing)
+            .iter()
+            .filter_map(|o| o.split('-').nth(2)?.parse::<i64>().ok())
+            .max()
+    };
+    eventually(
+        "the bucket to reach the last write",
+        Duration::from_secs(30),
+        || (newest(&local.ok(&["backups", "list", "far"])) >= Some(head)).then_some(()),
+    );
+    assert!(
+        disk.path().join("bucket/main").is_dir(),
+        "the bucket is on the other disk"
+    );
+    assert!(
+        !local.cluster_dir("far").join("backups").exists(),
+        "nothing in the state directory"
+    );
+
+    let out = local.ok(&["down", "far", "--purge"]);
+    assert!(
+        !local.cluster_dir("far").exists(),
+        "the state directory is gone"
+    );
+    assert!(
+        out.contains("were kept") && out.contains(&disk.path().display().to_string()),
+        "{out}"
+    );
+    name_the_disk();
+    assert!(
+        newest(&local.ok(&["backups", "list", "-f", path_str(&path)])) >= Some(head),
+        "the backups are still there"
+    );
+    local.ok(&["restore", "-f", path_str(&path), "--up"]);
+    let keys = rt.block_on(dump(&local.endpoints("far")[0], "k/"));
+    assert_eq!(keys.len(), 20, "every key is back: {keys:?}");
+}
