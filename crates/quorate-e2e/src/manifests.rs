@@ -15,6 +15,9 @@ pub struct EtcdShape<'a> {
     pub local_bucket: Option<&'a str>,
     /// Peer TLS from the Secrets of [`peer_tls_secrets`].
     pub peer_tls: bool,
+    /// Client TLS from the Secrets of [`crate::tls::UserTls`] (made by the scenario), client
+    /// certificates required.
+    pub client_tls: bool,
     /// Ask for a reconcile (`gardener.cloud/operation: reconcile`): what applies a spec change
     /// when the operator runs without auto-reconcile, as druid's default does.
     pub reconcile: bool,
@@ -22,8 +25,9 @@ pub struct EtcdShape<'a> {
     pub etcd_version: Option<&'a str>,
     /// The etcd container's CPU request (a pod template change when it changes).
     pub cpu: &'a str,
-    /// The agents serve HTTPS (`spec.backup.tls`) with the Secrets of
-    /// [`crate::tls::backup_tls_secrets`] (made with the `Etcd`), requiring client certificates.
+    /// The agents serve HTTPS (`spec.backup.tls`) with the Secrets `<name>-backup-ca`,
+    /// `-backup-server` and `-backup-client` (made by the scenario, e.g. with
+    /// [`crate::tls::backup_tls_secrets`]), requiring client certificates.
     pub backup_tls: bool,
     /// Encrypt the backups with the keys of this Secret (`quorate.io/backup-encryption-secret`),
     /// made with the `Etcd`: one key `k1`, active.
@@ -79,17 +83,23 @@ impl EtcdShape<'_> {
         } else {
             String::new()
         };
-        let (backup_tls, tls_secrets) = if self.backup_tls {
-            (
-                format!(
-                    "    tls:\n      tlsCASecretRef:\n        name: {name}-backup-ca\n        dataKey: ca.crt\n      \
-                     serverTLSSecretRef:\n        name: {name}-backup-server\n      clientTLSSecretRef:\n        \
-                     name: {name}-backup-client\n"
-                ),
-                crate::tls::backup_tls_secrets(name, namespace) + "---\n",
+        let client_tls = if self.client_tls {
+            format!(
+                "    clientUrlTls:\n      tlsCASecretRef:\n        name: {name}-ca\n        \
+                 dataKey: ca.crt\n      serverTLSSecretRef:\n        name: {name}-server\n      \
+                 clientTLSSecretRef:\n        name: {name}-client-tls\n"
             )
         } else {
-            (String::new(), String::new())
+            String::new()
+        };
+        let backup_tls = if self.backup_tls {
+            format!(
+                "    tls:\n      tlsCASecretRef:\n        name: {name}-backup-ca\n        dataKey: ca.crt\n      \
+                 serverTLSSecretRef:\n        name: {name}-backup-server\n      clientTLSSecretRef:\n        \
+                 name: {name}-backup-client\n"
+            )
+        } else {
+            String::new()
         };
         let (secret, backup) = match self.local_bucket {
             Some(dir) => (
@@ -117,7 +127,7 @@ impl EtcdShape<'_> {
             None => (String::new(), "  backup: {}\n".to_string()),
         };
         format!(
-            r#"{tls_secrets}{keys}{secret}apiVersion: druid.gardener.cloud/v1alpha1
+            r#"{keys}{secret}apiVersion: druid.gardener.cloud/v1alpha1
 kind: Etcd
 metadata:
   name: {name}
@@ -129,7 +139,7 @@ metadata:
   etcd:
     clientPort: 2379
     serverPort: 2380
-{peer_tls}    resources:
+{client_tls}{peer_tls}    resources:
       requests: {{cpu: {cpu}, memory: 64Mi}}
 {backup}  storageCapacity: 1Gi
 "#
@@ -163,6 +173,41 @@ spec:
   - name: get
     image: {image}
     command: [etcdctl, --endpoints={endpoint}, --dial-timeout=5s, --command-timeout=15s, get, "{key}", --print-value-only]
+"#
+    )
+}
+
+/// [`canary_pod`] for an `Etcd` with client TLS: through `https://<etcd>-client`, trusting the
+/// CA and presenting the certificate of the Secret `<etcd>-client-tls`, mounted at `/tls`.
+pub fn tls_canary_pod(image: &str, etcd: &str, namespace: &str, write_timeout: &str) -> String {
+    let plain = canary_pod(image, etcd, namespace, write_timeout);
+    let https = client_url(etcd, namespace).replace("http://", "https://");
+    plain.replace(&client_url(etcd, namespace), &https).replace(
+        "--report-every=1s]",
+        "--report-every=1s, --cacert=/tls/ca.crt, --cert=/tls/tls.crt, --key=/tls/tls.key]\n    \
+             volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]",
+    ) + &format!("  volumes: [{{name: tls, secret: {{secretName: {etcd}-client-tls}}}}]\n")
+}
+
+/// A pod that trusts the client CA of `etcd` but has no client certificate and tries to write
+/// through `https://<etcd>-client`: it must fail (phase `Failed`).
+pub fn certless_client_pod(image: &str, etcd: &str, namespace: &str) -> String {
+    let https = client_url(etcd, namespace).replace("http://", "https://");
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {etcd}-no-cert
+  namespace: {namespace}
+spec:
+  restartPolicy: Never
+  securityContext: {{runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}}
+  containers:
+  - name: put
+    image: {image}
+    command: [etcdctl, --endpoints={https}, --cacert=/tls/ca.crt, --dial-timeout=5s, --command-timeout=10s, put, no-cert, written]
+    volumeMounts: [{{name: tls, mountPath: /tls, readOnly: true}}]
+  volumes: [{{name: tls, secret: {{secretName: {etcd}-ca}}}}]
 "#
     )
 }

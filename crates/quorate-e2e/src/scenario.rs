@@ -187,8 +187,13 @@ impl Scenario {
             etcd_version: None,
             cpu: crate::manifests::DEFAULT_CPU,
             backup_tls: secured,
+            client_tls: false,
             backup_encryption_secret: secured.then_some(keys.as_str()),
         };
+        if secured {
+            let secrets = crate::tls::backup_tls_secrets(name, &self.namespace);
+            self.cluster.apply(&secrets).await;
+        }
         println!("{}", self.cluster.apply(&shape.yaml()).await.trim_end());
         wait_fully_ready(
             &self.cluster,

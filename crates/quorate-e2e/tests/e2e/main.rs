@@ -6,6 +6,7 @@
 //! Run one at a time (`--test-threads=1`): they share one small node.
 
 mod s10_maintenance;
+mod s11_user_tls;
 mod s1_ready;
 mod s2_tls_scale_out;
 mod s3_member_loss;

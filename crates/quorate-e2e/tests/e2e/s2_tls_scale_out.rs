@@ -63,6 +63,7 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
         backup_tls: false,
+        client_tls: false,
         backup_encryption_secret: None,
     };
     s.cluster.apply(&peer_tls_secrets(name, &ns, 3)).await;

@@ -85,6 +85,7 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
         backup_tls: false,
+        client_tls: false,
         backup_encryption_secret: None,
     };
     s.cluster.apply(&three.yaml()).await;
@@ -245,6 +246,7 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
         etcd_version: None,
         cpu: quorate_e2e::manifests::DEFAULT_CPU,
         backup_tls: false,
+        client_tls: false,
         backup_encryption_secret: None,
     };
     let t = Instant::now();

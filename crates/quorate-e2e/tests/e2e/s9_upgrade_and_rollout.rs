@@ -83,6 +83,7 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
         etcd_version: Some("3.4"),
         cpu: DEFAULT_CPU,
         backup_tls: false,
+        client_tls: false,
         backup_encryption_secret: None,
     };
     s.cluster.apply(&v34.yaml()).await;
