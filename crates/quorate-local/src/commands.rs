@@ -117,23 +117,41 @@ fn settle_etcd_version(
 
 /// Applies `etcd` to the state directory (creating the cluster if new) and checks that the ports
 /// of members that are not running yet are free. Nothing runs yet.
+///
+/// Ports the manifest moved are taken up while the cluster is stopped, except a started
+/// member's peer port, which etcd's membership knows it by for life; the ones kept are in
+/// [`Applied::kept_ports`].
 pub fn prepare(ctx: &LocalContext, mut etcd: Etcd) -> Result<(ClusterDir, Applied), LocalError> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
     let dir = ctx.cluster(&name);
     settle_etcd_version(ctx, &dir, &mut etcd)?;
     let running = lock::running_supervisor(&dir).is_some();
-    let applied = object::apply(&dir, etcd, jiff::Timestamp::now(), rand::random())?;
+    let mut applied = object::apply(&dir, etcd, jiff::Timestamp::now(), rand::random())?;
     object::ensure_agent_token(&dir)?;
-    if !running {
-        let etcd = load_object(&dir)?;
+    let etcd = load_object(&dir)?;
+    let base = crate::render::base_ports(&etcd);
+    let desired = quorate_api::names::member_lease_names(&etcd);
+    if running {
+        applied.kept_ports = ports::moved(&load_record(&dir)?.ports, &desired, base);
+    } else {
         let mut record = load_record(&dir)?;
-        let desired = quorate_api::names::member_lease_names(&etcd);
         if etcd.spec.replicas > 0 {
             // A wake: the members start on their data again, then the leaving ones go.
             record.hibernation = None;
         }
         let members = record.members_to_run(&desired);
-        let base = crate::render::base_ports(&etcd);
+        for moved in ports::moved(&record.ports, &members, base) {
+            let started = dir.member_data(&moved.member).join("member").is_dir();
+            let Some(ports) = record.ports.get_mut(&moved.member) else {
+                continue;
+            };
+            match moved.field {
+                "spec.etcd.serverPort" if started => applied.kept_ports.push(moved),
+                "spec.etcd.serverPort" => ports.peer = moved.wanted,
+                "spec.etcd.clientPort" => ports.client = moved.wanted,
+                _ => ports.agent = moved.wanted,
+            }
+        }
         ports::assign(&mut record.ports, &members, base, ports::free_port)?;
         object::save_record(&dir, &record)?;
         for member in &members {
@@ -209,6 +227,8 @@ pub async fn wait_until_ready(
         let status = read_status(&dir);
         let all_ready = condition(&status, "AllMembersReady") == Some(ConditionStatus::True);
         let scaled = condition(&status, "ScaleOperationComplete") == Some(ConditionStatus::True);
+        // A change that restarts the members is applied once every one runs it.
+        let updated = condition(&status, "AllMembersUpdated") != Some(ConditionStatus::False);
         let replicas = load_object(&dir)?.spec.replicas;
         // Only a status the running supervisor wrote counts, not one a previous run left.
         let current = lock::running_supervisor(&dir).map(crate::supervisor::run_id);
@@ -216,7 +236,7 @@ pub async fn wait_until_ready(
             && status.last_operation.as_ref().map(|op| &op.run_id) == current.as_ref();
         let settled =
             fresh && status.observed_generation == Some(generation) && status.ready == Some(true);
-        if settled && scaled && (all_ready || replicas == 0) {
+        if settled && scaled && updated && (all_ready || replicas == 0) {
             return Ok(status);
         }
         // A supervisor that is not running after a few seconds has failed to start.

@@ -95,6 +95,8 @@ pub struct Applied {
     pub changed: bool,
     /// Generation after the apply.
     pub generation: i64,
+    /// Ports the manifest asks for that members keep others for, to say so.
+    pub kept_ports: Vec<crate::ports::MovedPort>,
 }
 
 /// Asks the agents of the cluster in `dir` for something once: puts annotation `key` with a
@@ -159,5 +161,6 @@ pub fn apply(
         created,
         changed,
         generation,
+        kept_ports: Vec::new(),
     })
 }

@@ -105,6 +105,52 @@ pub fn assign(
     Ok(())
 }
 
+/// A port the manifest asks for that a member does not have: its base port moved since the
+/// member's ports were recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovedPort {
+    /// The member.
+    pub member: String,
+    /// The manifest field.
+    pub field: &'static str,
+    /// The port the member has.
+    pub recorded: u16,
+    /// The port the manifest gives it now.
+    pub wanted: u16,
+}
+
+/// The recorded ports of `members` (in ordinal order) that differ from what `base` gives them.
+pub fn moved(
+    assigned: &BTreeMap<String, MemberPorts>,
+    members: &[String],
+    base: BasePorts,
+) -> Vec<MovedPort> {
+    let mut found = Vec::new();
+    for (ordinal, member) in members.iter().enumerate() {
+        let Some(ports) = assigned.get(member) else {
+            continue;
+        };
+        for (base, recorded, field) in [
+            (base.client, ports.client, "spec.etcd.clientPort"),
+            (base.peer, ports.peer, "spec.etcd.serverPort"),
+            (base.agent, ports.agent, "spec.backup.port"),
+        ] {
+            let wanted = base.and_then(|b| {
+                u16::try_from(u32::from(b) + u32::from(PORT_STRIDE) * ordinal as u32).ok()
+            });
+            if let Some(wanted) = wanted.filter(|w| *w != recorded) {
+                found.push(MovedPort {
+                    member: member.clone(),
+                    field,
+                    recorded,
+                    wanted,
+                });
+            }
+        }
+    }
+    found
+}
+
 /// A port free right now, below the OS's ephemeral range: a member's port must never be one
 /// the kernel may hand to an outgoing connection, or a client reconnecting to a stopped member
 /// can connect to itself on that very port and hold it, and the member cannot start again
@@ -171,6 +217,39 @@ mod tests {
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("etcd-{i}")).collect()
+    }
+
+    #[test]
+    fn moved_base_ports_are_found_per_member_and_field() {
+        let mut assigned = BTreeMap::new();
+        let base = BasePorts {
+            client: Some(2379),
+            peer: Some(2380),
+            agent: None,
+        };
+        assign(&mut assigned, &names(2), base, || 40000).unwrap();
+        assert!(moved(&assigned, &names(2), base).is_empty());
+        let now = BasePorts {
+            client: Some(3379),
+            ..base
+        };
+        assert_eq!(
+            moved(&assigned, &names(2), now),
+            vec![
+                MovedPort {
+                    member: "etcd-0".into(),
+                    field: "spec.etcd.clientPort",
+                    recorded: 2379,
+                    wanted: 3379
+                },
+                MovedPort {
+                    member: "etcd-1".into(),
+                    field: "spec.etcd.clientPort",
+                    recorded: 2389,
+                    wanted: 3389
+                },
+            ]
+        );
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let etcd = commands::read_manifest(&file)?;
             let name = etcd.metadata.name.clone().unwrap_or_default();
             let (_, applied) = commands::prepare(&ctx, etcd)?;
+            say_kept_ports(&name, &file, false, &applied);
             if detach {
                 if quorate_local::lock::running_supervisor(&ctx.cluster(&name)).is_none() {
                     commands::spawn_supervisor(&ctx, &name)?;
@@ -78,7 +79,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 "unchanged"
             };
             println!("etcd.druid.gardener.cloud/{name} {verb}");
-            if quorate_local::lock::running_supervisor(&dir).is_none() {
+            let running = quorate_local::lock::running_supervisor(&dir).is_some();
+            say_kept_ports(&name, &file, running, &applied);
+            if !running {
                 eprintln!("note: {name} is not running; the change takes effect at `quorate up`");
             } else if wait {
                 commands::wait_until_ready(&ctx, &name, applied.generation, timeout).await?;
@@ -298,4 +301,30 @@ fn print_table(ctx: &LocalContext, name: Option<&str>, wide: bool) -> Result<(),
     }
     print!("{}", commands::table(ctx, name, wide)?);
     Ok(())
+}
+
+/// Says which ports the manifest moved that members keep, and why.
+fn say_kept_ports(
+    name: &str,
+    file: &std::path::Path,
+    running: bool,
+    applied: &quorate_local::object::Applied,
+) {
+    for kept in &applied.kept_ports {
+        let why = if running {
+            format!(
+                "ports change only while the cluster is stopped: `quorate down {name}`, then \
+                 `quorate up -f {}`",
+                file.display()
+            )
+        } else {
+            "a started member keeps its peer port for life (etcd's membership knows it by its \
+             peer URL)"
+                .to_string()
+        };
+        eprintln!(
+            "note: {} keeps port {} although {} now gives it {}: {why}",
+            kept.member, kept.recorded, kept.field, kept.wanted
+        );
+    }
 }

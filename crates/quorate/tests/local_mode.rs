@@ -729,24 +729,20 @@ fn changed_etcd_flags_roll_through_the_members_one_at_a_time() {
         "heartbeatDuration: 1s\n    quota: 4Gi",
     );
     local.manifest("c.yaml", &changed);
-    local.ok(&["apply", "-f", path_str(&path)]);
+    // `--wait` returns once the rolling restart is through: every member runs the new quota.
+    local.ok(&["apply", "-f", path_str(&path), "--wait", "--timeout", "90s"]);
     let quota = format!("--quota-backend-bytes={}", 4u64 << 30);
-    eventually(
-        "every member to run with the new quota",
-        Duration::from_secs(90),
-        || {
-            (0..3)
-                .all(|i| {
-                    let data = local
-                        .cluster_dir("roll")
-                        .join(format!("members/roll-{i}/data"));
-                    local
-                        .find_pid(&["etcd", &format!("--data-dir={}", data.display()), &quota])
-                        .is_some()
-                })
-                .then_some(())
-        },
-    );
+    for i in 0..3 {
+        let data = local
+            .cluster_dir("roll")
+            .join(format!("members/roll-{i}/data"));
+        assert!(
+            local
+                .find_pid(&["etcd", &format!("--data-dir={}", data.display()), &quota])
+                .is_some(),
+            "apply --wait returned before roll-{i} ran with the new quota"
+        );
+    }
     std::thread::sleep(Duration::from_secs(1));
     sampling.store(false, Ordering::SeqCst);
     assert_eq!(
@@ -994,4 +990,68 @@ fn a_cluster_refusing_writes_with_nospace_is_not_shown_ready() {
     );
     let yaml = local.ok(&["get", "etcd", "full", "-o", "yaml"]);
     assert!(yaml.contains("NOSPACE on member full-0"), "{yaml}");
+}
+
+/// A base port with it and the next two member ports (stride 10) free right now.
+fn free_base() -> u16 {
+    loop {
+        let base = quorate_testkit::free_port();
+        if base < 60_000
+            && (0..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + 10 * i)).is_ok())
+        {
+            return base;
+        }
+    }
+}
+
+/// A port the manifest names that was refused does not stay recorded: fixing the manifest
+/// lets `up` start on the new ports. A port moved while the cluster runs is kept, and `apply`
+/// says so and how to move it.
+#[test]
+fn a_refused_port_is_chosen_again_and_a_kept_port_is_said() {
+    let local = Local::new();
+    let blocked = free_base();
+    let _holder = std::net::TcpListener::bind(("127.0.0.1", blocked)).unwrap();
+    let with_port = |port: u16| {
+        manifest("ported", 1, "").replace(
+            "    heartbeatDuration: 1s\n",
+            &format!("    heartbeatDuration: 1s\n    clientPort: {port}\n"),
+        )
+    };
+    let path = local.manifest("c.yaml", &with_port(blocked));
+    let refused = local.quorate(&["up", "-d", "-f", path_str(&path), "--timeout", "30s"]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&format!("port {blocked}")) && said.contains("spec.etcd.clientPort"),
+        "{said}"
+    );
+
+    let free = free_base();
+    local.manifest("c.yaml", &with_port(free));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    assert_eq!(
+        local.endpoints("ported"),
+        vec![format!("http://127.0.0.1:{free}")],
+        "the member took the manifest's new port"
+    );
+
+    let moved = free_base();
+    local.manifest("c.yaml", &with_port(moved));
+    let applied = local.quorate(&["apply", "-f", path_str(&path)]);
+    assert!(applied.status.success());
+    let note = String::from_utf8_lossy(&applied.stderr);
+    assert!(
+        note.contains(&format!(
+            "ported-0 keeps port {free} although spec.etcd.clientPort now gives it {moved}"
+        )) && note.contains("quorate down ported"),
+        "{note}"
+    );
+    local.ok(&["down", "ported"]);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    assert_eq!(
+        local.endpoints("ported"),
+        vec![format!("http://127.0.0.1:{moved}")],
+        "a stopped cluster's client port moves"
+    );
 }
