@@ -424,3 +424,27 @@ pub fn local_member(
         cluster_token: record.cluster_token(name),
     })
 }
+
+/// The log file of cluster `name`: its supervisor's, or member `member`'s etcd log (its agent's
+/// with `agent`). An unknown member is an error naming the members there are.
+pub fn log_file(
+    ctx: &LocalContext,
+    name: &str,
+    member: Option<&str>,
+    agent: bool,
+) -> Result<PathBuf, LocalError> {
+    let dir = ctx.existing(name)?;
+    let Some(member) = member else {
+        return Ok(dir.supervisor_log());
+    };
+    let members = dir.member_dirs();
+    if !members.iter().any(|m| m == member) {
+        return Err(LocalError::UnknownMember {
+            name: name.to_string(),
+            member: member.to_string(),
+            members: members.join(", "),
+        });
+    }
+    let file = if agent { "agent.log" } else { "etcd.log" };
+    Ok(dir.member(member).join(file))
+}

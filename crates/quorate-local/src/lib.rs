@@ -129,6 +129,16 @@ pub enum LocalError {
     /// An etcd call failed.
     #[error(transparent)]
     Etcd(#[from] quorate_etcd::EtcdError),
+    /// A member name that the cluster does not have.
+    #[error("cluster {name:?} has no member {member:?}; its members are: {members}")]
+    UnknownMember {
+        /// The cluster.
+        name: String,
+        /// The name asked for.
+        member: String,
+        /// The members it has.
+        members: String,
+    },
     /// A store Secret's `hostPath` is not a usable directory.
     #[error(
         "{file} holds {found:?}, but a Local store's hostPath must be an absolute directory \

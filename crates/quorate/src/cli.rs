@@ -85,7 +85,34 @@ pub enum Command {
         /// Output format.
         #[arg(short = 'o', long)]
         output: Option<Output>,
+        /// After the table, print a cluster's row again whenever its object or status changes,
+        /// until Ctrl-C (as `kubectl get -w`).
+        #[arg(short = 'w', long, conflicts_with = "output")]
+        watch: bool,
     },
+    /// Print a local cluster's logs: its supervisor's, or a member's etcd (or agent) log.
+    Logs {
+        /// Cluster name.
+        name: String,
+        /// Member name (e.g. etcd-main-1); without it, the supervisor's log.
+        member: Option<String>,
+        /// The member's agent log instead of its etcd log.
+        #[arg(long, requires = "member")]
+        agent: bool,
+        /// Keep printing what is appended, until Ctrl-C.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only the last N lines of what is there already.
+        #[arg(long)]
+        tail: Option<usize>,
+    },
+    /// Print a shell completion script: `source <(quorate completion bash)`.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), generated from these commands: `quorate man | man -l -`.
+    Man,
     /// List the members of a local cluster: ID, name, URLs, leader, learner, health.
     Members {
         /// Cluster name.

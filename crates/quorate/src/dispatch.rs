@@ -105,6 +105,45 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Get {
+            name,
+            output,
+            watch: true,
+            ..
+        } => {
+            let ctx = context(None);
+            let wide = output == Some(Output::Wide);
+            crate::watch_cmds::watch_table(&ctx, name.as_deref(), wide, shutdown_on_signals())
+                .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Logs {
+            name,
+            member,
+            agent,
+            follow,
+            tail,
+        } => {
+            let ctx = context(None);
+            let path = commands::log_file(&ctx, &name, member.as_deref(), agent)?;
+            crate::watch_cmds::print_log(&path, tail, follow, shutdown_on_signals()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "quorate",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Get { name, output, .. } => {
             let ctx = context(None);
             match output {

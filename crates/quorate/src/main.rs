@@ -10,6 +10,7 @@ mod defrag_cmd;
 mod dispatch;
 mod progress;
 mod signals;
+mod watch_cmds;
 
 use clap::Parser;
 use std::process::ExitCode;
