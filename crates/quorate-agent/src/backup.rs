@@ -61,6 +61,22 @@ impl BackupError {
     fn store(e: impl std::fmt::Display) -> Self {
         BackupError::Store(e.to_string())
     }
+
+    /// What failed, as `etcdbr_snapshotter_failure_total{error}` counts it: `etcd`, `store`,
+    /// `encryption` or `chain`.
+    fn metric_label(&self) -> &'static str {
+        match self {
+            BackupError::Etcd(_) | BackupError::FullSnapshot(_) | BackupError::Capture(_) => "etcd",
+            BackupError::ChainRefused(_) => "chain",
+            BackupError::NotLeader => "leadership",
+            BackupError::Store(reason) | BackupError::Upload { reason, .. }
+                if reason.contains("encryption") || reason.contains("backup key") =>
+            {
+                "encryption"
+            }
+            BackupError::Store(_) | BackupError::Upload { .. } => "store",
+        }
+    }
 }
 
 /// Where the answer to an on-demand full snapshot goes.
@@ -142,6 +158,7 @@ pub async fn run_backups<C: Coordination>(
                     Err(_) if *shutdown.borrow() => return,
                     Err(error) => {
                         tracing::warn!(member = %me, %error, "backups failed; retrying");
+                        state.metrics().failure(error.metric_label());
                         record_final_snapshot(&state, Err(error.to_string()));
                         leader.record_error(&error.to_string()).await;
                         let _ =
@@ -267,6 +284,10 @@ impl<C: Coordination> Leader<'_, C> {
         } else {
             startup_action(last_full, &schedule, now)
         };
+        let full_due = matches!(action, StartupAction::TakeFullSnapshot);
+        self.state
+            .metrics()
+            .snapshot_required(SnapshotKind::Full.as_str(), full_due);
         let events_threshold = events_threshold(&self.backup.spec);
         let mut backlog = backlog_in(&stored);
         self.state.metrics().backlog(backlog);
@@ -492,9 +513,11 @@ impl<C: Coordination> Leader<'_, C> {
             .as_ref()
             .ok()
             .map(|s| (s.name.last_revision, s.name.created_unix));
-        self.state
-            .metrics()
-            .snapshot(SnapshotKind::Full.as_str(), started.elapsed(), stored);
+        let metrics = self.state.metrics();
+        metrics.snapshot(SnapshotKind::Full.as_str(), started.elapsed(), stored);
+        if stored.is_some() {
+            metrics.snapshot_required(SnapshotKind::Full.as_str(), false);
+        }
         taken
     }
 

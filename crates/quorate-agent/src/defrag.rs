@@ -71,6 +71,10 @@ pub async fn check<C: Coordination>(
     state: &SharedState,
     leading_since: Option<Timestamp>,
 ) -> (Option<Running>, bool) {
+    state.metrics().member().database(
+        u64::try_from(status.db_size).unwrap_or(0),
+        u64::try_from(status.db_size_in_use).unwrap_or(0),
+    );
     let leases = coord.member_leases().await.unwrap_or_default();
     let mine = state.get().defrag;
     if leading_since.is_none() {

@@ -68,7 +68,11 @@ async fn metrics<C>(State(http): State<Http<C>>) -> impl IntoResponse {
             "content-type",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        http.state.metrics().encode(),
+        {
+            let metrics = http.state.metrics();
+            metrics.member().observe(&http.state.get());
+            metrics.encode()
+        },
     )
 }
 

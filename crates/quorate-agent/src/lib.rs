@@ -40,7 +40,13 @@ pub async fn serve<C: Coordination + Clone>(
     listen: SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) -> Result<AgentExit, ServeError> {
-    let state = SharedState::default();
+    // Every series names the cluster and the member (the configuration was read before).
+    let cluster = coord
+        .cluster_config()
+        .await
+        .map(|c| c.cluster_name)
+        .unwrap_or_default();
+    let state = SharedState::with_metrics(metrics::AgentMetrics::new(&cluster, &opts.member));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|source| ServeError::Bind {

@@ -439,6 +439,10 @@ async fn run_etcd<C: Coordination>(
                         s.upgrade_snapshot_request = upgrade;
                     });
                 }
+                if let Ok(latest) = &latest {
+                    let pending = restart_needed(&config, latest, me, &data_dir);
+                    state.metrics().member().configuration(latest, me, pending);
+                }
                 if let Ok(latest) = latest
                     && restart_needed(&config, &latest, me, &data_dir)
                     && let Some(client) = &member_client

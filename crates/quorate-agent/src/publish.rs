@@ -119,11 +119,15 @@ pub async fn publish<C: Coordination>(
             annotations.remove(CERTIFICATE_EXPIRY_ANNOTATION);
         }
     }
-    match coord.put_member_lease(&lease).await {
+    let written = match coord.put_member_lease(&lease).await {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!(member = %me, error = %e, "writing the member lease failed");
             false
         }
+    };
+    if renew {
+        state.metrics().member().renewal(written);
     }
+    written
 }

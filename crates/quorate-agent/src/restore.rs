@@ -180,7 +180,23 @@ pub enum RestoreMemberError {
 ///
 /// `superseded`: the recovery records that exist now; none of them can speak of the restored
 /// data, which is kept with it (see `RecoveryRecord::dropped_by_any`).
+/// The whole cluster comes from the bucket (etcd-backup-restore's `single_node` restoration); the
+/// time it took is in `etcdbr_restoration_duration_seconds`.
 pub async fn restore_member(
+    cluster: &ClusterConfig,
+    opts: &crate::AgentOptions,
+    state: &crate::state::SharedState,
+    superseded: Vec<RecoveryRecord>,
+) -> Result<(), RestoreMemberError> {
+    let started = std::time::Instant::now();
+    let result = restore_from_bucket(cluster, opts, state, superseded).await;
+    state
+        .metrics()
+        .restored(true, started.elapsed(), result.is_ok());
+    result
+}
+
+async fn restore_from_bucket(
     cluster: &ClusterConfig,
     opts: &crate::AgentOptions,
     state: &crate::state::SharedState,

@@ -69,7 +69,12 @@ pub async fn prepare_start<C: Coordination>(
     let me = &opts.member;
     data_dir::check_guard(&opts.data_dir, &cluster.cluster_token)
         .map_err(|e| Wait::new(e.to_string()))?;
+    let validating = std::time::Instant::now();
     let mut own = own_data_state(opts);
+    state.metrics().validated(
+        validating.elapsed(),
+        !matches!(own, DataState::Unknown { .. }),
+    );
     let leases = coord
         .member_leases()
         .await

@@ -134,6 +134,11 @@ impl MemberState {
 pub struct SharedState(Arc<Mutex<MemberState>>, AgentMetrics);
 
 impl SharedState {
+    /// A fresh state counting into `metrics`.
+    pub fn with_metrics(metrics: AgentMetrics) -> SharedState {
+        SharedState(Arc::default(), metrics)
+    }
+
     /// The agent's metrics.
     pub fn metrics(&self) -> &AgentMetrics {
         &self.1

@@ -87,7 +87,10 @@ fn watch_logs_completion_and_manual() {
     let file = local.cluster_dir("tool").join("supervisor.log");
     assert_eq!(
         supervisor.lines().collect::<Vec<_>>(),
-        std::fs::read_to_string(file).unwrap().lines().collect::<Vec<_>>()
+        std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .collect::<Vec<_>>()
     );
     let etcd = local.ok(&["logs", "tool", "tool-0", "--tail", "5"]);
     assert!(etcd.lines().count() <= 5, "{etcd}");

@@ -9,9 +9,22 @@
 //! - `etcdbr_defragmentation_duration_seconds{succeeded,endpoint}` (endpoint: the member);
 //! - `quorate_defragmentation_db_size_bytes{when}`: this member's database before and after its
 //!   last defragmentation;
-//! - `quorate_agent_requests_refused_total{path}`: requests without the cluster's bearer token.
+//! - `etcdbr_snapshot_required{kind}`: 1 while the backup leader owes a full snapshot (none
+//!   yet, or the last is older than its schedule allows);
+//! - `etcdbr_snapshotter_failure_total{error}`: failed snapshots and store operations, by what
+//!   failed (`etcd`, `store`, `encryption`);
+//! - `etcdbr_restoration_duration_seconds{restore,succeeded}` (`single_node` or `single_member`
+//!   as BR labels them) and `etcdbr_validation_duration_seconds{succeeded}` (the data check
+//!   before etcd starts);
+//! - `quorate_agent_requests_refused_total{path}`: requests without the cluster's bearer token;
+//! - `quorate_certificate_expiry_timestamp_seconds{file}`;
+//! - the member's state ([`member`]).
 //!
-//! Snapshot and backlog metrics move only on the member that leads backups.
+//! Every series carries `etcd` (the cluster) and `member` (this member), so rules aggregate by
+//! cluster without scrape relabelling. Snapshot and backlog metrics move only on the member that
+//! leads backups.
+
+pub mod member;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +84,29 @@ pub struct WhenLabel {
     pub when: String,
 }
 
+/// `restore` and `succeeded` of a restoration.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestoreLabels {
+    /// `single_node` (the whole cluster from the bucket) or `single_member`.
+    pub restore: String,
+    /// `true` or `false`.
+    pub succeeded: String,
+}
+
+/// `succeeded` alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SucceededLabel {
+    /// `true` or `false`.
+    pub succeeded: String,
+}
+
+/// `error` of a snapshotter failure.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    /// What failed: `etcd`, `store` or `encryption`.
+    pub error: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn seconds_buckets() -> Histogram {
@@ -91,69 +127,120 @@ pub struct AgentMetrics {
     defrag_size: Family<WhenLabel, Gauge>,
     refused: Family<PathLabel, Counter>,
     certificate_expiry: Family<FileLabel, Gauge>,
+    snapshot_required: Family<KindLabel, Gauge>,
+    failures: Family<ErrorLabel, Counter>,
+    restoration: Histograms<RestoreLabels>,
+    validation: Histograms<SucceededLabel>,
+    member: member::MemberGauges,
 }
 
 impl Default for AgentMetrics {
     fn default() -> Self {
-        let mut registry = Registry::default();
+        AgentMetrics::with_registry(Registry::default())
+    }
+}
+
+impl AgentMetrics {
+    /// The metrics of member `member` of cluster `etcd`, each series labelled with both.
+    pub fn new(etcd: &str, member: &str) -> AgentMetrics {
+        AgentMetrics::with_registry(Registry::with_labels(
+            [
+                ("etcd".into(), etcd.to_string().into()),
+                ("member".into(), member.to_string().into()),
+            ]
+            .into_iter(),
+        ))
+    }
+
+    fn with_registry(mut registry: Registry) -> AgentMetrics {
         let snapshot_duration: Histograms<SnapshotLabels> =
             Family::new_with_constructor(seconds_buckets);
         registry.register(
             "etcdbr_snapshot_duration_seconds",
-            "Total latency distribution of saving snapshot to object store.",
+            "Total latency distribution of saving snapshot to object store",
             snapshot_duration.clone(),
         );
         let latest_revision = Family::<KindLabel, Gauge>::default();
         registry.register(
             "etcdbr_snapshot_latest_revision",
-            "Revision number of latest snapshot taken.",
+            "Revision number of latest snapshot taken",
             latest_revision.clone(),
         );
         let latest_timestamp = Family::<KindLabel, Gauge>::default();
         registry.register(
             "etcdbr_snapshot_latest_timestamp",
-            "Timestamp of latest snapshot taken.",
+            "Timestamp of latest snapshot taken",
             latest_timestamp.clone(),
         );
         let deltas = Gauge::default();
         registry.register(
             "etcdbr_snapstore_latest_deltas_total",
-            "Total number of delta snapshots taken since the latest full snapshot.",
+            "Total number of delta snapshots taken since the latest full snapshot",
             deltas.clone(),
         );
         let delta_revisions = Gauge::default();
         registry.register(
             "etcdbr_snapstore_latest_deltas_revisions_total",
-            "Total number of revisions stored in delta snapshots taken since the latest full snapshot.",
+            "Total number of revisions stored in delta snapshots taken since the latest full snapshot",
             delta_revisions.clone(),
         );
         let defrag_duration: Histograms<DefragLabels> =
             Family::new_with_constructor(seconds_buckets);
         registry.register(
             "etcdbr_defragmentation_duration_seconds",
-            "Total latency distribution of defragmentation of each etcd cluster member.",
+            "Total latency distribution of defragmentation of each etcd cluster member",
             defrag_duration.clone(),
         );
         let defrag_size = Family::<WhenLabel, Gauge>::default();
         registry.register(
             "quorate_defragmentation_db_size_bytes",
-            "This member's database size before and after its last defragmentation.",
+            "This member's database size before and after its last defragmentation",
             defrag_size.clone(),
         );
         let refused = Family::<PathLabel, Counter>::default();
         registry.register(
             "quorate_agent_requests_refused",
-            "Requests refused for a missing or wrong credential (token or client certificate), by path; failed TLS handshakes as \"(tls handshake)\".",
+            "Requests refused for a missing or wrong credential (token or client certificate), by path; failed TLS handshakes as \"(tls handshake)\"",
             refused.clone(),
         );
         let certificate_expiry = Family::<FileLabel, Gauge>::default();
         registry.register(
             "quorate_certificate_expiry_timestamp_seconds",
-            "When each certificate file this member serves or uses stops being valid (Unix time).",
+            "When each certificate file this member serves or uses stops being valid (Unix time)",
             certificate_expiry.clone(),
         );
+        let snapshot_required = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "etcdbr_snapshot_required",
+            "1 while a snapshot of this kind is due and not yet taken (the backup leader)",
+            snapshot_required.clone(),
+        );
+        let failures = Family::<ErrorLabel, Counter>::default();
+        registry.register(
+            "etcdbr_snapshotter_failure",
+            "Failed snapshots and store operations, by what failed",
+            failures.clone(),
+        );
+        let restoration: Histograms<RestoreLabels> = Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_restoration_duration_seconds",
+            "Total latency distribution required to restore the etcd member",
+            restoration.clone(),
+        );
+        let validation: Histograms<SucceededLabel> = Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_validation_duration_seconds",
+            "Total latency distribution required to validate the etcd data directory",
+            validation.clone(),
+        );
+        let member = member::MemberGauges::register(&mut registry);
         AgentMetrics {
             registry: Arc::new(registry),
+            snapshot_required,
+            failures,
+            restoration,
+            validation,
+            member,
             certificate_expiry,
             snapshot_duration,
             latest_revision,
@@ -246,6 +333,54 @@ impl AgentMetrics {
         }
     }
 
+    /// Whether a snapshot of `kind` is due and not yet taken.
+    pub fn snapshot_required(&self, kind: &str, required: bool) {
+        self.snapshot_required
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .set(i64::from(required));
+    }
+
+    /// A snapshot or store operation failed; `error` says what failed.
+    pub fn failure(&self, error: &str) {
+        self.failures
+            .get_or_create(&ErrorLabel {
+                error: error.to_string(),
+            })
+            .inc();
+    }
+
+    /// A restore of this member from the bucket ended after `took`; `whole_cluster` when the
+    /// cluster is restored from it (BR's `single_node`), else this member alone.
+    pub fn restored(&self, whole_cluster: bool, took: Duration, ok: bool) {
+        let restore = if whole_cluster {
+            "single_node"
+        } else {
+            "single_member"
+        };
+        self.restoration
+            .get_or_create(&RestoreLabels {
+                restore: restore.to_string(),
+                succeeded: flag(ok),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The data check before etcd starts ended after `took`.
+    pub fn validated(&self, took: Duration, ok: bool) {
+        self.validation
+            .get_or_create(&SucceededLabel {
+                succeeded: flag(ok),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The member's gauges and lease renewals.
+    pub fn member(&self) -> &member::MemberGauges {
+        &self.member
+    }
+
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -291,6 +426,45 @@ mod tests {
             "etcdbr_snapstore_latest_deltas_revisions_total 10",
             r#"etcdbr_defragmentation_duration_seconds_sum{succeeded="true",endpoint="main-1"} 0.25"#,
             r#"quorate_defragmentation_db_size_bytes{when="after"} 1024"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod member_tests {
+    use super::*;
+    use crate::state::MemberState;
+
+    #[test]
+    fn every_series_names_the_cluster_and_member_and_the_gauges_follow_the_state() {
+        let m = AgentMetrics::new("etcd-main", "etcd-main-1");
+        let state = MemberState {
+            healthy: true,
+            is_leader: true,
+            message_is_no_space: true,
+            ..MemberState::default()
+        };
+        m.member().observe(&state);
+        m.member().database(3 << 20, 1 << 20);
+        m.member().renewal(true);
+        m.restored(true, Duration::from_secs(2), true);
+        m.validated(Duration::from_millis(10), false);
+        m.failure("store");
+        m.snapshot_required("Full", true);
+        let text = m.encode();
+        for line in [
+            r#"quorate_member_up{etcd="etcd-main",member="etcd-main-1"} 1"#,
+            r#"quorate_member_is_leader{etcd="etcd-main",member="etcd-main-1"} 1"#,
+            r#"etcdbr_is_learner{etcd="etcd-main",member="etcd-main-1"} 0"#,
+            r#"quorate_etcd_alarm_active{etcd="etcd-main",member="etcd-main-1",alarm="NOSPACE"} 1"#,
+            r#"quorate_etcd_db_size_bytes{etcd="etcd-main",member="etcd-main-1"} 3145728"#,
+            r#"quorate_lease_renewals_total{etcd="etcd-main",member="etcd-main-1",result="success"} 1"#,
+            r#"etcdbr_restoration_duration_seconds_count{etcd="etcd-main",member="etcd-main-1",restore="single_node",succeeded="true"} 1"#,
+            r#"etcdbr_validation_duration_seconds_count{etcd="etcd-main",member="etcd-main-1",succeeded="false"} 1"#,
+            r#"etcdbr_snapshotter_failure_total{etcd="etcd-main",member="etcd-main-1",error="store"} 1"#,
+            r#"etcdbr_snapshot_required{etcd="etcd-main",member="etcd-main-1",kind="Full"} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
