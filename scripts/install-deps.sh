@@ -70,6 +70,10 @@ fi
 # ~/.cache/quorate/etcd-3.5 (or $QUORATE_ETCD_3_5_DIR), where quorate looks for it.
 bash "$(dirname "$0")/install-etcd35.sh"
 
+# promtool, for the tests of the alert rules in deploy/monitoring/ (unpacked from Debian's
+# prometheus package into ~/.cache/quorate/prometheus, not installed).
+bash "$(dirname "$0")/install-promtool.sh"
+
 # A real Kubernetes control plane for the tests that need a kube-apiserver: kube-apiserver and
 # kubectl v1.20.2, built once from Debian's `kubernetes` source package by scripts/k8s/build.sh
 # into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin (about 10 minutes on 2 cores, the first time).

@@ -285,9 +285,15 @@ impl<C: Coordination> Leader<'_, C> {
             startup_action(last_full, &schedule, now)
         };
         let full_due = matches!(action, StartupAction::TakeFullSnapshot);
-        self.state
-            .metrics()
-            .snapshot_required(SnapshotKind::Full.as_str(), full_due);
+        let metrics = self.state.metrics();
+        metrics.snapshot_required(SnapshotKind::Full.as_str(), full_due);
+        metrics.backup_schedule(
+            quorate_core::backup_schedule::full_snapshot_window(&schedule, now),
+            self.backup.spec.delta_snapshot_period(),
+        );
+        if let Some(full) = newest_full {
+            metrics.backup_current(SnapshotKind::Full.as_str(), full.name.created_unix);
+        }
         let events_threshold = events_threshold(&self.backup.spec);
         let mut backlog = backlog_in(&stored);
         self.state.metrics().backlog(backlog);
@@ -613,8 +619,17 @@ impl<C: Coordination> Leader<'_, C> {
             .flatten()
             .unwrap_or_else(|| SnapshotLease::new(lease_name));
         let current = lease.revision().and_then(Result::ok).unwrap_or(0);
-        lease.record(revision.max(current), crate::clock::now());
+        let now = crate::clock::now();
+        lease.record(revision.max(current), now);
         lease.annotations.remove(BACKUP_ERROR_ANNOTATION);
+        let kind = if lease_name == self.backup.full_snapshot_lease {
+            SnapshotKind::Full
+        } else {
+            SnapshotKind::Incr
+        };
+        self.state
+            .metrics()
+            .backup_current(kind.as_str(), now.as_second());
         if let Err(e) = self.coord.put_snapshot_lease(&lease).await {
             tracing::warn!(member = %self.me, error = %e, "updating snapshot lease {lease_name} failed");
         }

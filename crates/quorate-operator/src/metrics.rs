@@ -77,6 +77,25 @@ impl Default for Metrics {
             "Etcd clusters by condition and status",
             clusters.clone(),
         );
+        // Every result and error code at zero, so `increase()` sees the first one.
+        for result in [
+            "succeeded",
+            "requeue",
+            "error",
+            "suspended",
+            "not_run",
+            "deleting",
+            "deleted",
+        ] {
+            let _ = reconciles.get_or_create(&ResultLabel {
+                result: result.to_string(),
+            });
+        }
+        for code in quorate_core::last_operation::ErrorCode::ALL {
+            let _ = errors.get_or_create(&CodeLabel {
+                code: code.as_str().to_string(),
+            });
+        }
         Metrics {
             registry: Arc::new(registry),
             reconciles,

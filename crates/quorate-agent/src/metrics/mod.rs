@@ -16,6 +16,10 @@
 //! - `etcdbr_restoration_duration_seconds{restore,succeeded}` (`single_node` or `single_member`
 //!   as BR labels them) and `etcdbr_validation_duration_seconds{succeeded}` (the data check
 //!   before etcd starts);
+//! - `quorate_backup_current_timestamp_seconds{kind}`: when the backups were last current
+//!   through etcd's head by a full snapshot (`Full`) or a delta period (`Incr`, also when
+//!   nothing changed), with `quorate_backup_full_snapshot_window_seconds` and
+//!   `quorate_backup_delta_snapshot_period_seconds`, what the schedule allows (for alerts);
 //! - `quorate_agent_requests_refused_total{path}`: requests without the cluster's bearer token;
 //! - `quorate_certificate_expiry_timestamp_seconds{file}`;
 //! - the member's state ([`member`]).
@@ -131,6 +135,9 @@ pub struct AgentMetrics {
     failures: Family<ErrorLabel, Counter>,
     restoration: Histograms<RestoreLabels>,
     validation: Histograms<SucceededLabel>,
+    backup_current: Family<KindLabel, Gauge>,
+    full_window: Gauge,
+    delta_period: Gauge,
     member: member::MemberGauges,
 }
 
@@ -143,13 +150,48 @@ impl Default for AgentMetrics {
 impl AgentMetrics {
     /// The metrics of member `member` of cluster `etcd`, each series labelled with both.
     pub fn new(etcd: &str, member: &str) -> AgentMetrics {
-        AgentMetrics::with_registry(Registry::with_labels(
+        let metrics = AgentMetrics::with_registry(Registry::with_labels(
             [
                 ("etcd".into(), etcd.to_string().into()),
                 ("member".into(), member.to_string().into()),
             ]
             .into_iter(),
-        ))
+        ));
+        for succeeded in [true, false] {
+            let _ = metrics.defrag_duration.get_or_create(&DefragLabels {
+                succeeded: flag(succeeded),
+                endpoint: member.to_string(),
+            });
+        }
+        metrics
+    }
+
+    /// Creates the counters' and histograms' known label sets at zero, as etcd-backup-restore
+    /// does: a series that first appears at 1 shows no `increase()`, so the first failure would
+    /// go unseen by an alert.
+    fn with_known_series(self) -> AgentMetrics {
+        for error in ["etcd", "store", "encryption", "chain", "leadership"] {
+            let _ = self.failures.get_or_create(&ErrorLabel {
+                error: error.to_string(),
+            });
+        }
+        for path in ["/snapshot/full", "/snapshot/delta", "(tls handshake)"] {
+            let _ = self.refused.get_or_create(&PathLabel {
+                path: path.to_string(),
+            });
+        }
+        for succeeded in [true, false] {
+            for restore in ["single_node", "single_member"] {
+                let _ = self.restoration.get_or_create(&RestoreLabels {
+                    restore: restore.to_string(),
+                    succeeded: flag(succeeded),
+                });
+            }
+            let _ = self.validation.get_or_create(&SucceededLabel {
+                succeeded: flag(succeeded),
+            });
+        }
+        self
     }
 
     fn with_registry(mut registry: Registry) -> AgentMetrics {
@@ -233,8 +275,29 @@ impl AgentMetrics {
             "Total latency distribution required to validate the etcd data directory",
             validation.clone(),
         );
+        let backup_current = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "quorate_backup_current_timestamp_seconds",
+            "When the backups were last current through etcd's head (Unix time), by a full snapshot (Full) or a delta period (Incr)",
+            backup_current.clone(),
+        );
+        let full_window = Gauge::default();
+        registry.register(
+            "quorate_backup_full_snapshot_window_seconds",
+            "The longest time fullSnapshotSchedule lets pass between full snapshots",
+            full_window.clone(),
+        );
+        let delta_period = Gauge::default();
+        registry.register(
+            "quorate_backup_delta_snapshot_period_seconds",
+            "deltaSnapshotPeriod",
+            delta_period.clone(),
+        );
         let member = member::MemberGauges::register(&mut registry);
-        AgentMetrics {
+        let metrics = AgentMetrics {
+            backup_current,
+            full_window,
+            delta_period,
             registry: Arc::new(registry),
             snapshot_required,
             failures,
@@ -250,7 +313,8 @@ impl AgentMetrics {
             defrag_duration,
             defrag_size,
             refused,
-        }
+        };
+        metrics.with_known_series()
     }
 }
 
@@ -340,6 +404,22 @@ impl AgentMetrics {
                 kind: kind.to_string(),
             })
             .set(i64::from(required));
+    }
+
+    /// What the backup schedule allows: the longest gap between full snapshots, the delta
+    /// period.
+    pub fn backup_schedule(&self, full_window: Duration, delta_period: Duration) {
+        self.full_window.set(clamp(full_window.as_secs()));
+        self.delta_period.set(clamp(delta_period.as_secs()));
+    }
+
+    /// The backups became current through etcd's head at `unix`, by a snapshot of `kind`.
+    pub fn backup_current(&self, kind: &str, unix: i64) {
+        self.backup_current
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .set(unix);
     }
 
     /// A snapshot or store operation failed; `error` says what failed.

@@ -420,9 +420,43 @@ pub fn http_get_as(port: u16, path: &str, token: Option<&str>) -> (u16, String) 
     (code, out)
 }
 
-/// The value of the metric line that starts with `series` (name and labels), if any.
+/// The value of the first metric line of `series`: its name, and those of its labels given
+/// (`name{a="x"}` matches `name{etcd="c",member="m",a="x"} 1`), in any order.
 pub fn metric(text: &str, series: &str) -> Option<f64> {
+    let (name, wanted) = split_series(series);
     text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (line_name, labels) = split_series(series);
+            (line_name == name && wanted.iter().all(|w| labels.contains(w)))
+                .then(|| value.parse().ok())
+                .flatten()
+        })
+}
+
+/// `name{a="x",b="y"}` as the name and its `a="x"` pairs.
+fn split_series(series: &str) -> (&str, Vec<String>) {
+    let Some((name, rest)) = series.split_once('{') else {
+        return (series, Vec::new());
+    };
+    let body = rest.strip_suffix('}').unwrap_or(rest);
+    let mut labels = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    for c in body.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                labels.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if !current.is_empty() {
+        labels.push(current);
+    }
+    (name, labels)
 }
