@@ -3,6 +3,7 @@
 //! work itself (opening, the owner claim, the restore) is `quorate_backup::store_restore`;
 //! this module maps the agent's [`ClusterConfig`] onto it.
 
+use quorate_backup::restore::progress::{ProgressSink, RestoreProgress};
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
 use quorate_backup::store::{SnapStore, StoreError, StoreOptions};
 use quorate_backup::store_restore::{self, StoreRestoreError, restore_from_store};
@@ -230,8 +231,15 @@ async fn restore_from_bucket(
     let tools = EtcdTools::new(&etcd, etcdctl);
     tracing::warn!(member = %me.name, store = %store.describe(), "no member has data: restoring from the bucket");
     let chain = chain_record(&store).await?;
-    let report =
-        restore_from_store(&store, RestoreTarget::Latest, member, &opts.data_dir, tools).await?;
+    let report = restore_from_store(
+        &store,
+        RestoreTarget::Latest,
+        member,
+        &opts.data_dir,
+        tools,
+        Some(progress_log(&me.name, state)),
+    )
+    .await?;
     if let Some(chain) = chain {
         let from = ChainRecord {
             cluster_id: chain.cluster_id,
@@ -254,4 +262,29 @@ async fn restore_from_bucket(
         "restored from the bucket"
     );
     Ok(())
+}
+
+/// Where an automatic restore stands: logged at most every 5 seconds (and at its end), and in
+/// the metrics `quorate_restore_progress_ratio` and `quorate_restore_events_per_second`.
+fn progress_log(member: &str, state: &crate::state::SharedState) -> ProgressSink {
+    let (member, state) = (member.to_string(), state.clone());
+    let last = std::sync::Mutex::new(None::<std::time::Instant>);
+    ProgressSink::new(move |p: RestoreProgress| {
+        state.metrics().restore_progress(&p);
+        let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(5));
+        if due || p.objects_done == p.objects_total {
+            *last = Some(std::time::Instant::now());
+            tracing::info!(
+                member = %member,
+                objects = format!("{}/{}", p.objects_done, p.objects_total),
+                bytes = format!("{}/{}", p.bytes_done, p.bytes_total),
+                percent = format!("{:.0}", p.fraction() * 100.0),
+                events = p.events_done,
+                events_per_second = format!("{:.0}", p.events_per_second()),
+                eta_seconds = p.eta().map_or(0, |d| d.as_secs()),
+                "restoring from the bucket"
+            );
+        }
+    })
 }

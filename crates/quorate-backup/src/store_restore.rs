@@ -5,6 +5,7 @@
 //! total loss) and by `quorate backups list` / `quorate restore`, so it lives here, below both.
 //! Inputs are plain (the spec, paths, the cluster's identity) so this crate needs no core types.
 
+use crate::restore::progress::{ProgressSink, RestoreProgress};
 use crate::restore::{
     DeltaContent, DeltaObject, EtcdTools, FetchError, FullSnapshotInput, FullSnapshotSource,
     MemberIdentity, PlanError, RestoreError, RestoreInputs, RestoreOptions, RestoreReport,
@@ -120,12 +121,16 @@ pub fn foreign_owner(store: &SnapStore, owner: &str, cluster_uid: &str) -> Store
 /// with the revision read just before it was taken and may hold a little more; when it turns
 /// out to be past a point-in-time target, the restore is planned again without it (an older
 /// full snapshot and more deltas), so every target the bucket covers can be restored.
+///
+/// `progress` is told where the restore stands after the full snapshot and after each delta
+/// snapshot (see [`crate::restore::progress`]).
 pub async fn restore_from_store(
     store: &SnapStore,
     target: RestoreTarget,
     member: MemberIdentity,
     data_dir: &Path,
     tools: EtcdTools,
+    progress: Option<ProgressSink>,
 ) -> Result<RestoreReport, StoreRestoreError> {
     let mut listed = store.list().await?;
     loop {
@@ -136,6 +141,7 @@ pub async fn restore_from_store(
             member.clone(),
             data_dir,
             tools.clone(),
+            progress.clone(),
         )
         .await
         {
@@ -155,12 +161,17 @@ async fn restore_once(
     member: MemberIdentity,
     data_dir: &Path,
     tools: EtcdTools,
+    progress: Option<ProgressSink>,
 ) -> Result<RestoreReport, StoreRestoreError> {
     let plan = plan_restore(listed, target).map_err(|source| StoreRestoreError::Plan {
         store: store.describe(),
         source,
     })?;
     let full = plan.full;
+    // Stored sizes in plan order: what the progress counts in.
+    let sizes: Vec<u64> = std::iter::once(full.size)
+        .chain(plan.deltas.iter().map(|d| d.snapshot.size))
+        .collect();
     let full_stream = store.download(full).await?;
     let deltas: Vec<_> = plan.deltas.iter().map(|d| d.snapshot.clone()).collect();
     let store = store.clone();
@@ -198,7 +209,23 @@ async fn restore_once(
         data_dir: data_dir.to_path_buf(),
         tools,
         target: plan.target,
-        options: RestoreOptions::default(),
+        options: RestoreOptions {
+            progress: progress.map(|sink| with_sizes(sink, &sizes)),
+            ..RestoreOptions::default()
+        },
     };
     Ok(restore(inputs).await?)
+}
+
+/// `sink` with the plan's objects and stored bytes filled in: the restore reports how many
+/// objects are done, in plan order, and `sizes` says what they weigh.
+fn with_sizes(sink: ProgressSink, sizes: &[u64]) -> ProgressSink {
+    let sizes = sizes.to_vec();
+    ProgressSink::new(move |mut progress: RestoreProgress| {
+        let done = usize::try_from(progress.objects_done).unwrap_or(usize::MAX);
+        progress.objects_total = sizes.len() as u64;
+        progress.bytes_total = sizes.iter().sum();
+        progress.bytes_done = sizes.iter().take(done).sum();
+        sink.report(progress)
+    })
 }

@@ -511,6 +511,7 @@ async fn a_target_inside_a_full_snapshot_that_holds_more_than_its_name_is_restor
         target.identity(),
         &target.data_dir(),
         tools(),
+        None,
     )
     .await
     .expect("restored from the older full snapshot and the deltas");

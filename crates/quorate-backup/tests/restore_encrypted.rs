@@ -78,16 +78,54 @@ async fn an_encrypted_bucket_restores_exactly_and_refuses_tampering_and_wrong_ke
         (RestoreTarget::ToRevision(mid - 3), Some(mid - 3)),
     ] {
         let target = Target::new();
+        let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = {
+            let reports = reports.clone();
+            quorate_backup::restore::progress::ProgressSink::new(move |p| {
+                reports.lock().unwrap().push(p)
+            })
+        };
         let report = restore_from_store(
             &store,
             target_rev,
             target.identity(),
             &target.data_dir(),
             tools(),
+            Some(sink),
         )
         .await
         .unwrap_or_else(|e| panic!("restore to {expected:?}: {e}"));
         assert_eq!(report.restored_revision, expected.unwrap_or(head));
+        // Progress: the full snapshot, then each delta applied, in stored bytes of the plan.
+        let reports = reports.lock().unwrap().clone();
+        // The point in time lies in the first delta: the plan stops there.
+        let planned = if expected.is_none() { 2 } else { 1 };
+        let sizes: Vec<u64> = deltas.iter().take(planned).map(|d| d.size).collect();
+        let first = reports.first().expect("a progress report");
+        assert_eq!(
+            (first.objects_done, first.objects_total),
+            (1, 1 + planned as u64)
+        );
+        assert_eq!(
+            first.bytes_total - first.bytes_done,
+            sizes.iter().sum::<u64>()
+        );
+        let last = reports.last().unwrap();
+        if expected.is_none() {
+            assert_eq!(last.objects_done, 3, "{reports:?}");
+            assert_eq!(last.bytes_done, last.bytes_total);
+            assert_eq!(last.fraction(), 1.0);
+            assert_eq!(
+                last.events_done,
+                report.events_applied + report.events_skipped
+            );
+        }
+        assert!(
+            reports
+                .windows(2)
+                .all(|w| w[0].bytes_done <= w[1].bytes_done),
+            "{reports:?}"
+        );
         let (_restored, client) = target.start().await;
         assert_same(
             &state_of(&client, None).await,
@@ -128,6 +166,7 @@ async fn refused_restore(store: &SnapStore) -> String {
         target.identity(),
         &target.data_dir(),
         tools(),
+        None,
     )
     .await
     .unwrap_err()

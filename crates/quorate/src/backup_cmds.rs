@@ -333,12 +333,16 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
         data_dir.display(),
         store.describe()
     );
-    let work = quorate_backup::restore::swap::work_dir(&data_dir);
-    let progress = crate::progress::FileProgress::start(
-        "downloading and restoring",
-        vec![work.join("full.db")],
-    );
-    let restored = restore_from_store(&store, args.target, identity, &data_dir, tools).await;
+    let progress = crate::progress::RestoreBar::start();
+    let restored = restore_from_store(
+        &store,
+        args.target,
+        identity,
+        &data_dir,
+        tools,
+        Some(progress.sink()),
+    )
+    .await;
     drop(progress);
     let report = match restored {
         Ok(report) => report,

@@ -45,3 +45,48 @@ impl Drop for FileProgress {
         self.bar.finish_and_clear();
     }
 }
+
+/// A restore's progress bar: the plan's stored bytes done, objects and events with their rate,
+/// and the time left; fed by the restore's [`ProgressSink`]. Hidden when stderr is not a
+/// terminal.
+pub struct RestoreBar {
+    bar: ProgressBar,
+}
+
+impl RestoreBar {
+    /// Shows the bar, empty until the first report.
+    pub fn start() -> RestoreBar {
+        let bar = ProgressBar::new(0);
+        let style = ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:24}] {percent:>3}% {bytes}/{total_bytes} ETA {eta} ({elapsed})",
+        )
+        .expect("valid progress template")
+        .progress_chars("=> ");
+        bar.set_style(style);
+        bar.set_message("downloading and restoring the full snapshot");
+        bar.enable_steady_tick(Duration::from_millis(120));
+        RestoreBar { bar }
+    }
+
+    /// The sink the restore reports to.
+    pub fn sink(&self) -> quorate_backup::restore::progress::ProgressSink {
+        let bar = self.bar.clone();
+        quorate_backup::restore::progress::ProgressSink::new(move |p| {
+            bar.set_length(p.bytes_total);
+            bar.set_position(p.bytes_done);
+            bar.set_message(format!(
+                "objects {}/{}, {} events ({:.0}/s)",
+                p.objects_done,
+                p.objects_total,
+                p.events_done,
+                p.events_per_second()
+            ));
+        })
+    }
+}
+
+impl Drop for RestoreBar {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -136,6 +136,8 @@ pub struct AgentMetrics {
     restoration: Histograms<RestoreLabels>,
     validation: Histograms<SucceededLabel>,
     backup_current: Family<KindLabel, Gauge>,
+    restore_ratio: Gauge<f64, std::sync::atomic::AtomicU64>,
+    restore_rate: Gauge<f64, std::sync::atomic::AtomicU64>,
     full_window: Gauge,
     delta_period: Gauge,
     member: member::MemberGauges,
@@ -293,8 +295,22 @@ impl AgentMetrics {
             "deltaSnapshotPeriod",
             delta_period.clone(),
         );
+        let restore_ratio = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "quorate_restore_progress_ratio",
+            "How far the running (or last) restore from the bucket is, 0 to 1, by stored bytes",
+            restore_ratio.clone(),
+        );
+        let restore_rate = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "quorate_restore_events_per_second",
+            "Delta events the running (or last) restore replays per second",
+            restore_rate.clone(),
+        );
         let member = member::MemberGauges::register(&mut registry);
         let metrics = AgentMetrics {
+            restore_ratio,
+            restore_rate,
             backup_current,
             full_window,
             delta_period,
@@ -445,6 +461,12 @@ impl AgentMetrics {
                 succeeded: flag(ok),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// Where a restore from the bucket stands.
+    pub fn restore_progress(&self, progress: &quorate_backup::restore::progress::RestoreProgress) {
+        self.restore_ratio.set(progress.fraction());
+        self.restore_rate.set(progress.events_per_second());
     }
 
     /// The data check before etcd starts ended after `took`.

@@ -18,6 +18,7 @@
 
 pub mod leases;
 pub mod plan;
+pub mod progress;
 pub mod replay;
 pub mod swap;
 pub mod temp_etcd;
@@ -103,7 +104,7 @@ pub fn deltas_from_iter(objects: impl IntoIterator<Item = DeltaObject>) -> Delta
 }
 
 /// Tunables with safe defaults.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RestoreOptions {
     /// TTL for leases whose TTL the deltas do not record.
     pub default_lease_ttl: i64,
@@ -113,6 +114,9 @@ pub struct RestoreOptions {
     pub skip_hash_check: bool,
     /// How long the temporary etcd may take to start.
     pub etcd_start_timeout: Duration,
+    /// Told after the full snapshot and after each delta snapshot is applied (objects done,
+    /// events applied; the caller knows the sizes).
+    pub progress: Option<progress::ProgressSink>,
 }
 
 impl Default for RestoreOptions {
@@ -122,6 +126,7 @@ impl Default for RestoreOptions {
             quota_backend_bytes: DEFAULT_QUOTA_BACKEND_BYTES,
             skip_hash_check: false,
             etcd_start_timeout: Duration::from_secs(60),
+            progress: None,
         }
     }
 }
@@ -311,6 +316,7 @@ async fn build(
     part: &Path,
     work: &Path,
 ) -> Result<RestoreReport, RestoreError> {
+    let started = Instant::now();
     let RestoreInputs {
         full,
         mut deltas,
@@ -462,6 +468,17 @@ async fn build(
         report.restored_revision = head;
     }
     let mut last_object = full.name.clone();
+    let tell = |objects_done: u64, stats: ReplayStats| {
+        if let Some(sink) = &options.progress {
+            sink.report(progress::RestoreProgress {
+                objects_done,
+                events_done: stats.events_applied + stats.events_skipped,
+                elapsed: started.elapsed(),
+                ..progress::RestoreProgress::default()
+            });
+        }
+    };
+    tell(1, replayer.stats());
     let mut next = Some(first);
     while let Some(object) = next.take() {
         report.deltas_read += 1;
@@ -474,6 +491,7 @@ async fn build(
             report.deltas_applied += 1;
             last_object = object.name;
         }
+        tell(1 + report.deltas_read, replayer.stats());
         if replayer.done() {
             break;
         }
@@ -481,6 +499,8 @@ async fn build(
     }
     drop(deltas);
     let stats = replayer.finish().await?;
+    // Again with the last revision, which stays buffered until the end.
+    tell(1 + report.deltas_read, stats);
     report.replay_duration = replay_started.elapsed();
     report.restored_revision = stats.head_revision;
     report.events_applied = stats.events_applied;
