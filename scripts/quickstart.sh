@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 # Only what local mode needs (etcd, protoc): the tests' extras (moto, etcd 3.5, kube-apiserver)
 # are installed by the test command.
 bash scripts/install-deps.sh --local
-cargo build --release --quiet -p quorate
-bin=target/release/quorate
+cargo build --profile quickstart --quiet -p quorate
+bin="${CARGO_TARGET_DIR:-target}/quickstart/quorate"
 "$bin" up -d -f examples/etcd-cluster.yaml
 echo
 "$bin" members etcd-main
