@@ -5,7 +5,7 @@
 #
 #   scripts/install-deps.sh          # everything the tests need
 #   scripts/install-deps.sh --local  # only what building quorate and running local mode need
-#                                    # (etcd 3.4 and protoc): the quick start's fast path
+#                                    # (etcd 3.4 and 3.5, protoc): the quick start's fast path
 set -euo pipefail
 local_only=false
 case "${1:-}" in
@@ -44,6 +44,12 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
+
+# etcd 3.5 (etcd, etcdctl, etcdutl), the version new clusters run: Debian's 3.5.30 from the
+# sid suite, fetched with a temporary apt source (nothing of sid is installed) and unpacked into
+# ~/.cache/quorate/etcd-3.5 (or $QUORATE_ETCD_3_5_DIR), where quorate looks for it.
+bash "$(dirname "$0")/install-etcd35.sh"
+
 if $local_only; then
   exit 0
 fi
@@ -65,10 +71,6 @@ if [ ! -x "$venv/bin/moto_server" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]" >/dev/null
 fi
 
-# etcd 3.5 (etcd, etcdctl, etcdutl): Debian's 3.5.30 from the sid suite, fetched with a
-# temporary apt source (nothing of sid is installed) and unpacked into
-# ~/.cache/quorate/etcd-3.5 (or $QUORATE_ETCD_3_5_DIR), where quorate looks for it.
-bash "$(dirname "$0")/install-etcd35.sh"
 
 # promtool, for the tests of the alert rules in deploy/monitoring/ (unpacked from Debian's
 # prometheus package into ~/.cache/quorate/prometheus, not installed).
