@@ -27,6 +27,7 @@ fn config(n: usize) -> ClusterConfig {
                 client_port: client,
                 agent_url: format!("http://127.0.0.1:{agent}"),
                 agent_port: agent,
+                metrics_port: None,
             }
         })
         .collect();

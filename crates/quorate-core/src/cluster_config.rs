@@ -213,6 +213,11 @@ pub struct MemberEndpoints {
     pub agent_url: String,
     /// Port the agent listens on.
     pub agent_port: u16,
+    /// Port etcd serves `/metrics` and `/health` on over plain HTTP (`--listen-metrics-urls`),
+    /// so Prometheus scrapes etcd without a client certificate; `None` in a configuration
+    /// written before quorate set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_port: Option<u16>,
 }
 
 /// etcd flags that come from the spec and are the same on every member.

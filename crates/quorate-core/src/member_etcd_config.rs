@@ -79,6 +79,8 @@ pub struct RuntimeFlags {
     pub client_tls: Option<TlsFiles>,
     /// Peer TLS files.
     pub peer_tls: Option<TlsFiles>,
+    /// `--listen-metrics-urls`: plain-HTTP `/metrics` and `/health`.
+    pub listen_metrics_urls: Option<String>,
 }
 
 /// Flags etcd reads only when its data directory is empty.
@@ -184,6 +186,9 @@ fn runtime_flags(
         election_timeout_millis: cluster.etcd.election_timeout_millis,
         client_tls: cluster.client_tls.clone(),
         peer_tls: cluster.peer_tls.clone(),
+        listen_metrics_urls: member
+            .metrics_port
+            .map(|port| format!("http://{host}:{port}")),
     }
 }
 
@@ -222,6 +227,9 @@ impl MemberEtcdConfig {
             format!("--election-timeout={}", r.election_timeout_millis),
         ];
         args.extend(version_flags(r.etcd_version));
+        if let Some(urls) = &r.listen_metrics_urls {
+            args.push(format!("--listen-metrics-urls={urls}"));
+        }
         if let Some(tls) = &r.client_tls {
             args.push(format!("--cert-file={}", tls.cert_file));
             args.push(format!("--key-file={}", tls.key_file));
@@ -276,6 +284,7 @@ pub(crate) mod tests {
                 client_port: 2379 + 10 * i,
                 agent_url: format!("http://127.0.0.1:{}", 8080 + 10 * i),
                 agent_port: 8080 + 10 * i,
+                metrics_port: None,
             })
             .collect();
         ClusterConfig {

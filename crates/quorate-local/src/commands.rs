@@ -153,6 +153,11 @@ pub fn prepare(ctx: &LocalContext, mut etcd: Etcd) -> Result<(ClusterDir, Applie
             }
         }
         ports::assign(&mut record.ports, &members, base, ports::free_port)?;
+        for member in &members {
+            if let Some(ports) = record.ports.get_mut(member) {
+                ports::free_metrics_port(ports);
+            }
+        }
         object::save_record(&dir, &record)?;
         for member in &members {
             ports::check_available(member, &record.ports[member])?;

@@ -20,6 +20,10 @@ pub struct MemberPorts {
     pub peer: u16,
     /// Agent HTTP port.
     pub agent: u16,
+    /// etcd's plain-HTTP metrics port (`--listen-metrics-urls`); chosen free, also for members
+    /// recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<u16>,
 }
 
 /// Base ports from the manifest, `None` where it leaves the choice to quorate.
@@ -73,10 +77,13 @@ pub fn assign(
     // Ports already taken by this cluster; `free` knows only what is bound right now.
     let mut taken: std::collections::BTreeSet<u16> = assigned
         .values()
-        .flat_map(|p| [p.client, p.peer, p.agent])
+        .flat_map(|p| [p.client, p.peer, p.agent].into_iter().chain(p.metrics))
         .collect();
     for (ordinal, member) in members.iter().enumerate() {
-        if assigned.contains_key(member) {
+        if let Some(ports) = assigned.get_mut(member) {
+            if ports.metrics.is_none() {
+                ports.metrics = Some(pick_free(&mut taken, &mut free));
+            }
             continue;
         }
         let mut pick = |base: Option<u16>, role: &'static str| -> Result<u16, PortError> {
@@ -88,21 +95,27 @@ pub fn assign(
                             member: member.clone(),
                         })
                 }
-                // A port twice is left to the bind check to report, after a fair try.
-                None => Ok((0..100)
-                    .map(|_| free())
-                    .find(|port| taken.insert(*port))
-                    .unwrap_or_else(&mut free)),
+                None => Ok(pick_free(&mut taken, &mut free)),
             }
         };
         let ports = MemberPorts {
             client: pick(base.client, "client")?,
             peer: pick(base.peer, "peer")?,
             agent: pick(base.agent, "agent")?,
+            metrics: Some(pick_free(&mut taken, &mut free)),
         };
         assigned.insert(member.clone(), ports);
     }
     Ok(())
+}
+
+/// A free port not `taken` yet (then taken). A port twice is left to the bind check to
+/// report, after a fair try.
+fn pick_free(taken: &mut std::collections::BTreeSet<u16>, free: &mut impl FnMut() -> u16) -> u16 {
+    (0..100)
+        .map(|_| free())
+        .find(|port| taken.insert(*port))
+        .unwrap_or_else(free)
 }
 
 /// A port the manifest asks for that a member does not have: its base port moved since the
@@ -177,6 +190,17 @@ fn ephemeral_start() -> u16 {
         .ok()
         .and_then(|t| t.split_whitespace().next()?.parse().ok())
         .unwrap_or(32_768)
+}
+
+/// Chooses `ports`' metrics port again when something else holds it: quorate chose it, and
+/// nothing depends on it staying the same.
+pub fn free_metrics_port(ports: &mut MemberPorts) {
+    if ports
+        .metrics
+        .is_some_and(|port| TcpListener::bind(("127.0.0.1", port)).is_err())
+    {
+        ports.metrics = Some(free_port());
+    }
 }
 
 /// Checks that every port of `member` can be bound, so a conflict is reported before anything
@@ -279,7 +303,8 @@ mod tests {
             MemberPorts {
                 client: 2379,
                 peer: 2380,
-                agent: 40001
+                agent: 40001,
+                metrics: Some(40002),
             }
         );
         assert_eq!(
@@ -287,7 +312,8 @@ mod tests {
             MemberPorts {
                 client: 2399,
                 peer: 2400,
-                agent: 40003
+                agent: 40005,
+                metrics: Some(40006),
             }
         );
     }
@@ -300,6 +326,7 @@ mod tests {
                 client: 1,
                 peer: 2,
                 agent: 3,
+                metrics: None,
             },
         )]);
         assign(
@@ -313,12 +340,14 @@ mod tests {
             || 9,
         )
         .unwrap();
+        // Kept, and given the metrics port it was recorded without.
         assert_eq!(
             assigned["etcd-0"],
             MemberPorts {
                 client: 1,
                 peer: 2,
-                agent: 3
+                agent: 3,
+                metrics: Some(9),
             }
         );
         assert_eq!(
@@ -326,7 +355,8 @@ mod tests {
             MemberPorts {
                 client: 5010,
                 peer: 6010,
-                agent: 7010
+                agent: 7010,
+                metrics: Some(9),
             }
         );
     }
@@ -361,6 +391,7 @@ mod tests {
             client: free_port(),
             peer: taken,
             agent: free_port(),
+            metrics: None,
         };
         let err = check_available("etcd-1", &ports).unwrap_err().to_string();
         assert!(

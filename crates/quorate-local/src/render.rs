@@ -47,6 +47,7 @@ pub fn render_cluster_config(
                 peer_port: ports.peer,
                 client_port: ports.client,
                 agent_port: ports.agent,
+                metrics_port: ports.metrics,
             }
         })
         .collect();
@@ -160,6 +161,7 @@ spec:
                     client: base,
                     peer: base + 1,
                     agent: base + 2,
+                    metrics: None,
                 },
             );
         }

@@ -571,10 +571,21 @@ fn etcds_ca_rotates_through_a_bundle_one_member_at_a_time() {
             .map(|i| local.etcd_pid(name, &format!("{name}-{i}")))
             .collect()
     };
-    let all_restarted_since = |before: &[Option<i32>]| {
-        let now = pids();
-        (now.iter().all(Option::is_some) && now.iter().zip(before).all(|(a, b)| a != b))
-            .then_some(now)
+    // Every etcd restarted since `before` (the agents' logs and leases when not in time).
+    let all_restarted_since = |what: &str, before: &[Option<i32>]| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let now = pids();
+            if now.iter().all(Option::is_some) && now.iter().zip(before).all(|(a, b)| a != b) {
+                return now;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: pids {now:?} (before {before:?})\n{}",
+                local.log_tails()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     };
     let endpoints = local.endpoints(name);
     let work = tempfile::tempdir().unwrap();
@@ -617,11 +628,7 @@ fn etcds_ca_rotates_through_a_bundle_one_member_at_a_time() {
         [old_peer_ca, new_ca.clone()].concat(),
     )
     .unwrap();
-    let after_bundle = eventually(
-        "every etcd to restart onto the CA bundle",
-        Duration::from_secs(120),
-        || all_restarted_since(&before),
-    );
+    let after_bundle = all_restarted_since("every etcd to restart onto the CA bundle", &before);
     let last = canary.finish();
     assert_eq!(last["failed"], 0, "no write failed: {last}");
     assert!(
@@ -658,11 +665,7 @@ fn etcds_ca_rotates_through_a_bundle_one_member_at_a_time() {
     );
     std::fs::write(file("ca/ca.crt"), &new_ca).unwrap();
     std::fs::write(file("peer-ca/ca.crt"), &new_ca).unwrap();
-    eventually(
-        "every etcd to restart onto the new CA alone",
-        Duration::from_secs(120),
-        || all_restarted_since(&after_bundle),
-    );
+    all_restarted_since("every etcd to restart onto the new CA alone", &after_bundle);
     let last = canary.finish();
     assert_eq!(last["failed"], 0, "no write failed: {last}");
     assert!(
@@ -992,13 +995,12 @@ fn a_cluster_refusing_writes_with_nospace_is_not_shown_ready() {
     assert!(yaml.contains("NOSPACE on member full-0"), "{yaml}");
 }
 
-/// A base port with it and the next two member ports (stride 10) free right now.
+/// A base port with it and the next two member ports (stride 10) free right now, below the
+/// ephemeral range as quorate chooses its own (an outgoing connection cannot take it).
 fn free_base() -> u16 {
     loop {
-        let base = quorate_testkit::free_port();
-        if base < 60_000
-            && (0..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + 10 * i)).is_ok())
-        {
+        let base = quorate_local::ports::free_port();
+        if (0..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + 10 * i)).is_ok()) {
             return base;
         }
     }
@@ -1010,8 +1012,12 @@ fn free_base() -> u16 {
 #[test]
 fn a_refused_port_is_chosen_again_and_a_kept_port_is_said() {
     let local = Local::new();
-    let blocked = free_base();
-    let _holder = std::net::TcpListener::bind(("127.0.0.1", blocked)).unwrap();
+    let (blocked, _holder) = loop {
+        let port = quorate_local::ports::free_port();
+        if let Ok(holder) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            break (port, holder);
+        }
+    };
     let with_port = |port: u16| {
         manifest("ported", 1, "").replace(
             "    heartbeatDuration: 1s\n",

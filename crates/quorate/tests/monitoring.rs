@@ -250,6 +250,17 @@ fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     eventually("BackupReady", Duration::from_secs(60), || {
         (condition(&local, name, "BackupReady")?.0 == "True").then_some(())
     });
+    // etcd's own metrics: plain HTTP on --listen-metrics-urls, though clients need TLS.
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(local.cluster_dir(name).join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let metrics_port = config["members"][0]["metricsPort"]
+        .as_u64()
+        .expect("a metrics port") as u16;
+    let (code, etcd) = support::http_get(metrics_port, "/metrics");
+    assert_eq!(code, 200, "{etcd}");
+    assert!(etcd.contains("etcd_server_has_leader 1"), "{etcd:.500}");
     let agent = local.agent_metrics(name, 0);
     let mut exporters = families(&agent);
     assert!(

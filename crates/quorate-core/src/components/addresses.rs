@@ -2,6 +2,10 @@
 //! and stable DNS name per ordinal, and the URL schemes. Shared by `etcd.conf.yaml` and
 //! `cluster.json` so both advertise the same URLs.
 
+/// The port etcd serves its metrics on in a member pod (`--listen-metrics-urls`, plain HTTP,
+/// also with client TLS), as kubeadm runs etcd; named `metrics` on the pod.
+pub const ETCD_METRICS_PORT: u16 = 2381;
+
 use quorate_api::Etcd;
 use quorate_api::names::{member_name, peer_hostname, pod_name};
 

@@ -73,6 +73,8 @@ pub struct PlacedMember {
     pub client_port: u16,
     /// Port the agent listens on.
     pub agent_port: u16,
+    /// Port of etcd's plain-HTTP metrics listener.
+    pub metrics_port: Option<u16>,
 }
 
 impl PlacedMember {
@@ -86,6 +88,7 @@ impl PlacedMember {
             client_port: self.client_port,
             agent_url: url(agent_scheme(etcd), &self.host, self.agent_port),
             agent_port: self.agent_port,
+            metrics_port: self.metrics_port,
             name: self.name,
         }
     }
@@ -185,6 +188,7 @@ pub fn render_for_kubernetes(
             peer_port,
             client_port,
             agent_port,
+            metrics_port: Some(super::addresses::ETCD_METRICS_PORT),
         })
         .collect();
     let bootstrap_members = match bootstrap_members {

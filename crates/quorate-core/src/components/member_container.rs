@@ -54,6 +54,7 @@ pub fn build(
             tcp(CLIENT_PORT_NAME, i32::from(spec.etcd.client_port())),
             tcp(PEER_PORT_NAME, i32::from(spec.etcd.server_port())),
             tcp(BACKUP_PORT_NAME, agent_port),
+            tcp("metrics", i32::from(super::addresses::ETCD_METRICS_PORT)),
         ]),
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
@@ -182,7 +183,8 @@ mod tests {
             [
                 ("client".to_string(), 2379),
                 ("peer".to_string(), 2380),
-                ("backuprestore".to_string(), 18080)
+                ("backuprestore".to_string(), 18080),
+                ("metrics".to_string(), 2381)
             ]
         );
     }
