@@ -140,6 +140,27 @@ impl Scenario {
         }
     }
 
+    /// Records the canary writer's `totals` (see `quorate canary`) and asserts that no write
+    /// failed and none waited `longest_ms` or more.
+    pub fn writer_held(&mut self, totals: &serde_json::Value, longest_ms: u64) {
+        self.measure(
+            "writer",
+            format!(
+                "{} acknowledged, {} failed, {} retried attempts, longest write {} ms",
+                totals["acknowledged"],
+                totals["failed"],
+                totals["retried_attempts"],
+                totals["longest_wait_ms"]
+            ),
+        );
+        assert_eq!(totals["failed"], 0, "writes failed: {totals}");
+        let longest = totals["longest_wait_ms"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            longest < longest_ms,
+            "a write waited {longest} ms (less than {longest_ms} ms allowed): {totals}"
+        );
+    }
+
     /// Records a measurement for the results table (e.g. `apply→Ready`, `41.2 s`).
     pub fn measure(&mut self, what: &str, value: impl Into<String>) {
         let value = value.into();

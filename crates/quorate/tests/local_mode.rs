@@ -468,22 +468,22 @@ fn member_removed_on_purpose_stays_down() {
     assert_eq!(members.lines().count(), 3, "two members remain:\n{members}");
 }
 
+/// Three members with client TLS (client certificates required) and peer TLS from the
+/// Secrets `ca`, `server`, `client`, `peer-ca` and `peer-server` (generated locally).
+fn with_client_and_peer_tls(name: &str) -> String {
+    manifest(name, 3, "").replace(
+        "    heartbeatDuration: 1s\n",
+        "    heartbeatDuration: 1s\n    clientUrlTls:\n      tlsCASecretRef: {name: ca}\n      \
+         serverTLSSecretRef: {name: server}\n      clientTLSSecretRef: {name: client}\n    \
+         peerUrlTls:\n      tlsCASecretRef: {name: peer-ca}\n      serverTLSSecretRef: {name: \
+         peer-server}\n",
+    )
+}
+
 #[test]
 fn tls_cluster_requires_client_certificates() {
     let local = Local::new();
-    let tls = "    clientUrlTls:
-      tlsCASecretRef: {name: ca}
-      serverTLSSecretRef: {name: server}
-      clientTLSSecretRef: {name: client}
-    peerUrlTls:
-      tlsCASecretRef: {name: peer-ca}
-      serverTLSSecretRef: {name: peer-server}
-";
-    let text = manifest("secure", 3, "").replace(
-        "    heartbeatDuration: 1s\n",
-        &format!("    heartbeatDuration: 1s\n{tls}"),
-    );
-    let path = local.manifest("c.yaml", &text);
+    let path = local.manifest("c.yaml", &with_client_and_peer_tls("secure"));
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     let members = local.ok(&["members", "secure"]);
     assert_eq!(
@@ -548,19 +548,7 @@ fn tls_cluster_requires_client_certificates() {
 fn etcds_ca_rotates_through_a_bundle_one_member_at_a_time() {
     let local = Local::new();
     let name = "rotate";
-    let tls = "    clientUrlTls:
-      tlsCASecretRef: {name: ca}
-      serverTLSSecretRef: {name: server}
-      clientTLSSecretRef: {name: client}
-    peerUrlTls:
-      tlsCASecretRef: {name: peer-ca}
-      serverTLSSecretRef: {name: peer-server}
-";
-    let text = manifest(name, 3, "").replace(
-        "    heartbeatDuration: 1s\n",
-        &format!("    heartbeatDuration: 1s\n{tls}"),
-    );
-    let path = local.manifest("c.yaml", &text);
+    let path = local.manifest("c.yaml", &with_client_and_peer_tls(name));
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     let secrets = local.cluster_dir(name).join("secrets");
     let file = |p: &str| secrets.join(p);

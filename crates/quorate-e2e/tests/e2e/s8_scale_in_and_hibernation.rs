@@ -180,18 +180,7 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
     let totals = canary_totals(&s.cluster, &ns, &canary)
         .await
         .expect("canary totals");
-    s.measure(
-        "writer",
-        format!(
-            "{} acknowledged, {} failed, longest write {} ms",
-            totals["acknowledged"], totals["failed"], totals["longest_wait_ms"]
-        ),
-    );
-    assert_eq!(totals["failed"], 0, "writes failed: {totals}");
-    assert!(
-        totals["longest_wait_ms"].as_u64().unwrap_or(u64::MAX) < 5000,
-        "a write waited 5 s or more: {totals}"
-    );
+    s.writer_held(&totals, 5000);
     let through = totals["acknowledged_through"].as_u64().unwrap_or(0);
     for i in 0..3 {
         let stored = count_prefix(&s.cluster, &ns, &format!("{name}-{i}"), "canary/").await;
