@@ -121,7 +121,13 @@ pub async fn run_agent<C: Coordination>(
             continue;
         }
         // etcd starts trusting what the CA files hold now; see `with_trust_digests`.
-        let cluster = crate::secret_files::with_trust_digests(cluster);
+        let cluster = match crate::secret_files::with_trust_digests(cluster) {
+            Ok(cluster) => cluster,
+            Err(reason) => {
+                wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
+                continue;
+            }
+        };
         // The TLS files are in place: the listener may serve TLS (`spec.backup.tls`).
         state.update(|s| s.agent_tls = cluster.agent_tls.clone());
         crate::certificates::record(&state, &cluster);
@@ -406,7 +412,7 @@ async fn run_etcd<C: Coordination>(
                 return Ok(RunEnd::Shutdown);
             }
             _ = config_check.tick() => {
-                let mut latest = coord.cluster_config().await;
+                let latest = coord.cluster_config().await;
                 if let Ok(latest) = &latest
                     && secrets_written.elapsed() >= SECRET_REFRESH
                 {
@@ -419,8 +425,16 @@ async fn run_etcd<C: Coordination>(
                         tracing::warn!(member = %me, %reason, "refreshing the backup encryption keys failed");
                     }
                 }
-                // After the refresh, so a new CA bundle is seen as soon as it is written.
-                latest = latest.map(crate::secret_files::with_trust_digests);
+                // After the refresh, so a new CA bundle is seen as soon as it is written; a
+                // bundle being written is looked at again next time.
+                let latest = match latest.map(crate::secret_files::with_trust_digests) {
+                    Ok(Ok(latest)) => Ok(latest),
+                    Ok(Err(reason)) => {
+                        tracing::debug!(member = %me, %reason, "configuration check skipped");
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                };
                 if let Ok(latest) = &latest {
                     newest = latest.clone();
                     let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
@@ -439,12 +453,14 @@ async fn run_etcd<C: Coordination>(
                         s.upgrade_snapshot_request = upgrade;
                     });
                 }
+                let pending = latest
+                    .as_ref()
+                    .is_ok_and(|latest| restart_needed(&config, latest, me, &data_dir));
                 if let Ok(latest) = &latest {
-                    let pending = restart_needed(&config, latest, me, &data_dir);
                     state.metrics().member().configuration(latest, me, pending);
                 }
                 if let Ok(latest) = latest
-                    && restart_needed(&config, &latest, me, &data_dir)
+                    && pending
                     && let Some(client) = &member_client
                 {
                     match restart_turn(coord, cluster, &latest, opts, client).await {

@@ -49,16 +49,48 @@ pub async fn write_secret_files<C: Coordination>(
 /// certificates, so a changed bundle makes the running configuration differ from the latest:
 /// the members restart one at a time onto it (`rollout_key`), which is what rotating a CA
 /// through a bundle needs.
-pub fn with_trust_digests(mut cluster: ClusterConfig) -> ClusterConfig {
+///
+/// `Err` while a bundle is not whole PEM certificates (a file being written in place): etcd
+/// would keep the complete ones and drop the rest, so nothing starts or restarts on it.
+pub fn with_trust_digests(mut cluster: ClusterConfig) -> Result<ClusterConfig, Wait> {
     for tls in [&mut cluster.client_tls, &mut cluster.peer_tls]
         .into_iter()
         .flatten()
     {
-        tls.trusted_ca_digest = std::fs::read(&tls.ca_file)
-            .ok()
-            .map(|pem| quorate_core::membership::rollout::content_digest(&pem));
+        tls.trusted_ca_digest = match std::fs::read(&tls.ca_file) {
+            Ok(pem) => {
+                whole_certificates(&pem).map_err(|why| {
+                    Wait::new(format!(
+                        "the CA bundle {} {why}; etcd starts with it once it is whole",
+                        tls.ca_file
+                    ))
+                })?;
+                Some(quorate_core::membership::rollout::content_digest(&pem))
+            }
+            Err(_) => None,
+        };
     }
-    cluster
+    Ok(cluster)
+}
+
+/// `Ok` when `pem` is one or more complete PEM certificates and nothing else but whitespace.
+fn whole_certificates(pem: &[u8]) -> Result<(), &'static str> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut count = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|_| "is not valid PEM")?;
+        count += 1;
+    }
+    let text = String::from_utf8_lossy(pem);
+    let (begins, ends) = (
+        text.matches("-----BEGIN ").count(),
+        text.matches("-----END ").count(),
+    );
+    if count == 0 || begins != count || ends != count {
+        return Err("is not whole PEM certificates (being written?)");
+    }
+    Ok(())
 }
 
 /// Copies the backup encryption Secret `cluster` names into the key directory; true when a
@@ -133,6 +165,25 @@ fn io_wait(path: &Path, e: &std::io::Error) -> Wait {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bundle_cut_in_the_middle_of_a_certificate_is_not_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            quorate_testkit::TestCerts::generate(&dir.path().join("a")).unwrap(),
+            quorate_testkit::TestCerts::generate(&dir.path().join("b")).unwrap(),
+        );
+        let bundle = [std::fs::read(&a.ca).unwrap(), std::fs::read(&b.ca).unwrap()].concat();
+        assert_eq!(whole_certificates(&bundle), Ok(()));
+        for cut in [bundle.len() - 30, bundle.len() / 2 + 40, 10] {
+            assert!(
+                whole_certificates(&bundle[..cut]).is_err(),
+                "cut at {cut} of {}",
+                bundle.len()
+            );
+        }
+        assert!(whole_certificates(b"").is_err());
+    }
 
     #[test]
     fn files_are_rewritten_only_when_their_content_changes() {

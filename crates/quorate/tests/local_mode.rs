@@ -559,17 +559,43 @@ fn etcds_ca_rotates_through_a_bundle_one_member_at_a_time() {
             .map(|i| local.etcd_pid(name, &format!("{name}-{i}")))
             .collect()
     };
-    // Every etcd restarted since `before` (the agents' logs and leases when not in time).
+    // What each member's lease says its etcd runs (the configuration hash and CA digests).
+    let published = || -> Vec<String> {
+        (0..3)
+            .map(|i| {
+                let lease = local
+                    .cluster_dir(name)
+                    .join(format!("leases/{name}-{i}.json"));
+                let lease: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(lease).unwrap_or_default())
+                        .unwrap_or_default();
+                lease["annotations"]["quorate.io/etcd-config-hash"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    // Every etcd restarted since `before`, and every member's lease says it trusts what the CA
+    // files hold now (the agents' logs and leases when not in time).
     let all_restarted_since = |what: &str, before: &[Option<i32>]| {
+        use quorate_core::membership::rollout::content_digest;
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let digests = [read("ca/ca.crt"), read("peer-ca/ca.crt")].map(|pem| content_digest(&pem));
+        let trusted = format!("+ca-{}", content_digest(digests.join(",").as_bytes()));
         loop {
             let now = pids();
-            if now.iter().all(Option::is_some) && now.iter().zip(before).all(|(a, b)| a != b) {
+            if now.iter().all(Option::is_some)
+                && now.iter().zip(before).all(|(a, b)| a != b)
+                && published().iter().all(|key| key.ends_with(&trusted))
+            {
                 return now;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "timed out waiting for {what}: pids {now:?} (before {before:?})\n{}",
+                "timed out waiting for {what}: pids {now:?} (before {before:?}), trust {:?} \
+                 (want {trusted})\n{}",
+                published(),
                 local.log_tails()
             );
             std::thread::sleep(Duration::from_millis(200));
