@@ -57,6 +57,7 @@ async fn etcd35_tools_restore_a_34_backup_exactly() {
 
     // Serve the restored data with etcd 3.5.
     let log = std::fs::File::create(target.dir.path().join("etcd35.log")).unwrap();
+    target.config.release_ports();
     let _etcd = ChildGuard::spawn(
         Command::new(bin.join("etcd"))
             .args(target.config.args())

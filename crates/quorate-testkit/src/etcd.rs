@@ -167,6 +167,12 @@ impl EtcdMemberConfig {
         format_initial_cluster(&self.initial_cluster)
     }
 
+    /// Lets go of the three ports, so etcd can bind them; done by the spawn, and by a test that
+    /// starts etcd from [`EtcdMemberConfig::args`] itself.
+    pub fn release_ports(&self) {
+        self.reservation.release();
+    }
+
     /// The full etcd command line (without the binary).
     pub fn args(&self) -> Vec<String> {
         let mut args = vec![
@@ -396,7 +402,7 @@ fn spawn_etcd(config: &EtcdMemberConfig) -> io::Result<ChildGuard> {
         .create(true)
         .append(true)
         .open(&config.log_file)?;
-    config.reservation.release();
+    config.release_ports();
     let mut cmd = Command::new(config.binary.clone().unwrap_or_else(etcd_binary));
     cmd.args(config.args())
         .stdin(Stdio::null())
