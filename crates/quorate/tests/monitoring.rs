@@ -184,29 +184,21 @@ async fn operator_metrics() -> Option<String> {
     let server =
         quorate_testkit::KubeApiServer::start_or_skip("the operator's metrics for the dashboard")
             .await?;
-    let crds = server
-        .kubectl()
-        .args(["apply", "-f"])
-        .arg(repo("deploy/crds"))
-        .output()
-        .expect("kubectl");
-    assert!(
-        crds.status.success(),
-        "{}",
-        String::from_utf8_lossy(&crds.stderr)
-    );
-    // An Etcd to reconcile, so the per-cluster gauges have series.
-    let example = server
-        .kubectl()
-        .args(["apply", "-f"])
-        .arg(repo("examples/etcd-cluster.yaml"))
-        .output()
-        .expect("kubectl");
-    assert!(
-        example.status.success(),
-        "{}",
-        String::from_utf8_lossy(&example.stderr)
-    );
+    // The CRDs, then an Etcd to reconcile so the per-cluster gauges have series (one after
+    // the other: the Etcd needs its CRD established).
+    for path in ["deploy/crds", "examples/etcd-cluster.yaml"] {
+        let applied = server
+            .kubectl()
+            .args(["apply", "-f"])
+            .arg(repo(path))
+            .output()
+            .expect("kubectl");
+        assert!(
+            applied.status.success(),
+            "{path}: {}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+    }
     let addr = format!("127.0.0.1:{}", quorate_testkit::free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
     command
