@@ -231,3 +231,72 @@ impl ClusterClient {
         format!("all endpoints [{}]", self.endpoints().join(", "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn client_over(n: usize) -> ClusterClient {
+        let urls: Vec<String> = (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 1 + i))
+            .collect();
+        ClusterClient::new(&urls, None, EtcdTimeouts::default())
+            .await
+            .expect("lazy clients")
+    }
+
+    /// etcd checks "connected to a quorum for 5 s" on the member that receives a membership
+    /// change, against its own view of its peers: in e2e s3 a leader kept a replaced pod's peer
+    /// marked inactive and refused 4,925 learner adds that the other voter would have taken.
+    #[tokio::test]
+    async fn unhealthy_cluster_from_one_member_asks_the_next() {
+        let client = client_over(3).await;
+        let asked = std::sync::Mutex::new(Vec::new());
+        let answer = client
+            .with_failover("member add learner", |m| {
+                let endpoint = m.endpoint().to_string();
+                asked.lock().unwrap().push(endpoint.clone());
+                async move {
+                    if endpoint.ends_with(":1") {
+                        Err(EtcdError::new(
+                            ErrorKind::UnhealthyCluster,
+                            "member add learner",
+                            endpoint,
+                            "etcdserver: unhealthy cluster",
+                        ))
+                    } else {
+                        Ok(endpoint)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(answer.unwrap(), "http://127.0.0.1:2");
+        assert_eq!(asked.lock().unwrap().len(), 2);
+        // The member that took it is asked first next time.
+        assert_eq!(client.preferred.load(Ordering::Relaxed), 1);
+    }
+
+    /// A refusal every member gives stays a wait the caller recognises, naming each endpoint.
+    #[tokio::test]
+    async fn unhealthy_cluster_from_every_member_stays_unhealthy_cluster() {
+        let client = client_over(2).await;
+        let err = client
+            .with_failover("member add learner", |m| {
+                let endpoint = m.endpoint().to_string();
+                async move {
+                    Err::<(), _>(EtcdError::new(
+                        ErrorKind::UnhealthyCluster,
+                        "member add learner",
+                        endpoint,
+                        "etcdserver: unhealthy cluster",
+                    ))
+                }
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnhealthyCluster);
+        assert!(err.is_retryable());
+        assert!(err.message().contains("127.0.0.1:1"), "{err}");
+        assert!(err.message().contains("127.0.0.1:2"), "{err}");
+    }
+}

@@ -12,7 +12,8 @@ use tonic::Code;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// `etcdserver: unhealthy cluster`: a membership change was refused because the receiving
-    /// member has not been connected to a quorum for 5 s (strict reconfig check).
+    /// member has not been connected to a quorum for 5 s (strict reconfig check); another
+    /// member may accept it.
     UnhealthyCluster,
     /// `etcdserver: too many learner members in cluster`: etcd allows one learner at a time.
     TooManyLearners,
@@ -65,10 +66,14 @@ impl ErrorKind {
     }
 
     /// True when another endpoint of the same cluster may answer where this one did not.
+    /// `UnhealthyCluster` is one: etcd checks "connected to a quorum for 5 s" against the
+    /// receiving member's own view of its peers (a leader can keep a replaced peer marked
+    /// inactive while the other members take the change), and a refused change wrote nothing.
     pub fn is_endpoint_specific(self) -> bool {
         matches!(
             self,
-            ErrorKind::Unreachable
+            ErrorKind::UnhealthyCluster
+                | ErrorKind::Unreachable
                 | ErrorKind::NoLeader
                 | ErrorKind::LearnerRejected
                 | ErrorKind::Transient
