@@ -19,10 +19,13 @@
 pub mod leases;
 pub mod plan;
 pub mod progress;
+pub mod proto;
 pub mod replay;
 pub mod swap;
 pub mod temp_etcd;
 pub mod tools;
+pub mod wal;
+pub mod wal_apply;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -34,9 +37,12 @@ use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 
 pub use plan::{Listed, PlanError, PlannedDelta, RestorePlan, RestoreTarget, plan_restore};
-pub use replay::{DEFAULT_LEASE_TTL, DeltaOutcome, ReplayError, ReplayStats, Replayer};
+pub use replay::{
+    DEFAULT_LEASE_TTL, DeltaOutcome, ReplayError, ReplayMethod, ReplayStats, Replayer,
+};
 pub use temp_etcd::{DEFAULT_QUOTA_BACKEND_BYTES, TempEtcd, TempEtcdConfig, TempEtcdError};
 pub use tools::{EtcdTools, MemberIdentity, ToolError};
+pub use wal_apply::{DEFAULT_CHUNK_BYTES, WalApplier};
 
 use crate::delta::{self, DeltaError, DeltaEvent};
 
@@ -117,6 +123,10 @@ pub struct RestoreOptions {
     /// Told after the full snapshot and after each delta snapshot is applied (objects done,
     /// events applied; the caller knows the sizes).
     pub progress: Option<progress::ProgressSink>,
+    /// How revisions reach etcd.
+    pub replay_method: ReplayMethod,
+    /// For [`ReplayMethod::Wal`]: log bytes written before etcd applies them.
+    pub wal_chunk_bytes: u64,
 }
 
 impl Default for RestoreOptions {
@@ -127,6 +137,8 @@ impl Default for RestoreOptions {
             skip_hash_check: false,
             etcd_start_timeout: Duration::from_secs(60),
             progress: None,
+            replay_method: ReplayMethod::default(),
+            wal_chunk_bytes: DEFAULT_CHUNK_BYTES,
         }
     }
 }
@@ -400,49 +412,22 @@ async fn build(
         return Ok(report);
     };
 
-    // Where the replay runs: the real directory for a single member, else a scratch copy.
-    let single = member.cluster_size() == 1;
-    let (replay_dir, replay_member) = if single {
-        (part.to_path_buf(), member.clone())
-    } else {
-        let scratch = MemberIdentity {
-            name: "quorate-restore".to_string(),
-            peer_urls: vec!["http://127.0.0.1:2380".to_string()],
-            initial_cluster: "quorate-restore=http://127.0.0.1:2380".to_string(),
-            cluster_token: "quorate-restore".to_string(),
-        };
-        (work.join("replay"), scratch)
-    };
-    tools::snapshot_restore(
-        &tools,
-        &db,
-        &full.name,
-        &replay_member,
-        &replay_dir,
-        options.skip_hash_check,
-    )
-    .await?;
-    let mut config = TempEtcdConfig::new(
-        &tools.etcd,
-        &replay_dir,
-        &replay_member.name,
-        &work.join("etcd.log"),
-    );
-    config.quota_backend_bytes = options.quota_backend_bytes;
-    config.start_timeout = options.etcd_start_timeout;
-    config.no_fsync = tools::etcd_version(&tools.etcd)
-        .await
-        .is_some_and(|version| version >= (3, 5));
-    let no_fsync = config.no_fsync;
-    let (etcd, client) = TempEtcd::start(config).await?;
+    let mut replay = Replay::start(&options, &tools, &db, &full.name, &member, part, work).await?;
     let replay_started = Instant::now();
-    let mut replayer = Replayer::start(
-        client.clone(),
-        &full.name,
-        target,
-        options.default_lease_ttl,
-    )
-    .await?;
+    let mut replayer = match &mut replay {
+        Replay::Wal { applier, .. } => {
+            Replayer::into_wal(applier.take().expect("set by start"), &full.name, target)
+        }
+        Replay::Txn { client, .. } => {
+            Replayer::start(
+                (**client).clone(),
+                &full.name,
+                target,
+                options.default_lease_ttl,
+            )
+            .await?
+        }
+    };
     if replayer.head() < full_revision {
         return Err(RestoreError::StartRevision {
             object: full.name,
@@ -518,19 +503,152 @@ async fn build(
             last: last_object,
         });
     }
-    if single {
-        etcd.stop().await?;
-        if no_fsync {
-            swap::sync_tree(part).map_err(io_err(format!("sync {}", part.display())))?;
-        }
-    } else {
-        let replayed = work.join("replayed.db");
-        snapshot_to_file(client, &replayed).await?;
-        etcd.stop().await?;
-        let label = format!("{} replayed to revision {}", full.name, stats.head_revision);
-        tools::snapshot_restore(&tools, &replayed, &label, &member, part, false).await?;
-    }
+    let label = format!("{} replayed to revision {}", full.name, stats.head_revision);
+    replay.finish(&tools, &label, &member, part, work).await?;
     Ok(report)
+}
+
+/// The scratch member's name in a replay that runs apart from the real identity.
+const SCRATCH_NAME: &str = "quorate-restore";
+
+/// Where and how the deltas are replayed.
+enum Replay {
+    /// Into the WAL of a scratch member restored as one of two (so it never elects itself).
+    Wal {
+        applier: Option<WalApplier>,
+        dir: PathBuf,
+    },
+    /// Through a running etcd's API: on the real directory for a single member, else on a
+    /// single-member scratch copy.
+    Txn {
+        etcd: TempEtcd,
+        client: Box<etcd_client::Client>,
+        single: bool,
+        no_fsync: bool,
+    },
+}
+
+impl Replay {
+    /// Restores the full snapshot where the replay runs and prepares it.
+    async fn start(
+        options: &RestoreOptions,
+        tools: &EtcdTools,
+        db: &Path,
+        full_name: &str,
+        member: &MemberIdentity,
+        part: &Path,
+        work: &Path,
+    ) -> Result<Replay, RestoreError> {
+        let scratch_dir = work.join("replay");
+        let scratch_peer = "http://127.0.0.1:2380";
+        let single = member.cluster_size() == 1;
+        let (dir, identity) = match options.replay_method {
+            ReplayMethod::Wal => (
+                scratch_dir,
+                MemberIdentity {
+                    name: SCRATCH_NAME.to_string(),
+                    peer_urls: vec![scratch_peer.to_string()],
+                    // The second member is never started: no quorum, no leader.
+                    initial_cluster: format!(
+                        "{SCRATCH_NAME}={scratch_peer},{SCRATCH_NAME}-absent=http://127.0.0.1:9"
+                    ),
+                    cluster_token: SCRATCH_NAME.to_string(),
+                },
+            ),
+            ReplayMethod::Txn if single => (part.to_path_buf(), member.clone()),
+            ReplayMethod::Txn => (
+                scratch_dir,
+                MemberIdentity {
+                    name: SCRATCH_NAME.to_string(),
+                    peer_urls: vec![scratch_peer.to_string()],
+                    initial_cluster: format!("{SCRATCH_NAME}={scratch_peer}"),
+                    cluster_token: SCRATCH_NAME.to_string(),
+                },
+            ),
+        };
+        tools::snapshot_restore(
+            tools,
+            db,
+            full_name,
+            &identity,
+            &dir,
+            options.skip_hash_check,
+        )
+        .await?;
+        let mut config =
+            TempEtcdConfig::new(&tools.etcd, &dir, &identity.name, &work.join("etcd.log"));
+        config.quota_backend_bytes = options.quota_backend_bytes;
+        config.start_timeout = options.etcd_start_timeout;
+        Ok(match options.replay_method {
+            ReplayMethod::Wal => {
+                let applier = WalApplier::start(
+                    config,
+                    tools.clone(),
+                    options.wal_chunk_bytes,
+                    options.default_lease_ttl,
+                )
+                .await?;
+                Replay::Wal {
+                    applier: Some(applier),
+                    dir,
+                }
+            }
+            ReplayMethod::Txn => {
+                config.no_fsync = tools::etcd_version(&tools.etcd)
+                    .await
+                    .is_some_and(|version| version >= (3, 5));
+                let no_fsync = config.no_fsync;
+                let (etcd, client) = TempEtcd::start(config).await?;
+                Replay::Txn {
+                    etcd,
+                    client: Box::new(client),
+                    single,
+                    no_fsync,
+                }
+            }
+        })
+    }
+
+    /// Leaves the replayed data in `part` as `member`.
+    async fn finish(
+        self,
+        tools: &EtcdTools,
+        label: &str,
+        member: &MemberIdentity,
+        part: &Path,
+        work: &Path,
+    ) -> Result<(), RestoreError> {
+        let sync_err = |source| RestoreError::Io {
+            data_dir: part.display().to_string(),
+            what: format!("sync {}", part.display()),
+            source,
+        };
+        match self {
+            Replay::Wal { dir, .. } => {
+                // etcd was stopped cleanly after the last chunk: its database file is whole.
+                let db = dir.join("member").join("snap").join("db");
+                tools::snapshot_restore(tools, &db, label, member, part, true).await?;
+            }
+            Replay::Txn {
+                etcd,
+                no_fsync,
+                single: true,
+                ..
+            } => {
+                etcd.stop().await?;
+                if no_fsync {
+                    swap::sync_tree(part).map_err(sync_err)?;
+                }
+            }
+            Replay::Txn { etcd, client, .. } => {
+                let replayed = work.join("replayed.db");
+                snapshot_to_file(*client, &replayed).await?;
+                etcd.stop().await?;
+                tools::snapshot_restore(tools, &replayed, label, member, part, false).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes a byte stream to a new file and syncs it.

@@ -11,9 +11,14 @@
 //!   write, a revoked lease, a diverged base) is an error naming the object and revision, never
 //!   a silent skip.
 //! - A PUT keeps its lease: a lease missing in the target is granted with the same ID and the
-//!   TTL recorded in the delta (or [`DEFAULT_LEASE_TTL`] when the delta does not say), and
-//!   then kept alive with all others until the replay ends (see [`super::leases`]).
+//!   TTL recorded in the delta (or [`DEFAULT_LEASE_TTL`] when the delta does not say).
 //! - The replay stops at the target revision or time.
+//!
+//! The revisions go to etcd one of two ways ([`ReplayMethod`]): written into the stopped
+//! member's log for etcd to apply at start ([`super::wal_apply`], the default and fast), or one
+//! txn at a time through etcd's API with every lease kept alive meanwhile (see
+//! [`super::leases`]; the method etcd-backup-restore uses, kept as a fallback and as the
+//! benchmark's baseline).
 
 use std::collections::HashSet;
 
@@ -23,6 +28,7 @@ use thiserror::Error;
 
 use super::leases::LeaseKeepalive;
 use super::plan::RestoreTarget;
+use super::wal_apply::WalApplier;
 use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT};
 
 /// TTL (seconds) for a lease whose granted TTL the delta does not record (deltas written by
@@ -120,7 +126,8 @@ pub struct ReplayStats {
     pub events_applied: u64,
     /// Events skipped as already applied.
     pub events_skipped: u64,
-    /// Leases granted because a PUT needed them.
+    /// Leases granted because a PUT needed them (through the WAL: grants written for each
+    /// lease the replay meets first; etcd keeps a lease the full snapshot already has).
     pub leases_granted: u64,
 }
 
@@ -133,23 +140,45 @@ enum Stop {
 }
 
 /// One source revision's events, not applied yet.
-struct Pending {
-    revision: i64,
-    object: String,
-    events: Vec<DeltaEvent>,
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) revision: i64,
+    pub(crate) object: String,
+    pub(crate) events: Vec<DeltaEvent>,
+}
+
+/// How replayed revisions reach etcd.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReplayMethod {
+    /// Written into the stopped member's WAL as committed entries, applied by etcd at start.
+    #[default]
+    Wal,
+    /// One txn per revision through etcd's API, waiting for each.
+    Txn,
+}
+
+/// Where revisions go.
+enum Applier {
+    Txn(Box<TxnApplier>),
+    Wal(Box<WalApplier>),
+}
+
+/// One txn per revision through a running etcd's API.
+struct TxnApplier {
+    client: Client,
+    leases: HashSet<i64>,
+    keepalive: LeaseKeepalive,
+    default_lease_ttl: i64,
 }
 
 /// Applies delta snapshots, one after another, to a running etcd.
 pub struct Replayer {
-    client: Client,
+    applier: Applier,
     head: i64,
     head_object: String,
     stop: Stop,
     done: bool,
     pending: Option<Pending>,
-    leases: HashSet<i64>,
-    keepalive: LeaseKeepalive,
-    default_lease_ttl: i64,
     stats: ReplayStats,
 }
 
@@ -165,8 +194,8 @@ impl std::fmt::Debug for Replayer {
 
 impl Replayer {
     /// Takes over the etcd behind `client`: reads its head revision, starts renewing all its
-    /// leases at once, and prepares to replay up to `target`. `base_object` names what the data
-    /// came from (the full snapshot), for error messages.
+    /// leases at once, and prepares to replay up to `target` one txn per revision.
+    /// `base_object` names what the data came from (the full snapshot), for error messages.
     pub async fn start(
         client: Client,
         base_object: &str,
@@ -193,27 +222,40 @@ impl Replayer {
         let head = head_revision(&mut c)
             .await
             .map_err(|e| etcd_err("reading the head revision", e))?;
+        let applier = Applier::Txn(Box::new(TxnApplier {
+            client,
+            leases,
+            keepalive,
+            default_lease_ttl,
+        }));
+        Ok(Replayer::new(applier, head, base_object, target))
+    }
+
+    /// Prepares to replay up to `target` into the log of the stopped member `applier` writes.
+    pub fn into_wal(applier: WalApplier, base_object: &str, target: RestoreTarget) -> Replayer {
+        let head = applier.head();
+        Replayer::new(Applier::Wal(Box::new(applier)), head, base_object, target)
+    }
+
+    fn new(applier: Applier, head: i64, base_object: &str, target: RestoreTarget) -> Replayer {
         let stop = match target {
             RestoreTarget::Latest => Stop::Never,
             RestoreTarget::ToRevision(rev) => Stop::AfterRevision(rev),
             RestoreTarget::ToTime(t) => Stop::AfterTime(t),
         };
-        Ok(Replayer {
-            client,
+        Replayer {
+            applier,
             head,
             head_object: base_object.to_string(),
             stop,
             done: matches!(stop, Stop::AfterRevision(rev) if head >= rev),
             pending: None,
-            leases,
-            keepalive,
-            default_lease_ttl,
             stats: ReplayStats {
                 start_revision: head,
                 head_revision: head,
                 ..ReplayStats::default()
             },
-        })
+        }
     }
 
     /// The last applied revision.
@@ -306,10 +348,14 @@ impl Replayer {
         Ok(outcome)
     }
 
-    /// Applies the buffered last revision and stops renewing leases; returns the totals.
+    /// Applies the buffered last revision (and, for the WAL, runs etcd on the last chunk) and
+    /// stops renewing leases; returns the totals.
     pub async fn finish(mut self) -> Result<ReplayStats, ReplayError> {
         self.flush().await?;
-        drop(self.keepalive);
+        if let Applier::Wal(wal) = &mut self.applier {
+            wal.finish().await?;
+            self.stats.head_revision = wal.head();
+        }
         Ok(self.stats)
     }
 
@@ -337,17 +383,45 @@ impl Replayer {
         })
     }
 
-    /// Applies the buffered revision as one txn and checks the resulting head.
+    /// Applies the buffered revision: a txn checked at once, or an entry in the log checked
+    /// when etcd runs on its chunk.
     async fn flush(&mut self) -> Result<(), ReplayError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
+        match &mut self.applier {
+            Applier::Txn(txn) => {
+                let (actual, granted) = txn.apply(&pending).await?;
+                self.stats.leases_granted += granted;
+                if actual != pending.revision {
+                    return Err(ReplayError::RevisionMismatch {
+                        object: pending.object,
+                        expected: pending.revision,
+                        actual,
+                    });
+                }
+            }
+            Applier::Wal(wal) => self.stats.leases_granted += wal.apply(&pending).await?,
+        }
+        self.head = pending.revision;
+        self.head_object = pending.object;
+        self.stats.head_revision = pending.revision;
+        self.stats.revisions_applied += 1;
+        self.stats.events_applied += pending.events.len() as u64;
+        Ok(())
+    }
+}
+
+impl TxnApplier {
+    /// Applies one revision as one txn; returns the head after it and the leases granted.
+    async fn apply(&mut self, pending: &Pending) -> Result<(i64, u64), ReplayError> {
         let etcd_err = |operation, message: String| ReplayError::Etcd {
             operation,
             object: pending.object.clone(),
             revision: pending.revision,
             message,
         };
+        let mut granted = 0;
         let mut ops = Vec::with_capacity(pending.events.len());
         for event in &pending.events {
             let kv = event.etcd_event.kv.as_ref().expect("validated");
@@ -356,7 +430,8 @@ impl Replayer {
                 continue;
             }
             let options = if kv.lease != 0 {
-                self.ensure_lease(kv.lease, event.lease_ttl)
+                granted += self
+                    .ensure_lease(kv.lease, event.lease_ttl)
                     .await
                     .map_err(|e| etcd_err("granting the key's lease", e))?;
                 Some(PutOptions::new().with_lease(kv.lease))
@@ -370,40 +445,28 @@ impl Replayer {
             .txn(Txn::new().and_then(ops))
             .await
             .map_err(|e| etcd_err("the txn", e.to_string()))?;
-        let actual = response.header().map_or(0, |h| h.revision());
-        if actual != pending.revision {
-            return Err(ReplayError::RevisionMismatch {
-                object: pending.object,
-                expected: pending.revision,
-                actual,
-            });
-        }
-        self.head = actual;
-        self.head_object = pending.object;
-        self.stats.head_revision = actual;
-        self.stats.revisions_applied += 1;
-        self.stats.events_applied += pending.events.len() as u64;
-        Ok(())
+        Ok((response.header().map_or(0, |h| h.revision()), granted))
     }
 
-    /// Grants lease `id` unless the target has it; granting does not change the revision.
-    async fn ensure_lease(&mut self, id: i64, ttl: Option<i64>) -> Result<(), String> {
+    /// Grants lease `id` unless the target has it (granting does not change the revision);
+    /// returns how many leases were granted.
+    async fn ensure_lease(&mut self, id: i64, ttl: Option<i64>) -> Result<u64, String> {
         if self.leases.contains(&id) {
-            return Ok(());
+            return Ok(0);
         }
         let ttl = ttl.filter(|t| *t > 0).unwrap_or(self.default_lease_ttl);
-        match self
+        let granted = match self
             .client
             .lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id)))
             .await
         {
-            Ok(_) => self.stats.leases_granted += 1,
-            Err(e) if e.to_string().contains("lease already exists") => {}
+            Ok(_) => 1,
+            Err(e) if e.to_string().contains("lease already exists") => 0,
             Err(e) => return Err(format!("lease {id:x} with TTL {ttl}s: {e}")),
-        }
+        };
         self.leases.insert(id);
         self.keepalive.add(id);
-        Ok(())
+        Ok(granted)
     }
 }
 
