@@ -464,25 +464,21 @@ async fn build(
         }
     };
     tell(1, replayer.stats());
-    let mut next = Some(first);
-    while let Some(object) = next.take() {
+    let mut decoded = decode_ahead(first, deltas);
+    while let Some(object) = decoded.recv().await {
+        let (name, events) = object?;
         report.deltas_read += 1;
-        let events = match object.content {
-            DeltaContent::Raw(bytes) => delta::decode(&object.name, &bytes)?,
-            DeltaContent::Events(events) => events,
-        };
-        let outcome = replayer.apply_delta(&object.name, events).await?;
+        let outcome = replayer.apply_delta(&name, events).await?;
         if outcome.events_taken > 0 {
             report.deltas_applied += 1;
-            last_object = object.name;
+            last_object = name;
         }
         tell(1 + report.deltas_read, replayer.stats());
         if replayer.done() {
             break;
         }
-        next = deltas.next().await.transpose()?;
     }
-    drop(deltas);
+    drop(decoded);
     let stats = replayer.finish().await?;
     // Again with the last revision, which stays buffered until the end.
     tell(1 + report.deltas_read, stats);
@@ -649,6 +645,44 @@ impl Replay {
         }
         Ok(())
     }
+}
+
+/// Delta objects decoded ahead of the replay, in order.
+type Decoded = tokio::sync::mpsc::Receiver<Result<(String, Vec<DeltaEvent>), RestoreError>>;
+
+/// Fetches and decodes the deltas (`first`, then the rest of `deltas`) on a task of their own,
+/// one object ahead of the replay: downloading, decompressing, checking and decoding the next
+/// object overlaps with applying this one, and at most three objects are held at once (one
+/// applied, one waiting, one being decoded). Dropping the receiver stops the task.
+fn decode_ahead(first: DeltaObject, mut deltas: DeltaStream) -> Decoded {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let mut next = Some(Ok(first));
+        while let Some(object) = next.take() {
+            let decoded = match object {
+                Ok(DeltaObject {
+                    name,
+                    content: DeltaContent::Raw(bytes),
+                }) => tokio::task::spawn_blocking(move || {
+                    delta::decode(&name, &bytes).map(|events| (name, events))
+                })
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+                .map_err(RestoreError::from),
+                Ok(DeltaObject {
+                    name,
+                    content: DeltaContent::Events(events),
+                }) => Ok((name, events)),
+                Err(e) => Err(RestoreError::from(e)),
+            };
+            let failed = decoded.is_err();
+            if tx.send(decoded).await.is_err() || failed {
+                return;
+            }
+            next = deltas.next().await;
+        }
+    });
+    rx
 }
 
 /// Writes a byte stream to a new file and syncs it.

@@ -162,6 +162,7 @@ impl WalApplier {
         let Some(chunk) = self.chunk.take() else {
             return Ok(());
         };
+        let bytes = chunk.appender.bytes_written();
         let last_index = chunk
             .appender
             .commit()
@@ -171,6 +172,7 @@ impl WalApplier {
         } else {
             format!("{} … {}", chunk.first_object, chunk.last_object)
         };
+        let started = std::time::Instant::now();
         let actual = TempEtcd::apply_committed(self.etcd.clone(), last_index)
             .await
             .map_err(|e| ReplayError::Etcd {
@@ -179,6 +181,12 @@ impl WalApplier {
                 revision: chunk.last_revision,
                 message: e.to_string(),
             })?;
+        tracing::info!(
+            revision = actual,
+            wal_bytes = bytes,
+            seconds = started.elapsed().as_secs_f64(),
+            "restore: etcd applied a chunk of replayed revisions"
+        );
         if actual != chunk.last_revision {
             return Err(ReplayError::RevisionMismatch {
                 object: objects,

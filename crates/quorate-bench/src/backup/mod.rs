@@ -25,6 +25,7 @@ use std::time::Duration;
 use clap::Args;
 use etcd_client::CompactionOptions;
 use quorate_api::CompressionPolicy;
+use quorate_backup::restore::ReplayMethod;
 use quorate_backup::snapshotter::DEFAULT_CATCH_UP_EVERY;
 use quorate_etcd::{EtcdTimeouts, MemberClient};
 use quorate_testkit::{EtcdMemberConfig, EtcdProcess};
@@ -65,7 +66,7 @@ pub struct BackupArgs {
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
     write_seconds: u64,
     /// Events captured as delta snapshots for the replay.
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     replay_events: u64,
     /// How often delta capture catches up with etcd (milliseconds).
     #[arg(long, default_value_t = DEFAULT_CATCH_UP_EVERY.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
@@ -350,19 +351,42 @@ async fn replay(
         "  {} events in {} delta snapshots; restoring with deltas ...",
         capture.events, capture.batches
     );
+    // The floor: a full snapshot of the final state, restored by etcd's own tool.
+    let final_snapshot = snapshot::fresh_file(work, "final.db")?;
+    let (_, final_saved) = snapshot::save_quorate(url, &final_snapshot).await?;
+    let floor_dir = restore::fresh_dir(work, "floor")?;
+    settle().await;
+    let floor = restore::restore_etcdctl(&final_snapshot, &floor_dir).await?;
+    restore::remove_dir(&floor_dir)?;
+    std::fs::remove_file(&final_snapshot).ok();
     // Written after the capture stopped, so not part of the deltas being replayed.
     let mut baseline_rates = vec![baseline_rate(url, "baseline-1").await?];
     let data_dir = restore::fresh_dir(work, "replayed")?;
     settle().await;
-    let report = restore::restore_with_deltas(&saved.path, &store, &data_dir).await?;
+    restore::reset_peak_rss();
+    let report =
+        restore::restore_with_deltas(&saved.path, &store, &data_dir, ReplayMethod::Wal).await?;
+    let peak_rss_bytes = restore::peak_rss_bytes();
     restore::remove_dir(&data_dir)?;
-    let fetch_decode = restore::fetch_and_decode(&store).await?;
     eprintln!(
-        "  replayed {} events in {:.2} s: {:.0} events/s (restore {:.2} s)",
+        "  WAL replay: {} events in {:.2} s: {:.0} events/s (restore {:.2} s, floor {:.2} s)",
         report.events_applied,
         report.replay_duration.as_secs_f64(),
         report.events_per_second,
-        report.duration.as_secs_f64()
+        report.duration.as_secs_f64(),
+        floor.as_secs_f64()
+    );
+    settle().await;
+    let txn_report =
+        restore::restore_with_deltas(&saved.path, &store, &data_dir, ReplayMethod::Txn).await?;
+    restore::remove_dir(&data_dir)?;
+    let fetch_decode = restore::fetch_and_decode(&store).await?;
+    eprintln!(
+        "  txn replay: {} events in {:.2} s: {:.0} events/s (restore {:.2} s)",
+        txn_report.events_applied,
+        txn_report.replay_duration.as_secs_f64(),
+        txn_report.events_per_second,
+        txn_report.duration.as_secs_f64()
     );
     baseline_rates.push(baseline_rate(url, "baseline-2").await?);
     Ok(ReplayResult {
@@ -372,6 +396,10 @@ async fn replay(
         capture,
         source_revision,
         report,
+        peak_rss_bytes,
+        txn_report,
+        floor,
+        floor_snapshot_bytes: final_saved.size,
         baseline_rates,
         fetch_decode,
     })

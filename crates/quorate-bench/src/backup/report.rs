@@ -274,13 +274,17 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
     let rep = &rp.report;
     doc.heading(3, "Replay of delta snapshots");
     doc.paragraph(format!(
-        "After the full snapshot, {} clients wrote {} puts of 1 KiB ({:.0} writes/s) while a \
-         `DeltaWatcher` (period {:?}, catching up every {:?}) captured them and each batch was \
-         uploaded with gzip into a \
-         `Local` store: {} delta snapshots, {} encoded, {} stored. quorate's `restore` then \
-         restored the full snapshot plus those deltas, downloading and decompressing each delta \
-         while replaying, one txn per source revision through a temporary etcd (etcd 3.4 has no \
-         `--unsafe-no-fsync`, so every txn is fsynced).",
+        "After the full snapshot, {} clients wrote {} puts of 1 KiB ({:.0} writes/s), one key \
+         per revision, while a `DeltaWatcher` (period {:?}, catching up every {:?}) captured \
+         them and each batch was uploaded with gzip into a `Local` store: {} delta snapshots, \
+         {} encoded, {} stored. quorate's `restore` then restored the full snapshot plus those \
+         deltas twice, downloading and decompressing each delta while replaying: **through \
+         etcd's WAL** (the default: each source revision written as a committed log entry of a \
+         stopped temporary member, which etcd applies when it starts), and **one txn per \
+         revision** through a temporary etcd's API (the method before, and \
+         etcd-backup-restore's; etcd 3.4 has no `--unsafe-no-fsync`, so every txn is \
+         fsynced). The floor: `etcdctl snapshot restore` of a full snapshot of the same final \
+         state ({}).",
         rp.clients,
         rp.writes,
         rp.write_rate,
@@ -289,53 +293,73 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
         rp.capture.batches,
         mb(rp.capture.encoded_bytes),
         mb(rp.capture.stored_bytes),
+        mb(rp.floor_snapshot_bytes),
     ));
     let mut table = Table::new([
+        ("replay", Align::Left),
         ("events applied", Align::Right),
         ("txns (revisions)", Align::Right),
-        ("delta snapshots read", Align::Right),
         ("replay time", Align::Right),
         ("**replay rate**", Align::Right),
         ("whole restore", Align::Right),
-        ("of which full snapshot + etcd start/stop", Align::Right),
+        ("whole restore / floor", Align::Right),
         ("restored revision", Align::Left),
     ]);
-    let exact = if rep.restored_revision == rp.source_revision {
-        "= source head"
-    } else {
-        "**≠ source head**"
-    };
+    let floor = rp.floor.as_secs_f64().max(1e-9);
+    for (name, r) in [
+        ("through etcd's WAL (quorate)", rep),
+        ("one txn per revision (baseline)", &rp.txn_report),
+    ] {
+        let exact = if r.restored_revision == rp.source_revision {
+            "= source head"
+        } else {
+            "**≠ source head**"
+        };
+        table.row([
+            name.to_string(),
+            r.events_applied.to_string(),
+            r.revisions_applied.to_string(),
+            s(r.replay_duration.as_secs_f64()),
+            format!("**{:.0} events/s**", r.events_per_second),
+            s(r.duration.as_secs_f64()),
+            format!("{:.1}x", r.duration.as_secs_f64() / floor),
+            format!("{} ({exact} {})", r.restored_revision, rp.source_revision),
+        ]);
+    }
     table.row([
-        rep.events_applied.to_string(),
-        rep.revisions_applied.to_string(),
-        rep.deltas_read.to_string(),
-        s(rep.replay_duration.as_secs_f64()),
-        format!("**{:.0} events/s**", rep.events_per_second),
-        s(rep.duration.as_secs_f64()),
-        s(rep
-            .duration
-            .saturating_sub(rep.replay_duration)
-            .as_secs_f64()),
-        format!("{} ({exact} {})", rep.restored_revision, rp.source_revision),
+        "floor: `etcdctl snapshot restore` of the final state".to_string(),
+        "–".to_string(),
+        "–".to_string(),
+        "–".to_string(),
+        "–".to_string(),
+        s(floor),
+        "1.0x".to_string(),
+        "–".to_string(),
     ]);
     doc.table(&table);
+    let ratio = rep.events_per_second / rp.txn_report.events_per_second.max(1e-9);
+    let rss = rp.peak_rss_bytes.map_or("not measured".to_string(), |b| {
+        format!("{:.0} MiB", b as f64 / 1048576.0)
+    });
     doc.paragraph(format!(
-        "Of the replay time, downloading, gunzipping and decoding the deltas (JSON with \
-         base64 values, SHA-256 checked) takes about {} (measured apart, same objects); the \
-         rest is the txns themselves, one at a time.",
+        "**Replay rate, WAL / one txn per revision: {ratio:.1}x.** Peak resident memory of the \
+         benchmark process during the WAL restore (`VmHWM`, reset before it): {rss}. Of the \
+         replay time, downloading, gunzipping and decoding the deltas (JSON with base64 values, \
+         SHA-256 checked) takes about {} (measured apart, same objects).",
         s(rp.fetch_decode.as_secs_f64())
     ));
     if let Some(base) = spread(&rp.baseline_rates) {
         doc.paragraph(format!(
             "Baseline in the same run: one client putting one 1 KiB value at a time into the \
              benchmark's member (one revision per put, as each replayed txn is; {} runs of 5 s, \
-             before and after the replay): median **{:.0} writes/s** (min {:.0}, max {:.0}). \
-             **Replay rate / one-client writes: {:.2}x.**",
+             before and after the replays): median **{:.0} writes/s** (min {:.0}, max {:.0}). \
+             **Replay rate / one-client writes: {:.2}x (WAL), {:.2}x (one txn per revision).**",
             rp.baseline_rates.len(),
             base.median,
             base.min,
             base.max,
-            rep.events_per_second / base.median.max(1e-9)
+            rep.events_per_second / base.median.max(1e-9),
+            rp.txn_report.events_per_second / base.median.max(1e-9)
         ));
     }
 }
@@ -785,6 +809,23 @@ mod tests {
                     replay_duration: secs(2),
                     duration: secs(3),
                 },
+                peak_rss_bytes: Some(64 * 1048576),
+                txn_report: RestoreReport {
+                    data_dir: "/tmp/y".into(),
+                    full_revision: 5000,
+                    restored_revision: 6000,
+                    deltas_read: 2,
+                    deltas_applied: 2,
+                    events_applied: 1000,
+                    revisions_applied: 1000,
+                    events_skipped: 0,
+                    leases_granted: 0,
+                    events_per_second: 100.0,
+                    replay_duration: secs(10),
+                    duration: secs(11),
+                },
+                floor: secs(1),
+                floor_snapshot_bytes: 100_000_000,
                 baseline_rates: vec![1000.0],
                 fetch_decode: Duration::from_millis(100),
             }),
@@ -816,9 +857,15 @@ mod tests {
         assert!(text.contains("**500 events/s**"), "{text}");
         assert!(text.contains("6000 (= source head 6000)"), "{text}");
         assert!(
-            text.contains("**Replay rate / one-client writes: 0.50x.**"),
+            text.contains("**Replay rate / one-client writes: 0.50x (WAL), 0.10x"),
             "{text}"
         );
+        assert!(
+            text.contains("**Replay rate, WAL / one txn per revision: 5.0x.**"),
+            "{text}"
+        );
+        assert!(text.contains("| 3.00 s | 3.0x |"), "{text}");
+        assert!(text.contains("64 MiB"), "{text}");
         assert!(text.contains("| on | 4800 |"), "{text}");
         assert!(text.contains("48000 / 48000"), "{text}");
         assert!(text.contains("(median writes/s): -4.0%**"), "{text}");

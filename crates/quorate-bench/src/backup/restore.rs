@@ -9,7 +9,7 @@ use futures::StreamExt;
 use quorate_backup::layout::SnapshotKind;
 use quorate_backup::restore::{
     DeltaContent, DeltaObject, DeltaStream, EtcdTools, FetchError, FullSnapshotInput,
-    FullSnapshotSource, MemberIdentity, RestoreInputs, RestoreOptions, RestoreReport,
+    FullSnapshotSource, MemberIdentity, ReplayMethod, RestoreInputs, RestoreOptions, RestoreReport,
     RestoreTarget, deltas_from_iter, restore,
 };
 use quorate_backup::store::{SnapStore, StoredSnapshot};
@@ -121,6 +121,7 @@ pub async fn restore_with_deltas(
     snapshot: &Path,
     store: &SnapStore,
     data_dir: &Path,
+    method: ReplayMethod,
 ) -> Result<RestoreReport> {
     let objects = delta_objects(store).await?;
     let store = store.clone();
@@ -139,9 +140,26 @@ pub async fn restore_with_deltas(
             }
         })
         .boxed();
-    restore(inputs(snapshot, deltas, data_dir))
+    let mut inputs = inputs(snapshot, deltas, data_dir);
+    inputs.options.replay_method = method;
+    restore(inputs)
         .await
-        .map_err(|e| BenchError::failed(format!("quorate restore with deltas: {e}")))
+        .map_err(|e| BenchError::failed(format!("quorate restore with deltas ({method:?}): {e}")))
+}
+
+/// Resets this process's peak resident set size (`/proc/self/clear_refs`), so
+/// [`peak_rss_bytes`] reports the peak of what runs after.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// This process's peak resident set size since start or the last [`reset_peak_rss`]
+/// (`VmHWM`).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// How long downloading, decompressing and decoding every delta in `store` takes, without

@@ -135,8 +135,16 @@ pub struct ReplayResult {
     pub capture: DeltaStats,
     /// The source's head revision after the writes.
     pub source_revision: i64,
-    /// quorate's report of the restore with deltas.
+    /// quorate's report of the restore with deltas (the default replay, through etcd's WAL).
     pub report: RestoreReport,
+    /// Peak resident memory of the benchmark process during that restore.
+    pub peak_rss_bytes: Option<u64>,
+    /// The same restore replaying one txn per revision through etcd's API (the baseline).
+    pub txn_report: RestoreReport,
+    /// The floor: `etcdctl snapshot restore` of a full snapshot of the same final state.
+    pub floor: Duration,
+    /// That snapshot's size.
+    pub floor_snapshot_bytes: u64,
     /// One client, one put at a time: writes/s of each baseline run.
     pub baseline_rates: Vec<f64>,
     /// Downloading, decompressing and decoding every delta once more, without applying them.
