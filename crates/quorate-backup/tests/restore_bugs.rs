@@ -380,8 +380,8 @@ async fn missing_revisions_between_deltas_fail_naming_both_objects() {
 async fn a_delta_from_another_history_fails_naming_the_object_and_revision() {
     let c = captured(1).await;
     let r = c.full_revision;
-    // Deleting a key the full snapshot does not have changes nothing, so the revision does not
-    // advance: the delta cannot belong to this full snapshot.
+    // Deleting a key the full snapshot does not have: the delta cannot belong to this full
+    // snapshot (etcd would not even advance its revision).
     let foreign = DeltaEvent {
         etcd_event: EtcdEvent {
             kind: EVENT_DELETE,
@@ -407,12 +407,19 @@ async fn a_delta_from_another_history_fails_naming_the_object_and_revision() {
     .await
     .unwrap_err();
     match &err {
-        RestoreError::Replay(ReplayError::RevisionMismatch {
+        RestoreError::Replay(ReplayError::Diverged {
             object,
-            expected,
-            actual,
-        }) => assert_eq!((object, *expected, *actual), (&name, r + 1, r)),
-        other => panic!("expected a revision mismatch, got {other:?}"),
+            revision,
+            key,
+            problem,
+        }) => {
+            assert_eq!(
+                (object, *revision, key.as_str()),
+                (&name, r + 1, "no/such/key")
+            );
+            assert!(problem.contains("does not exist"), "{problem}");
+        }
+        other => panic!("expected a diverged delta, got {other:?}"),
     }
     assert!(err.to_string().contains(&name));
     assert_untouched(&target, &before);

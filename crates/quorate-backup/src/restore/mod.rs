@@ -16,6 +16,8 @@
 //! wait for a quorum), so for such identities the replay runs in a single-member scratch copy,
 //! which is then snapshotted and restored once more with the real identity.
 
+pub mod bolt;
+pub mod direct;
 pub mod leases;
 pub mod plan;
 pub mod progress;
@@ -24,8 +26,6 @@ pub mod replay;
 pub mod swap;
 pub mod temp_etcd;
 pub mod tools;
-pub mod wal;
-pub mod wal_apply;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -36,13 +36,13 @@ use futures::{Stream, StreamExt};
 use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 
+pub use direct::DirectApplier;
 pub use plan::{Listed, PlanError, PlannedDelta, RestorePlan, RestoreTarget, plan_restore};
 pub use replay::{
     DEFAULT_LEASE_TTL, DeltaOutcome, ReplayError, ReplayMethod, ReplayStats, Replayer,
 };
 pub use temp_etcd::{DEFAULT_QUOTA_BACKEND_BYTES, TempEtcd, TempEtcdConfig, TempEtcdError};
 pub use tools::{EtcdTools, MemberIdentity, ToolError};
-pub use wal_apply::{DEFAULT_CHUNK_BYTES, WalApplier};
 
 use crate::delta::{self, DeltaError, DeltaEvent};
 
@@ -123,10 +123,8 @@ pub struct RestoreOptions {
     /// Told after the full snapshot and after each delta snapshot is applied (objects done,
     /// events applied; the caller knows the sizes).
     pub progress: Option<progress::ProgressSink>,
-    /// How revisions reach etcd.
+    /// How revisions reach the restored data.
     pub replay_method: ReplayMethod,
-    /// For [`ReplayMethod::Wal`]: log bytes written before etcd applies them.
-    pub wal_chunk_bytes: u64,
 }
 
 impl Default for RestoreOptions {
@@ -138,7 +136,6 @@ impl Default for RestoreOptions {
             etcd_start_timeout: Duration::from_secs(60),
             progress: None,
             replay_method: ReplayMethod::default(),
-            wal_chunk_bytes: DEFAULT_CHUNK_BYTES,
         }
     }
 }
@@ -415,8 +412,8 @@ async fn build(
     let mut replay = Replay::start(&options, &tools, &db, &full.name, &member, part, work).await?;
     let replay_started = Instant::now();
     let mut replayer = match &mut replay {
-        Replay::Wal { applier, .. } => {
-            Replayer::into_wal(applier.take().expect("set by start"), &full.name, target)
+        Replay::Direct { applier } => {
+            Replayer::into_file(applier.take().expect("set by start"), &full.name, target)
         }
         Replay::Txn { client, .. } => {
             Replayer::start(
@@ -479,7 +476,7 @@ async fn build(
         }
     }
     drop(decoded);
-    let stats = replayer.finish().await?;
+    let (stats, written) = replayer.finish().await?;
     // Again with the last revision, which stays buffered until the end.
     tell(1 + report.deltas_read, stats);
     report.replay_duration = replay_started.elapsed();
@@ -500,7 +497,9 @@ async fn build(
         });
     }
     let label = format!("{} replayed to revision {}", full.name, stats.head_revision);
-    replay.finish(&tools, &label, &member, part, work).await?;
+    replay
+        .finish(&tools, &label, &member, part, work, written)
+        .await?;
     Ok(report)
 }
 
@@ -509,11 +508,8 @@ const SCRATCH_NAME: &str = "quorate-restore";
 
 /// Where and how the deltas are replayed.
 enum Replay {
-    /// Into the WAL of a scratch member restored as one of two (so it never elects itself).
-    Wal {
-        applier: Option<WalApplier>,
-        dir: PathBuf,
-    },
+    /// Into a new database file written beside the work directory's other files.
+    Direct { applier: Option<DirectApplier> },
     /// Through a running etcd's API: on the real directory for a single member, else on a
     /// single-member scratch copy.
     Txn {
@@ -535,24 +531,27 @@ impl Replay {
         part: &Path,
         work: &Path,
     ) -> Result<Replay, RestoreError> {
+        if options.replay_method == ReplayMethod::Direct {
+            let out = work.join("replayed.db");
+            let (db, name, out2) = (db.to_path_buf(), full_name.to_string(), out.clone());
+            let (skip, ttl) = (options.skip_hash_check, options.default_lease_ttl);
+            // Reading and copying the whole snapshot is blocking file work.
+            let applier = tokio::task::spawn_blocking(move || {
+                DirectApplier::start(&db, &name, &out2, skip, ttl)
+            })
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            return Ok(Replay::Direct {
+                applier: Some(applier),
+            });
+        }
         let scratch_dir = work.join("replay");
         let scratch_peer = "http://127.0.0.1:2380";
         let single = member.cluster_size() == 1;
-        let (dir, identity) = match options.replay_method {
-            ReplayMethod::Wal => (
-                scratch_dir,
-                MemberIdentity {
-                    name: SCRATCH_NAME.to_string(),
-                    peer_urls: vec![scratch_peer.to_string()],
-                    // The second member is never started: no quorum, no leader.
-                    initial_cluster: format!(
-                        "{SCRATCH_NAME}={scratch_peer},{SCRATCH_NAME}-absent=http://127.0.0.1:9"
-                    ),
-                    cluster_token: SCRATCH_NAME.to_string(),
-                },
-            ),
-            ReplayMethod::Txn if single => (part.to_path_buf(), member.clone()),
-            ReplayMethod::Txn => (
+        let (dir, identity) = if single {
+            (part.to_path_buf(), member.clone())
+        } else {
+            (
                 scratch_dir,
                 MemberIdentity {
                     name: SCRATCH_NAME.to_string(),
@@ -560,7 +559,7 @@ impl Replay {
                     initial_cluster: format!("{SCRATCH_NAME}={scratch_peer}"),
                     cluster_token: SCRATCH_NAME.to_string(),
                 },
-            ),
+            )
         };
         tools::snapshot_restore(
             tools,
@@ -575,37 +574,21 @@ impl Replay {
             TempEtcdConfig::new(&tools.etcd, &dir, &identity.name, &work.join("etcd.log"));
         config.quota_backend_bytes = options.quota_backend_bytes;
         config.start_timeout = options.etcd_start_timeout;
-        Ok(match options.replay_method {
-            ReplayMethod::Wal => {
-                let applier = WalApplier::start(
-                    config,
-                    tools.clone(),
-                    options.wal_chunk_bytes,
-                    options.default_lease_ttl,
-                )
-                .await?;
-                Replay::Wal {
-                    applier: Some(applier),
-                    dir,
-                }
-            }
-            ReplayMethod::Txn => {
-                config.no_fsync = tools::etcd_version(&tools.etcd)
-                    .await
-                    .is_some_and(|version| version >= (3, 5));
-                let no_fsync = config.no_fsync;
-                let (etcd, client) = TempEtcd::start(config).await?;
-                Replay::Txn {
-                    etcd,
-                    client: Box::new(client),
-                    single,
-                    no_fsync,
-                }
-            }
+        config.no_fsync = tools::etcd_version(&tools.etcd)
+            .await
+            .is_some_and(|version| version >= (3, 5));
+        let no_fsync = config.no_fsync;
+        let (etcd, client) = TempEtcd::start(config).await?;
+        Ok(Replay::Txn {
+            etcd,
+            client: Box::new(client),
+            single,
+            no_fsync,
         })
     }
 
-    /// Leaves the replayed data in `part` as `member`.
+    /// Leaves the replayed data in `part` as `member` (`written`: the database file a direct
+    /// replay wrote).
     async fn finish(
         self,
         tools: &EtcdTools,
@@ -613,6 +596,7 @@ impl Replay {
         member: &MemberIdentity,
         part: &Path,
         work: &Path,
+        written: Option<PathBuf>,
     ) -> Result<(), RestoreError> {
         let sync_err = |source| RestoreError::Io {
             data_dir: part.display().to_string(),
@@ -620,9 +604,9 @@ impl Replay {
             source,
         };
         match self {
-            Replay::Wal { dir, .. } => {
-                // etcd was stopped cleanly after the last chunk: its database file is whole.
-                let db = dir.join("member").join("snap").join("db");
+            Replay::Direct { .. } => {
+                let db = written.expect("a direct replay writes a database file");
+                // The file carries no integrity hash; it was checked as it was written.
                 tools::snapshot_restore(tools, &db, label, member, part, true).await?;
             }
             Replay::Txn {

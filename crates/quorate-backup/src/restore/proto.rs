@@ -1,9 +1,7 @@
-//! The few protobuf messages the WAL replay writes and reads, encoded by hand: etcd's
-//! `InternalRaftRequest` is not part of its client API (no crate ships it), and the WAL's
-//! frames need only varints and length-delimited fields.
-//!
-//! Field numbers are etcd's (`api/etcdserverpb/raft_internal.proto`, `rpc.proto`,
-//! `raft/raftpb/raft.proto`, `wal/walpb/record.proto`), unchanged from 3.4 to 3.5.
+//! The protobuf encoding the direct replay needs, by hand: etcd's `mvccpb.KeyValue` and
+//! `leasepb.Lease` are stored in its database as protobuf, and only varints and
+//! length-delimited fields occur. Field numbers are etcd's (`api/mvccpb/kv.proto`,
+//! `server/lease/leasepb/lease.proto`), unchanged from 3.4 to 3.5.
 
 /// Appends `value` as a varint.
 pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
@@ -25,71 +23,6 @@ pub fn put_bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     put_varint(out, (u64::from(field) << 3) | 2);
     put_varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
-}
-
-/// One operation of a replayed txn.
-#[derive(Clone, Copy, Debug)]
-pub enum TxnOp<'a> {
-    /// `PutRequest { key = 1, value = 2, lease = 3 }`.
-    Put {
-        /// The key.
-        key: &'a [u8],
-        /// The value.
-        value: &'a [u8],
-        /// The lease ID, 0 for none.
-        lease: i64,
-    },
-    /// `DeleteRangeRequest { key = 1 }` (one key).
-    Delete {
-        /// The key.
-        key: &'a [u8],
-    },
-}
-
-/// `InternalRaftRequest { header = 100 { ID = 1 }, ID = 1, txn = 6 { success = 2 } }`: one
-/// txn without compares; etcd applies it as one revision.
-pub fn txn_request(id: u64, ops: &[TxnOp<'_>]) -> Vec<u8> {
-    let mut txn = Vec::new();
-    let mut op = Vec::new();
-    let mut inner = Vec::new();
-    for o in ops {
-        op.clear();
-        inner.clear();
-        match *o {
-            TxnOp::Put { key, value, lease } => {
-                put_bytes_field(&mut inner, 1, key);
-                put_bytes_field(&mut inner, 2, value);
-                if lease != 0 {
-                    put_varint_field(&mut inner, 3, lease as u64);
-                }
-                put_bytes_field(&mut op, 2, &inner); // RequestOp.request_put
-            }
-            TxnOp::Delete { key } => {
-                put_bytes_field(&mut inner, 1, key);
-                put_bytes_field(&mut op, 3, &inner); // RequestOp.request_delete_range
-            }
-        }
-        put_bytes_field(&mut txn, 2, &op); // TxnRequest.success
-    }
-    request(id, 6, &txn)
-}
-
-/// `InternalRaftRequest { lease_grant = 8 { TTL = 1, ID = 2 } }`.
-pub fn lease_grant_request(id: u64, lease: i64, ttl: i64) -> Vec<u8> {
-    let mut grant = Vec::new();
-    put_varint_field(&mut grant, 1, ttl as u64);
-    put_varint_field(&mut grant, 2, lease as u64);
-    request(id, 8, &grant)
-}
-
-fn request(id: u64, field: u32, body: &[u8]) -> Vec<u8> {
-    let mut header = Vec::new();
-    put_varint_field(&mut header, 1, id);
-    let mut out = Vec::with_capacity(body.len() + 24);
-    put_bytes_field(&mut out, 100, &header);
-    put_varint_field(&mut out, 1, id);
-    put_bytes_field(&mut out, field, body);
-    out
 }
 
 /// A decoded field's value.
@@ -209,36 +142,5 @@ mod tests {
         );
         assert!(r.next_field().unwrap().is_none());
         assert!(Reader::new(&[0x0a, 0x05, 1]).next_field().is_err());
-    }
-
-    #[test]
-    fn a_txn_request_nests_ops_as_etcd_expects() {
-        let bytes = txn_request(
-            9,
-            &[
-                TxnOp::Put {
-                    key: b"k",
-                    value: b"v",
-                    lease: 5,
-                },
-                TxnOp::Delete { key: b"d" },
-            ],
-        );
-        let mut r = Reader::new(&bytes);
-        let mut txn = None;
-        while let Some((field, value)) = r.next_field().unwrap() {
-            if field == 6 {
-                txn = Some(value.bytes().unwrap());
-            }
-        }
-        let mut ops = Reader::new(txn.expect("txn field 6"));
-        let (f, put) = ops.next_field().unwrap().unwrap();
-        assert_eq!(f, 2);
-        let mut put = Reader::new(put.bytes().unwrap());
-        assert_eq!(put.next_field().unwrap().unwrap().0, 2); // request_put
-        let (f, del) = ops.next_field().unwrap().unwrap();
-        assert_eq!(f, 2);
-        let mut del = Reader::new(del.bytes().unwrap());
-        assert_eq!(del.next_field().unwrap().unwrap().0, 3); // request_delete_range
     }
 }

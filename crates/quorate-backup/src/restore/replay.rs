@@ -14,11 +14,11 @@
 //!   TTL recorded in the delta (or [`DEFAULT_LEASE_TTL`] when the delta does not say).
 //! - The replay stops at the target revision or time.
 //!
-//! The revisions go to etcd one of two ways ([`ReplayMethod`]): written into the stopped
-//! member's log for etcd to apply at start ([`super::wal_apply`], the default and fast), or one
-//! txn at a time through etcd's API with every lease kept alive meanwhile (see
-//! [`super::leases`]; the method etcd-backup-restore uses, kept as a fallback and as the
-//! benchmark's baseline).
+//! The revisions reach the restored data one of two ways ([`ReplayMethod`]): written into a
+//! copy of the full snapshot's database file, every event checked against the key space
+//! ([`super::direct`], the default and fast), or one txn at a time through a temporary etcd's
+//! API with every lease kept alive meanwhile (see [`super::leases`]; the method
+//! etcd-backup-restore uses, kept as a fallback and as the benchmark's baseline).
 
 use std::collections::HashSet;
 
@@ -26,9 +26,9 @@ use etcd_client::{Client, LeaseGrantOptions, PutOptions, Txn, TxnOp};
 use jiff::Timestamp;
 use thiserror::Error;
 
+use super::direct::DirectApplier;
 use super::leases::LeaseKeepalive;
 use super::plan::RestoreTarget;
-use super::wal_apply::WalApplier;
 use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT};
 
 /// TTL (seconds) for a lease whose granted TTL the delta does not record (deltas written by
@@ -68,6 +68,21 @@ pub enum ReplayError {
         expected: i64,
         /// What the restored etcd reports.
         actual: i64,
+    },
+    /// An event does not fit the data it is applied to (written directly, every event is
+    /// checked against the key space).
+    #[error(
+        "delta snapshot {object} does not belong to the restored data: at revision {revision}          key {key:?}: {problem}. Nothing was changed; check that the full snapshot and the          delta snapshots come from the same cluster"
+    )]
+    Diverged {
+        /// The delta snapshot.
+        object: String,
+        /// The source revision.
+        revision: i64,
+        /// The key.
+        key: String,
+        /// What does not fit.
+        problem: String,
     },
     /// Events are missing between the head and the next event.
     #[error(
@@ -126,8 +141,7 @@ pub struct ReplayStats {
     pub events_applied: u64,
     /// Events skipped as already applied.
     pub events_skipped: u64,
-    /// Leases granted because a PUT needed them (through the WAL: grants written for each
-    /// lease the replay meets first; etcd keeps a lease the full snapshot already has).
+    /// Leases granted because a PUT needed them.
     pub leases_granted: u64,
 }
 
@@ -150,9 +164,9 @@ pub(crate) struct Pending {
 /// How replayed revisions reach etcd.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReplayMethod {
-    /// Written into the stopped member's WAL as committed entries, applied by etcd at start.
+    /// Written into a copy of the full snapshot's database file, checked event by event.
     #[default]
-    Wal,
+    Direct,
     /// One txn per revision through etcd's API, waiting for each.
     Txn,
 }
@@ -160,7 +174,7 @@ pub enum ReplayMethod {
 /// Where revisions go.
 enum Applier {
     Txn(Box<TxnApplier>),
-    Wal(Box<WalApplier>),
+    Direct(Box<DirectApplier>),
 }
 
 /// One txn per revision through a running etcd's API.
@@ -231,10 +245,15 @@ impl Replayer {
         Ok(Replayer::new(applier, head, base_object, target))
     }
 
-    /// Prepares to replay up to `target` into the log of the stopped member `applier` writes.
-    pub fn into_wal(applier: WalApplier, base_object: &str, target: RestoreTarget) -> Replayer {
+    /// Prepares to replay up to `target` into the database file `applier` writes.
+    pub fn into_file(applier: DirectApplier, base_object: &str, target: RestoreTarget) -> Replayer {
         let head = applier.head();
-        Replayer::new(Applier::Wal(Box::new(applier)), head, base_object, target)
+        Replayer::new(
+            Applier::Direct(Box::new(applier)),
+            head,
+            base_object,
+            target,
+        )
     }
 
     fn new(applier: Applier, head: i64, base_object: &str, target: RestoreTarget) -> Replayer {
@@ -348,15 +367,16 @@ impl Replayer {
         Ok(outcome)
     }
 
-    /// Applies the buffered last revision (and, for the WAL, runs etcd on the last chunk) and
-    /// stops renewing leases; returns the totals.
-    pub async fn finish(mut self) -> Result<ReplayStats, ReplayError> {
+    /// Applies the buffered last revision (for a database file, completes it) and stops
+    /// renewing leases; returns the totals and, for a database file, its path.
+    pub async fn finish(
+        mut self,
+    ) -> Result<(ReplayStats, Option<std::path::PathBuf>), ReplayError> {
         self.flush().await?;
-        if let Applier::Wal(wal) = &mut self.applier {
-            wal.finish().await?;
-            self.stats.head_revision = wal.head();
+        match self.applier {
+            Applier::Direct(direct) => Ok((self.stats, Some(direct.finish()?))),
+            Applier::Txn(_) => Ok((self.stats, None)),
         }
-        Ok(self.stats)
     }
 
     fn beyond_target(
@@ -383,8 +403,8 @@ impl Replayer {
         })
     }
 
-    /// Applies the buffered revision: a txn checked at once, or an entry in the log checked
-    /// when etcd runs on its chunk.
+    /// Applies the buffered revision: a txn whose resulting revision is checked, or entries
+    /// in the database file checked against the key space.
     async fn flush(&mut self) -> Result<(), ReplayError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
@@ -401,7 +421,7 @@ impl Replayer {
                     });
                 }
             }
-            Applier::Wal(wal) => self.stats.leases_granted += wal.apply(&pending).await?,
+            Applier::Direct(direct) => self.stats.leases_granted += direct.apply(&pending)?,
         }
         self.head = pending.revision;
         self.head_object = pending.object;

@@ -67,8 +67,6 @@ pub const DEFAULT_QUOTA_BACKEND_BYTES: u64 = 8 * 1024 * 1024 * 1024;
 const MAX_REQUEST_BYTES: u64 = 64 * 1024 * 1024;
 /// Most operations in one txn, for the same reason.
 const MAX_TXN_OPS: u64 = 1_000_000;
-/// etcd's count of database commits.
-const COMMITS: &str = "etcd_disk_backend_commit_duration_seconds_count";
 /// Attempts with fresh ports when another process took one between probe and bind.
 const START_ATTEMPTS: usize = 3;
 
@@ -129,7 +127,6 @@ pub struct TempEtcd {
     child: Child,
     config: TempEtcdConfig,
     client_url: String,
-    metrics_port: u16,
 }
 
 impl TempEtcd {
@@ -153,7 +150,7 @@ impl TempEtcd {
     }
 
     fn spawn(config: &TempEtcdConfig) -> Result<TempEtcd, TempEtcdError> {
-        let [client_port, peer_port, metrics_port] = free_ports()?;
+        let [client_port, peer_port] = free_ports()?;
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let open_log = || {
@@ -174,9 +171,6 @@ impl TempEtcd {
             .arg(format!("--listen-client-urls={client_url}"))
             .arg(format!("--advertise-client-urls={client_url}"))
             .arg(format!("--listen-peer-urls={peer_url}"))
-            .arg(format!(
-                "--listen-metrics-urls=http://127.0.0.1:{metrics_port}"
-            ))
             .arg(format!(
                 "--quota-backend-bytes={}",
                 config.quota_backend_bytes
@@ -210,88 +204,7 @@ impl TempEtcd {
             child,
             config: config.clone(),
             client_url,
-            metrics_port,
         })
-    }
-
-    /// Starts etcd on a data directory whose WAL ends in committed entries it has not applied
-    /// yet, waits until it has applied the entry at `last_index`, stops it cleanly and returns
-    /// the revision it reached. The member must be unable to elect itself (the WAL replay
-    /// restores as one of two members, the other never started): a member that is not leader
-    /// never expires a lease and proposes nothing, so the log holds only what was written.
-    /// Progress is read from etcd's metrics listener, which answers before the client API
-    /// (that waits for a leader).
-    ///
-    /// etcd 3.4 handles SIGTERM only once it is ready (has a leader), so a member that never
-    /// elects itself is killed. What it applied is on disk once its database has committed
-    /// after the apply (a commit holds the write lock, so one counted after the apply was seen
-    /// includes it); what it had not committed, etcd applies again from the WAL the next time
-    /// it starts (entries past the database's consistent index). The caller checks the
-    /// database file after the last run.
-    pub async fn apply_committed(
-        config: TempEtcdConfig,
-        last_index: u64,
-    ) -> Result<i64, TempEtcdError> {
-        let mut last = None;
-        for _ in 0..START_ATTEMPTS {
-            let mut etcd = TempEtcd::spawn(&config)?;
-            match etcd.wait_applied(last_index).await {
-                Ok((revision, commits)) => {
-                    etcd.wait_commit_after(commits).await;
-                    etcd.kill().await?;
-                    return Ok(revision);
-                }
-                Err(e @ TempEtcdError::NotReady { .. })
-                    if e.to_string().contains("address already in use") =>
-                {
-                    last = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.expect("at least one attempt"))
-    }
-
-    /// Waits until etcd's applied index reaches `last_index`; returns its revision and the
-    /// number of database commits seen in the same scrape.
-    async fn wait_applied(&mut self, last_index: u64) -> Result<(i64, f64), TempEtcdError> {
-        // No progress for this long (etcd not answering, or its applied index standing still)
-        // is a failure; a large replay that keeps applying is never cut short.
-        let stall_limit = self.config.start_timeout;
-        let mut progress_at = Instant::now();
-        let mut applied_before = 0.0;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(self.not_ready(format!("exited while applying its log with {status}")));
-            }
-            let last = match metrics_text(self.metrics_port).await {
-                Ok(text) => {
-                    let applied = metric(&text, "etcd_server_proposals_applied_total");
-                    let revision = metric(&text, "etcd_debugging_mvcc_current_revision");
-                    match (applied, revision) {
-                        (Some(applied), Some(revision)) if applied >= last_index as f64 => {
-                            let commits = metric(&text, COMMITS).unwrap_or(0.0);
-                            return Ok((revision as i64, commits));
-                        }
-                        (Some(applied), _) => {
-                            if applied > applied_before {
-                                applied_before = applied;
-                                progress_at = Instant::now();
-                            }
-                            format!("applied index {applied} of {last_index}")
-                        }
-                        _ => "no applied index in its metrics yet".to_string(),
-                    }
-                }
-                Err(e) => format!("metrics: {e}"),
-            };
-            if progress_at.elapsed() >= stall_limit {
-                return Err(self.not_ready(format!(
-                    "made no progress applying its log for {stall_limit:?} (last: {last})"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
 
     async fn wait_ready(&mut self) -> Result<Client, TempEtcdError> {
@@ -320,32 +233,6 @@ impl TempEtcd {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
-
-    /// Waits (up to a second: etcd commits every 100 ms while anything is pending) until the
-    /// database has committed more often than `commits`.
-    async fn wait_commit_after(&mut self, commits: f64) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < deadline {
-            if let Ok(text) = metrics_text(self.metrics_port).await
-                && metric(&text, COMMITS).is_some_and(|c| c > commits)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn kill(mut self) -> Result<(), TempEtcdError> {
-        let _ = self.child.start_kill();
-        self.child
-            .wait()
-            .await
-            .map(|_| ())
-            .map_err(|source| TempEtcdError::Io {
-                what: "wait for the temporary etcd to exit".to_string(),
-                source,
-            })
     }
 
     /// The client URL.
@@ -409,15 +296,15 @@ impl Drop for TempEtcd {
     }
 }
 
-/// Three distinct loopback ports the OS reports free (bound together, then released).
-fn free_ports() -> Result<[u16; 3], TempEtcdError> {
+/// Two distinct loopback ports the OS reports free (bound together, then released).
+fn free_ports() -> Result<[u16; 2], TempEtcdError> {
     let bind = || {
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|source| TempEtcdError::Io {
             what: "find a free loopback port".to_string(),
             source,
         })
     };
-    let (a, b, c) = (bind()?, bind()?, bind()?);
+    let (a, b) = (bind()?, bind()?);
     let port = |l: &TcpListener| {
         l.local_addr()
             .map(|a| a.port())
@@ -426,29 +313,7 @@ fn free_ports() -> Result<[u16; 3], TempEtcdError> {
                 source,
             })
     };
-    Ok([port(&a)?, port(&b)?, port(&c)?])
-}
-
-/// etcd's `/metrics` text from its metrics listener.
-async fn metrics_text(port: u16) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await?;
-    let mut body = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut body))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 10s"))??;
-    Ok(String::from_utf8_lossy(&body).into_owned())
-}
-
-/// The value of an unlabelled metric in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(name)?.strip_prefix(' ')?;
-        rest.trim().parse().ok()
-    })
+    Ok([port(&a)?, port(&b)?])
 }
 
 /// The last `lines` lines of a log file.

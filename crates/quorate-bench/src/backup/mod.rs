@@ -365,11 +365,11 @@ async fn replay(
     settle().await;
     restore::reset_peak_rss();
     let report =
-        restore::restore_with_deltas(&saved.path, &store, &data_dir, ReplayMethod::Wal).await?;
+        restore::restore_with_deltas(&saved.path, &store, &data_dir, ReplayMethod::Direct).await?;
     let peak_rss_bytes = restore::peak_rss_bytes();
     restore::remove_dir(&data_dir)?;
     eprintln!(
-        "  WAL replay: {} events in {:.2} s: {:.0} events/s (restore {:.2} s, floor {:.2} s)",
+        "  direct replay: {} events in {:.2} s: {:.0} events/s (restore {:.2} s, floor {:.2} s)",
         report.events_applied,
         report.replay_duration.as_secs_f64(),
         report.events_per_second,

@@ -278,9 +278,10 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
          per revision, while a `DeltaWatcher` (period {:?}, catching up every {:?}) captured \
          them and each batch was uploaded with gzip into a `Local` store: {} delta snapshots, \
          {} encoded, {} stored. quorate's `restore` then restored the full snapshot plus those \
-         deltas twice, downloading and decompressing each delta while replaying: **through \
-         etcd's WAL** (the default: each source revision written as a committed log entry of a \
-         stopped temporary member, which etcd applies when it starts), and **one txn per \
+         deltas twice, downloading and decompressing each delta one object ahead of the replay: \
+         **into the database file** (the default: the full snapshot's buckets copied into a new \
+         file and its `key` bucket continued with one MVCC entry per event, each checked against \
+         the key space, then `etcdctl snapshot restore` of that file), and **one txn per \
          revision** through a temporary etcd's API (the method before, and \
          etcd-backup-restore's; etcd 3.4 has no `--unsafe-no-fsync`, so every txn is \
          fsynced). The floor: `etcdctl snapshot restore` of a full snapshot of the same final \
@@ -307,7 +308,7 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
     ]);
     let floor = rp.floor.as_secs_f64().max(1e-9);
     for (name, r) in [
-        ("through etcd's WAL (quorate)", rep),
+        ("into the database file (quorate)", rep),
         ("one txn per revision (baseline)", &rp.txn_report),
     ] {
         let exact = if r.restored_revision == rp.source_revision {
@@ -342,8 +343,8 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
         format!("{:.0} MiB", b as f64 / 1048576.0)
     });
     doc.paragraph(format!(
-        "**Replay rate, WAL / one txn per revision: {ratio:.1}x.** Peak resident memory of the \
-         benchmark process during the WAL restore (`VmHWM`, reset before it): {rss}. Of the \
+        "**Replay rate, database file / one txn per revision: {ratio:.1}x.** Peak resident \
+         memory of the benchmark process during the default restore (`VmHWM`, reset before it): {rss}. Of the \
          replay time, downloading, gunzipping and decoding the deltas (JSON with base64 values, \
          SHA-256 checked) takes about {} (measured apart, same objects).",
         s(rp.fetch_decode.as_secs_f64())
@@ -353,7 +354,7 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
             "Baseline in the same run: one client putting one 1 KiB value at a time into the \
              benchmark's member (one revision per put, as each replayed txn is; {} runs of 5 s, \
              before and after the replays): median **{:.0} writes/s** (min {:.0}, max {:.0}). \
-             **Replay rate / one-client writes: {:.2}x (WAL), {:.2}x (one txn per revision).**",
+             **Replay rate / one-client writes: {:.2}x (database file), {:.2}x (one txn per revision).**",
             rp.baseline_rates.len(),
             base.median,
             base.min,
@@ -857,11 +858,11 @@ mod tests {
         assert!(text.contains("**500 events/s**"), "{text}");
         assert!(text.contains("6000 (= source head 6000)"), "{text}");
         assert!(
-            text.contains("**Replay rate / one-client writes: 0.50x (WAL), 0.10x"),
+            text.contains("**Replay rate / one-client writes: 0.50x (database file), 0.10x"),
             "{text}"
         );
         assert!(
-            text.contains("**Replay rate, WAL / one txn per revision: 5.0x.**"),
+            text.contains("**Replay rate, database file / one txn per revision: 5.0x.**"),
             "{text}"
         );
         assert!(text.contains("| 3.00 s | 3.0x |"), "{text}");

@@ -135,7 +135,7 @@ pub struct ReplayResult {
     pub capture: DeltaStats,
     /// The source's head revision after the writes.
     pub source_revision: i64,
-    /// quorate's report of the restore with deltas (the default replay, through etcd's WAL).
+    /// quorate's report of the restore with deltas (the default replay, writing the database file directly).
     pub report: RestoreReport,
     /// Peak resident memory of the benchmark process during that restore.
     pub peak_rss_bytes: Option<u64>,
