@@ -6,7 +6,9 @@
 use quorate_backup::restore::progress::{ProgressSink, RestoreProgress};
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
 use quorate_backup::store::{SnapStore, StoreError, StoreOptions};
-use quorate_backup::store_restore::{self, StoreRestoreError, restore_from_store};
+use quorate_backup::store_restore::{
+    self, StoreRestoreError, StoreRestoreOptions, restore_from_store,
+};
 use quorate_core::backup_chain::ChainRecord;
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::membership::recovery::RecoveryRecord;
@@ -237,7 +239,10 @@ async fn restore_from_bucket(
         member,
         &opts.data_dir,
         tools,
-        Some(progress_log(&me.name, state)),
+        StoreRestoreOptions {
+            progress: Some(progress_log(&me.name, state)),
+            ..StoreRestoreOptions::default()
+        },
     )
     .await?;
     if let Some(chain) = chain {

@@ -8,8 +8,8 @@
 use crate::restore::progress::{ProgressSink, RestoreProgress};
 use crate::restore::{
     DeltaContent, DeltaObject, EtcdTools, FetchError, FullSnapshotInput, FullSnapshotSource,
-    MemberIdentity, PlanError, RestoreError, RestoreInputs, RestoreOptions, RestoreReport,
-    RestoreTarget, plan_restore, restore,
+    MemberIdentity, PlanError, ReplayMethod, RestoreError, RestoreInputs, RestoreOptions,
+    RestoreReport, RestoreTarget, plan_restore, restore,
 };
 use crate::store::{SnapStore, StoreError, StoreOptions};
 use futures::StreamExt;
@@ -130,7 +130,7 @@ pub async fn restore_from_store(
     member: MemberIdentity,
     data_dir: &Path,
     tools: EtcdTools,
-    progress: Option<ProgressSink>,
+    options: StoreRestoreOptions,
 ) -> Result<RestoreReport, StoreRestoreError> {
     let mut listed = store.list().await?;
     loop {
@@ -141,7 +141,7 @@ pub async fn restore_from_store(
             member.clone(),
             data_dir,
             tools.clone(),
-            progress.clone(),
+            options.clone(),
         )
         .await
         {
@@ -161,12 +161,18 @@ async fn restore_once(
     member: MemberIdentity,
     data_dir: &Path,
     tools: EtcdTools,
-    progress: Option<ProgressSink>,
+    options: StoreRestoreOptions,
 ) -> Result<RestoreReport, StoreRestoreError> {
     let plan = plan_restore(listed, target).map_err(|source| StoreRestoreError::Plan {
         store: store.describe(),
         source,
     })?;
+    let revision_bump = match options.replay_method {
+        ReplayMethod::Direct if !options.keep_revision => {
+            crate::restore::plan::revision_bump(&plan, listed)
+        }
+        _ => None,
+    };
     let full = plan.full;
     // Stored sizes in plan order: what the progress counts in.
     let sizes: Vec<u64> = std::iter::once(full.size)
@@ -210,11 +216,26 @@ async fn restore_once(
         tools,
         target: plan.target,
         options: RestoreOptions {
-            progress: progress.map(|sink| with_sizes(sink, &sizes)),
+            progress: options.progress.map(|sink| with_sizes(sink, &sizes)),
+            replay_method: options.replay_method,
+            revision_bump,
             ..RestoreOptions::default()
         },
     };
     Ok(restore(inputs).await?)
+}
+
+/// How a restore from a store runs.
+#[derive(Clone, Debug, Default)]
+pub struct StoreRestoreOptions {
+    /// Told how far the restore is, in stored bytes.
+    pub progress: Option<ProgressSink>,
+    /// Keep the revision where the restored data ends even when that is older than what the
+    /// bucket holds (by default such a restore raises it and marks it compacted, see
+    /// [`crate::restore::plan::revision_bump`]).
+    pub keep_revision: bool,
+    /// How the deltas are replayed (the one-txn-per-revision replay keeps the revision).
+    pub replay_method: ReplayMethod,
 }
 
 /// `sink` with the plan's objects and stored bytes filled in: the restore reports how many

@@ -459,7 +459,7 @@ async fn a_delta_that_cannot_be_fetched_fails_naming_it_and_leaves_the_target_un
 #[tokio::test]
 async fn a_target_inside_a_full_snapshot_that_holds_more_than_its_name_is_restored() {
     use quorate_backup::store::{SnapStore, StoreOptions};
-    use quorate_backup::store_restore::restore_from_store;
+    use quorate_backup::store_restore::{StoreRestoreOptions, restore_from_store};
 
     let c = captured(1).await;
     let files = tempfile::tempdir().unwrap();
@@ -518,7 +518,10 @@ async fn a_target_inside_a_full_snapshot_that_holds_more_than_its_name_is_restor
         target.identity(),
         &target.data_dir(),
         tools(),
-        None,
+        StoreRestoreOptions {
+            keep_revision: true,
+            ..StoreRestoreOptions::default()
+        },
     )
     .await
     .expect("restored from the older full snapshot and the deltas");

@@ -10,7 +10,7 @@ use quorate_api::{CompressionPolicy, StoreSpec};
 use quorate_backup::layout::SnapshotName;
 use quorate_backup::restore::RestoreTarget;
 use quorate_backup::store::{SnapStore, StoreOptions};
-use quorate_backup::store_restore::restore_from_store;
+use quorate_backup::store_restore::{StoreRestoreOptions, restore_from_store};
 use restore_common::*;
 
 fn store(root: &Path, keys: &Path) -> SnapStore {
@@ -91,7 +91,10 @@ async fn an_encrypted_bucket_restores_exactly_and_refuses_tampering_and_wrong_ke
             target.identity(),
             &target.data_dir(),
             tools(),
-            Some(sink),
+            StoreRestoreOptions {
+                progress: Some(sink),
+                ..StoreRestoreOptions::default()
+            },
         )
         .await
         .unwrap_or_else(|e| panic!("restore to {expected:?}: {e}"));
@@ -166,7 +169,7 @@ async fn refused_restore(store: &SnapStore) -> String {
         target.identity(),
         &target.data_dir(),
         tools(),
-        None,
+        StoreRestoreOptions::default(),
     )
     .await
     .unwrap_err()

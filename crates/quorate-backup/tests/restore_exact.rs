@@ -359,3 +359,47 @@ async fn a_member_with_a_tls_peer_url_restores_and_starts_with_peer_tls() {
         "the restored member keeps its https peer URL"
     );
 }
+
+#[tokio::test]
+async fn a_bumped_restore_raises_the_revision_and_marks_it_compacted() {
+    let s = scenario().await;
+    let n = s.full_revision + (s.head - s.full_revision) / 2;
+    let target = Target::new();
+    let mut inputs = target.inputs(
+        &s.full_path,
+        &s.full_name,
+        s.deltas(),
+        RestoreTarget::ToRevision(n),
+    );
+    inputs.options.revision_bump = Some(1_000_000);
+    let report = restore::restore(inputs).await.unwrap();
+    assert_eq!(report.restored_revision, n + 1_000_000);
+    assert_eq!(report.revision_bumped_by, 1_000_000);
+
+    let (_restored, client) = target.start().await;
+    let mut c = client.clone();
+    // The keys are those of revision n, untouched by the bump.
+    let state = state_of(&client, None).await;
+    assert_eq!(state.revision, n + 1_000_000);
+    let mut expected = s.source.state(Some(n)).await;
+    expected.revision = state.revision;
+    assert_same(&state, &expected);
+    assert_eq!(state.keys.len(), expected.keys.len());
+    // Every revision up to the bumped one is compacted: a client holding one of the source's
+    // revisions (a watch cache) is told so and relists.
+    let err = c
+        .get(
+            "",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_all_keys()
+                    .with_revision(n),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("compacted"), "{err}");
+    // New writes continue above it.
+    let put = c.put("after/the-bump", "x", None).await.unwrap();
+    assert_eq!(put.header().unwrap().revision(), n + 1_000_001);
+}

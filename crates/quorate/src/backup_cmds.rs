@@ -5,7 +5,7 @@ use quorate_api::tasks::{EtcdCopyBackupsTask, WaitForFinalSnapshotSpec};
 use quorate_api::{BackupSpec, Etcd, StoreSpec};
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
 use quorate_backup::store::{SnapStore, StoreOptions};
-use quorate_backup::store_restore::{open_store, restore_from_store};
+use quorate_backup::store_restore::{StoreRestoreOptions, open_store, restore_from_store};
 use quorate_local::commands::{self, LocalContext};
 use std::path::{Path, PathBuf};
 
@@ -236,6 +236,8 @@ pub struct RestoreArgs {
     pub local_root: Option<PathBuf>,
     pub encryption_key_dir: Option<PathBuf>,
     pub force: bool,
+    pub keep_revision: bool,
+    pub replay_method: quorate_backup::restore::ReplayMethod,
 }
 
 /// Refuses to restore into a directory a running etcd uses, always, and into one that holds
@@ -340,7 +342,11 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
         identity,
         &data_dir,
         tools,
-        Some(progress.sink()),
+        StoreRestoreOptions {
+            progress: Some(progress.sink()),
+            keep_revision: args.keep_revision,
+            replay_method: args.replay_method,
+        },
     )
     .await;
     drop(progress);
@@ -356,13 +362,21 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
     };
     println!(
         "restored revision {} (full snapshot at {}, {} deltas, {} events at {:.0} events/s) in {:.1}s",
-        report.restored_revision,
+        report.restored_revision - report.revision_bumped_by as i64,
         report.full_revision,
         report.deltas_applied,
         report.events_applied,
         report.events_per_second,
         report.duration.as_secs_f64()
     );
+    if report.revision_bumped_by > 0 {
+        println!(
+            "raised the revision by {} to {} and marked it compacted: the bucket holds newer \
+             revisions, so clients that saw them (Kubernetes watch caches) relist; \
+             --keep-revision leaves it as the source had it",
+            report.revision_bumped_by, report.restored_revision
+        );
+    }
     if args.up {
         guard(&data_dir, ctx, &name, &member)?;
         commands::spawn_supervisor(ctx, &name)?;

@@ -224,6 +224,16 @@ pub enum Command {
         /// `secrets/<name>` of the annotation quorate.io/backup-encryption-secret).
         #[arg(long)]
         encryption_key_dir: Option<PathBuf>,
+        /// Keep the restored revision as the source had it. By default a restore to a point
+        /// older than the bucket's newest revision raises the revision past it and marks it
+        /// compacted, so Kubernetes watchers relist instead of missing events.
+        #[arg(long)]
+        keep_revision: bool,
+        /// How deltas are replayed: `direct` writes etcd's database file (fast, the default),
+        /// `txn` sends one transaction per revision through a temporary etcd (slow; keeps the
+        /// revision).
+        #[arg(long, value_enum, default_value_t = ReplayArg::Direct)]
+        replay: ReplayArg,
     },
     /// Print the Etcd CustomResourceDefinition (YAML).
     Crd,
@@ -436,4 +446,13 @@ mod tests {
         assert!(parse_duration("250ms").is_ok());
         assert!(parse_duration("soon").is_err());
     }
+}
+
+/// `quorate restore --replay`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplayArg {
+    /// Write etcd's database file directly.
+    Direct,
+    /// One transaction per revision through a temporary etcd.
+    Txn,
 }

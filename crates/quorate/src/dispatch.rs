@@ -296,6 +296,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             secret_dir,
             local_root,
             encryption_key_dir,
+            keep_revision,
+            replay,
         } => {
             let target = match (to_revision, to_time) {
                 (Some(rev), _) => quorate_backup::restore::RestoreTarget::ToRevision(rev),
@@ -311,6 +313,11 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 local_root,
                 encryption_key_dir,
                 force,
+                keep_revision,
+                replay_method: match replay {
+                    crate::cli::ReplayArg::Direct => quorate_backup::restore::ReplayMethod::Direct,
+                    crate::cli::ReplayArg::Txn => quorate_backup::restore::ReplayMethod::Txn,
+                },
             };
             crate::backup_cmds::restore(&context(None), args).await?;
             Ok(ExitCode::SUCCESS)

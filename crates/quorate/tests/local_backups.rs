@@ -208,7 +208,7 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
     });
     std::thread::sleep(Duration::from_secs(4));
     let target = local.state.path().join("restored");
-    local.ok(&[
+    let out = local.ok(&[
         "restore",
         "-f",
         path_str(&path),
@@ -217,6 +217,12 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
         "--to-revision",
         &middle.to_string(),
     ]);
+    // The bucket holds newer revisions: the restored revision is raised past them.
+    assert!(
+        out.contains(&format!("restored revision {middle} "))
+            && out.contains("raised the revision by"),
+        "{out}"
+    );
 
     let check = local.state.path().join("check");
     std::fs::create_dir_all(&check).unwrap();
@@ -239,6 +245,11 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
         restored, at_middle,
         "the state right after revision {middle}"
     );
+    let head = rt.block_on(async {
+        let mut client = Client::connect([member.client_url()], None).await.unwrap();
+        client.status().await.unwrap().header().unwrap().revision()
+    });
+    assert!(head > middle + 1_000_000_000, "revision {head}");
 }
 
 #[test]

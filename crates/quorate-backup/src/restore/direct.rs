@@ -41,9 +41,12 @@ pub struct DirectApplier {
     keys: BucketBuilder,
     leases: BTreeMap<[u8; 8], Vec<u8>>,
     lease_sequence: u64,
+    meta: BTreeMap<Vec<u8>, Vec<u8>>,
+    meta_sequence: u64,
     live: HashMap<u64, KeyFacts>,
     head: i64,
     default_lease_ttl: i64,
+    bump: Option<u64>,
 }
 
 impl DirectApplier {
@@ -55,6 +58,7 @@ impl DirectApplier {
         out: &Path,
         skip_hash_check: bool,
         default_lease_ttl: i64,
+        bump: Option<u64>,
     ) -> Result<DirectApplier, ReplayError> {
         let err = |operation, e: String| ReplayError::Etcd {
             operation,
@@ -71,6 +75,8 @@ impl DirectApplier {
         let mut keys = None;
         let mut leases = BTreeMap::new();
         let mut lease_sequence = 0;
+        let mut meta = BTreeMap::new();
+        let mut meta_sequence = 0;
         let mut live = HashMap::new();
         let mut head = 0;
         for bucket in reader.buckets().map_err(bolt)? {
@@ -103,17 +109,20 @@ impl DirectApplier {
                         })
                         .map_err(bolt)?;
                 }
-                name => {
-                    if name == b"meta" {
-                        reader
-                            .for_each(&bucket, &mut |k, v| {
-                                if k == b"finishedCompactRev" && v.len() >= 8 {
-                                    head = head.max(main_revision(v));
-                                }
-                                Ok(())
-                            })
-                            .map_err(bolt)?;
-                    }
+                b"meta" => {
+                    // Written at the end: a revision bump marks the new head compacted here.
+                    meta_sequence = bucket.sequence;
+                    reader
+                        .for_each(&bucket, &mut |k, v| {
+                            if k == b"finishedCompactRev" && v.len() >= 8 {
+                                head = head.max(main_revision(v));
+                            }
+                            meta.insert(k.to_vec(), v.to_vec());
+                            Ok(())
+                        })
+                        .map_err(bolt)?;
+                }
+                _ => {
                     let mut builder = writer.bucket(&bucket.name, bucket.sequence);
                     let mut write_err = None;
                     reader
@@ -141,9 +150,12 @@ impl DirectApplier {
             keys,
             leases,
             lease_sequence,
+            meta,
+            meta_sequence,
             live,
             head: head.max(1),
             default_lease_ttl,
+            bump,
         })
     }
 
@@ -212,23 +224,39 @@ impl DirectApplier {
         Ok(granted)
     }
 
-    /// Writes the `key` and `lease` buckets and the file's root; returns the file.
-    pub(crate) fn finish(self) -> Result<PathBuf, ReplayError> {
+    /// Writes the `key`, `lease` and `meta` buckets and the file's root (after the revision
+    /// bump, when asked for: an empty entry at the raised revision, which `scheduledCompactRev`
+    /// marks compacted, as etcdutl writes them); returns the file and its head revision.
+    pub(crate) fn finish(mut self) -> Result<(PathBuf, i64), ReplayError> {
+        let (out, replayed) = (self.out.display().to_string(), self.head);
         let err = |e: BoltError| ReplayError::Etcd {
             operation: "writing the restored database",
-            object: self.out.display().to_string(),
-            revision: self.head,
+            object: out.clone(),
+            revision: replayed,
             message: e.to_string(),
         };
         let mut writer = self.writer;
+        if let Some(amount) = self.bump.filter(|a| *a > 0) {
+            self.head += amount as i64;
+            self.keys
+                .put(&mut writer, &revision_key(self.head, 0), &[])
+                .map_err(err)?;
+            self.meta
+                .insert(b"scheduledCompactRev".to_vec(), revision_key(self.head, 0));
+        }
         self.keys.finish(&mut writer).map_err(err)?;
+        let mut meta = writer.bucket(b"meta", self.meta_sequence);
+        for (k, v) in &self.meta {
+            meta.put(&mut writer, k, v).map_err(err)?;
+        }
+        meta.finish(&mut writer).map_err(err)?;
         let mut leases = writer.bucket(b"lease", self.lease_sequence);
         for (id, value) in &self.leases {
             leases.put(&mut writer, id, value).map_err(err)?;
         }
         leases.finish(&mut writer).map_err(err)?;
         writer.finish(1).map_err(err)?;
-        Ok(self.out)
+        Ok((self.out, self.head))
     }
 }
 

@@ -125,6 +125,10 @@ pub struct RestoreOptions {
     pub progress: Option<progress::ProgressSink>,
     /// How revisions reach the restored data.
     pub replay_method: ReplayMethod,
+    /// Raise the restored revision by this much and mark it compacted (as `etcdutl snapshot
+    /// restore --bump-revision --mark-compacted`), so clients holding revisions of the source
+    /// (Kubernetes watch caches) relist instead of waiting for events that will never come.
+    pub revision_bump: Option<u64>,
 }
 
 impl Default for RestoreOptions {
@@ -136,6 +140,7 @@ impl Default for RestoreOptions {
             etcd_start_timeout: Duration::from_secs(60),
             progress: None,
             replay_method: ReplayMethod::default(),
+            revision_bump: None,
         }
     }
 }
@@ -165,8 +170,10 @@ pub struct RestoreReport {
     pub data_dir: PathBuf,
     /// The full snapshot's revision.
     pub full_revision: i64,
-    /// The revision the restored data ends at.
+    /// The revision the restored data ends at (after a bump, the raised one).
     pub restored_revision: i64,
+    /// How far the revision was raised past the replayed data (0: not bumped).
+    pub revision_bumped_by: u64,
     /// Delta objects read.
     pub deltas_read: u64,
     /// Delta objects that contributed at least one event.
@@ -371,6 +378,7 @@ async fn build(
         data_dir: data_dir.clone(),
         full_revision,
         restored_revision: full_revision,
+        revision_bumped_by: 0,
         deltas_read: 0,
         deltas_applied: 0,
         events_applied: 0,
@@ -387,16 +395,25 @@ async fn build(
     } else {
         deltas.next().await.transpose()?
     };
-    let Some(first) = first else {
-        if let RestoreTarget::ToRevision(rev) = target
-            && rev > full_revision
-        {
-            return Err(RestoreError::TargetNotReached {
-                target: rev,
-                reached: full_revision,
-                last: full.name,
-            });
-        }
+    if first.is_none()
+        && let RestoreTarget::ToRevision(rev) = target
+        && rev > full_revision
+    {
+        return Err(RestoreError::TargetNotReached {
+            target: rev,
+            reached: full_revision,
+            last: full.name,
+        });
+    }
+    if options.revision_bump.is_some() && options.replay_method != ReplayMethod::Direct {
+        return Err(RestoreError::Invalid {
+            data_dir: data_dir.display().to_string(),
+            problem: "bumping the revision needs the default replay (the database file is \
+                      written directly); leave out the one-txn-per-revision replay or the bump"
+                .to_string(),
+        });
+    }
+    if first.is_none() && options.revision_bump.is_none() {
         tools::snapshot_restore(
             &tools,
             &db,
@@ -407,7 +424,7 @@ async fn build(
         )
         .await?;
         return Ok(report);
-    };
+    }
 
     let mut replay = Replay::start(&options, &tools, &db, &full.name, &member, part, work).await?;
     let replay_started = Instant::now();
@@ -480,7 +497,8 @@ async fn build(
     // Again with the last revision, which stays buffered until the end.
     tell(1 + report.deltas_read, stats);
     report.replay_duration = replay_started.elapsed();
-    report.restored_revision = stats.head_revision;
+    report.restored_revision = written.as_ref().map_or(stats.head_revision, |w| w.1);
+    report.revision_bumped_by = (report.restored_revision - stats.head_revision) as u64;
     report.events_applied = stats.events_applied;
     report.revisions_applied = stats.revisions_applied;
     report.events_skipped = stats.events_skipped;
@@ -534,10 +552,14 @@ impl Replay {
         if options.replay_method == ReplayMethod::Direct {
             let out = work.join("replayed.db");
             let (db, name, out2) = (db.to_path_buf(), full_name.to_string(), out.clone());
-            let (skip, ttl) = (options.skip_hash_check, options.default_lease_ttl);
+            let (skip, ttl, bump) = (
+                options.skip_hash_check,
+                options.default_lease_ttl,
+                options.revision_bump,
+            );
             // Reading and copying the whole snapshot is blocking file work.
             let applier = tokio::task::spawn_blocking(move || {
-                DirectApplier::start(&db, &name, &out2, skip, ttl)
+                DirectApplier::start(&db, &name, &out2, skip, ttl, bump)
             })
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
@@ -596,7 +618,7 @@ impl Replay {
         member: &MemberIdentity,
         part: &Path,
         work: &Path,
-        written: Option<PathBuf>,
+        written: Option<(PathBuf, i64)>,
     ) -> Result<(), RestoreError> {
         let sync_err = |source| RestoreError::Io {
             data_dir: part.display().to_string(),
@@ -605,7 +627,7 @@ impl Replay {
         };
         match self {
             Replay::Direct { .. } => {
-                let db = written.expect("a direct replay writes a database file");
+                let (db, _) = written.expect("a direct replay writes a database file");
                 // The file carries no integrity hash; it was checked as it was written.
                 tools::snapshot_restore(tools, &db, label, member, part, true).await?;
             }
@@ -638,10 +660,10 @@ type Decoded = tokio::sync::mpsc::Receiver<Result<(String, Vec<DeltaEvent>), Res
 /// one object ahead of the replay: downloading, decompressing, checking and decoding the next
 /// object overlaps with applying this one, and at most three objects are held at once (one
 /// applied, one waiting, one being decoded). Dropping the receiver stops the task.
-fn decode_ahead(first: DeltaObject, mut deltas: DeltaStream) -> Decoded {
+fn decode_ahead(first: Option<DeltaObject>, mut deltas: DeltaStream) -> Decoded {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
-        let mut next = Some(Ok(first));
+        let mut next = first.map(Ok);
         while let Some(object) = next.take() {
             let decoded = match object {
                 Ok(DeltaObject {

@@ -102,6 +102,37 @@ impl<T> RestorePlan<'_, T> {
     }
 }
 
+/// Added to a revision bump beyond the newest revision the bucket records: room for writes
+/// the source acknowledged that never reached the bucket (the figure etcd's and Kubernetes'
+/// restore guides use).
+pub const BUMP_MARGIN: u64 = 1_000_000_000;
+
+/// How far to raise the restored revision (and mark it compacted) for `plan`: `None` when the
+/// restore ends at the newest state the bucket holds, else past every revision the bucket has
+/// seen plus [`BUMP_MARGIN`], so no revision a client of the source saw is handed out again
+/// with other content. A time target counts as older unless the plan reaches the newest
+/// revision and the newest object was written by then (its events are all before that time).
+pub fn revision_bump<T: Listed>(plan: &RestorePlan<'_, T>, listed: &[T]) -> Option<u64> {
+    let newest = listed
+        .iter()
+        .map(|s| s.snapshot_name().last_revision)
+        .max()?;
+    let planned_last = plan
+        .deltas
+        .last()
+        .map_or(plan.full, |d| d.snapshot)
+        .snapshot_name();
+    let older = match plan.target {
+        RestoreTarget::Latest => false,
+        RestoreTarget::ToRevision(rev) => rev < newest,
+        RestoreTarget::ToTime(t) => {
+            planned_last.last_revision < newest || planned_last.created_unix > t.as_second()
+        }
+    };
+    let full_revision = plan.full.snapshot_name().last_revision;
+    older.then(|| (newest - full_revision).max(0) as u64 + BUMP_MARGIN)
+}
+
 /// Why no restore plan exists.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum PlanError {
@@ -305,6 +336,26 @@ mod tests {
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(second).unwrap()
+    }
+
+    #[test]
+    fn only_a_restore_older_than_the_bucket_raises_the_revision() {
+        let listing = vec![full(10, 1000), incr(11, 20, 1020), incr(21, 30, 1030)];
+        let bump = |target| revision_bump(&plan_restore(&listing, target).unwrap(), &listing);
+        assert_eq!(bump(RestoreTarget::Latest), None);
+        assert_eq!(bump(RestoreTarget::ToRevision(30)), None);
+        assert_eq!(bump(RestoreTarget::ToRevision(25)), Some(20 + BUMP_MARGIN));
+        assert_eq!(bump(RestoreTarget::ToRevision(10)), Some(20 + BUMP_MARGIN));
+        // A time after the newest object was written holds everything; one before it cuts.
+        assert_eq!(bump(RestoreTarget::ToTime(at(1030))), None);
+        assert_eq!(
+            bump(RestoreTarget::ToTime(at(1029))),
+            Some(20 + BUMP_MARGIN)
+        );
+        assert_eq!(
+            bump(RestoreTarget::ToTime(at(1021))),
+            Some(20 + BUMP_MARGIN)
+        );
     }
 
     #[test]

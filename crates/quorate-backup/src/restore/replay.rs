@@ -368,10 +368,11 @@ impl Replayer {
     }
 
     /// Applies the buffered last revision (for a database file, completes it) and stops
-    /// renewing leases; returns the totals and, for a database file, its path.
+    /// renewing leases; returns the totals and, for a database file, its path and head
+    /// revision (past the replayed one when the revision was bumped).
     pub async fn finish(
         mut self,
-    ) -> Result<(ReplayStats, Option<std::path::PathBuf>), ReplayError> {
+    ) -> Result<(ReplayStats, Option<(std::path::PathBuf, i64)>), ReplayError> {
         self.flush().await?;
         match self.applier {
             Applier::Direct(direct) => Ok((self.stats, Some(direct.finish()?))),

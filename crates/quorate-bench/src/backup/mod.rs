@@ -364,8 +364,14 @@ async fn replay(
     let data_dir = restore::fresh_dir(work, "replayed")?;
     settle().await;
     restore::reset_peak_rss();
-    let report =
-        restore::restore_with_deltas(&saved.path, &store, &data_dir, ReplayMethod::Direct).await?;
+    let report = restore::restore_with_deltas(
+        &saved.path,
+        &store,
+        &data_dir,
+        ReplayMethod::Direct,
+        restore::default_tools(),
+    )
+    .await?;
     let peak_rss_bytes = restore::peak_rss_bytes();
     restore::remove_dir(&data_dir)?;
     eprintln!(
@@ -377,9 +383,35 @@ async fn replay(
         floor.as_secs_f64()
     );
     settle().await;
-    let txn_report =
-        restore::restore_with_deltas(&saved.path, &store, &data_dir, ReplayMethod::Txn).await?;
+    let txn_report = restore::restore_with_deltas(
+        &saved.path,
+        &store,
+        &data_dir,
+        ReplayMethod::Txn,
+        restore::default_tools(),
+    )
+    .await?;
     restore::remove_dir(&data_dir)?;
+    let txn35_report = match restore::etcd35_tools() {
+        Some(tools) => {
+            settle().await;
+            let report = restore::restore_with_deltas(
+                &saved.path,
+                &store,
+                &data_dir,
+                ReplayMethod::Txn,
+                tools,
+            )
+            .await?;
+            restore::remove_dir(&data_dir)?;
+            eprintln!(
+                "  txn replay on etcd 3.5 without fsync: {:.0} events/s",
+                report.events_per_second
+            );
+            Some(report)
+        }
+        None => None,
+    };
     let fetch_decode = restore::fetch_and_decode(&store).await?;
     eprintln!(
         "  txn replay: {} events in {:.2} s: {:.0} events/s (restore {:.2} s)",
@@ -398,6 +430,7 @@ async fn replay(
         report,
         peak_rss_bytes,
         txn_report,
+        txn35_report,
         floor,
         floor_snapshot_bytes: final_saved.size,
         baseline_rates,

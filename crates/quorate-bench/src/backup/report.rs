@@ -307,10 +307,20 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
         ("restored revision", Align::Left),
     ]);
     let floor = rp.floor.as_secs_f64().max(1e-9);
-    for (name, r) in [
+    let mut rows = vec![
         ("into the database file (quorate)", rep),
-        ("one txn per revision (baseline)", &rp.txn_report),
-    ] {
+        (
+            "one txn per revision, etcd 3.4 (every txn fsynced)",
+            &rp.txn_report,
+        ),
+    ];
+    if let Some(r) = &rp.txn35_report {
+        rows.push((
+            "one txn per revision, etcd 3.5 `--unsafe-no-fsync` (baseline)",
+            r,
+        ));
+    }
+    for (name, r) in rows {
         let exact = if r.restored_revision == rp.source_revision {
             "= source head"
         } else {
@@ -338,13 +348,20 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
         "–".to_string(),
     ]);
     doc.table(&table);
-    let ratio = rep.events_per_second / rp.txn_report.events_per_second.max(1e-9);
+    // The fastest one-txn replay measured is the baseline.
+    let baseline = rp
+        .txn35_report
+        .as_ref()
+        .map_or(rp.txn_report.events_per_second, |r| {
+            r.events_per_second.max(rp.txn_report.events_per_second)
+        });
+    let ratio = rep.events_per_second / baseline.max(1e-9);
     let rss = rp.peak_rss_bytes.map_or("not measured".to_string(), |b| {
         format!("{:.0} MiB", b as f64 / 1048576.0)
     });
     doc.paragraph(format!(
-        "**Replay rate, database file / one txn per revision: {ratio:.1}x.** Peak resident \
-         memory of the benchmark process during the default restore (`VmHWM`, reset before it): {rss}. Of the \
+        "**Replay rate, database file / the fastest one-txn-per-revision replay: {ratio:.1}x.** \
+         Peak resident memory of the benchmark process during the default restore (`VmHWM`, reset before it): {rss}. Of the \
          replay time, downloading, gunzipping and decoding the deltas (JSON with base64 values, \
          SHA-256 checked) takes about {} (measured apart, same objects).",
         s(rp.fetch_decode.as_secs_f64())
@@ -800,6 +817,7 @@ mod tests {
                     data_dir: "/tmp/x".into(),
                     full_revision: 5000,
                     restored_revision: 6000,
+                    revision_bumped_by: 0,
                     deltas_read: 2,
                     deltas_applied: 2,
                     events_applied: 1000,
@@ -815,6 +833,7 @@ mod tests {
                     data_dir: "/tmp/y".into(),
                     full_revision: 5000,
                     restored_revision: 6000,
+                    revision_bumped_by: 0,
                     deltas_read: 2,
                     deltas_applied: 2,
                     events_applied: 1000,
@@ -825,6 +844,7 @@ mod tests {
                     replay_duration: secs(10),
                     duration: secs(11),
                 },
+                txn35_report: None,
                 floor: secs(1),
                 floor_snapshot_bytes: 100_000_000,
                 baseline_rates: vec![1000.0],
@@ -862,7 +882,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("**Replay rate, database file / one txn per revision: 5.0x.**"),
+            text.contains(
+                "**Replay rate, database file / the fastest one-txn-per-revision replay: 5.0x.**"
+            ),
             "{text}"
         );
         assert!(text.contains("| 3.00 s | 3.0x |"), "{text}");

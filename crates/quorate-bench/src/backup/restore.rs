@@ -32,6 +32,21 @@ fn identity() -> MemberIdentity {
     }
 }
 
+/// The default etcd tools (those the tests use: etcd 3.4 unless overridden).
+pub fn default_tools() -> EtcdTools {
+    EtcdTools::new(etcd_binary(), etcdctl_binary())
+}
+
+/// etcd 3.5's tools where `scripts/install-deps.sh` puts them, when present: the replay
+/// baseline runs on them with `--unsafe-no-fsync`, as etcd-backup-restore runs today.
+pub fn etcd35_tools() -> Option<EtcdTools> {
+    let etcd = quorate_etcd::binaries::EtcdBinaries::default()
+        .etcd(quorate_api::EtcdVersion::V3_5)
+        .ok()?;
+    let etcdctl = etcd.parent()?.join("etcdctl");
+    etcdctl.is_file().then(|| EtcdTools::new(&etcd, etcdctl))
+}
+
 fn inputs(snapshot: &Path, deltas: DeltaStream, data_dir: &Path) -> RestoreInputs {
     RestoreInputs {
         full: FullSnapshotInput {
@@ -44,7 +59,7 @@ fn inputs(snapshot: &Path, deltas: DeltaStream, data_dir: &Path) -> RestoreInput
         deltas,
         member: identity(),
         data_dir: data_dir.to_path_buf(),
-        tools: EtcdTools::new(etcd_binary(), etcdctl_binary()),
+        tools: default_tools(),
         target: RestoreTarget::Latest,
         options: RestoreOptions::default(),
     }
@@ -122,6 +137,7 @@ pub async fn restore_with_deltas(
     store: &SnapStore,
     data_dir: &Path,
     method: ReplayMethod,
+    tools: EtcdTools,
 ) -> Result<RestoreReport> {
     let objects = delta_objects(store).await?;
     let store = store.clone();
@@ -142,6 +158,7 @@ pub async fn restore_with_deltas(
         .boxed();
     let mut inputs = inputs(snapshot, deltas, data_dir);
     inputs.options.replay_method = method;
+    inputs.tools = tools;
     restore(inputs)
         .await
         .map_err(|e| BenchError::failed(format!("quorate restore with deltas ({method:?}): {e}")))

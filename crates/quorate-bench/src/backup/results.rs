@@ -141,6 +141,8 @@ pub struct ReplayResult {
     pub peak_rss_bytes: Option<u64>,
     /// The same restore replaying one txn per revision through etcd's API (the baseline).
     pub txn_report: RestoreReport,
+    /// The same again on etcd 3.5 with `--unsafe-no-fsync`, when etcd 3.5 is installed.
+    pub txn35_report: Option<RestoreReport>,
     /// The floor: `etcdctl snapshot restore` of a full snapshot of the same final state.
     pub floor: Duration,
     /// That snapshot's size.
