@@ -93,6 +93,8 @@ async fn an_encrypted_bucket_restores_exactly_and_refuses_tampering_and_wrong_ke
             tools(),
             StoreRestoreOptions {
                 progress: Some(sink),
+                // Compared with the source's revisions below; the bump has tests of its own.
+                keep_revision: true,
                 ..StoreRestoreOptions::default()
             },
         )

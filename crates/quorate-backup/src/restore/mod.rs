@@ -1,20 +1,22 @@
 //! Restoring a member's data directory from a full snapshot and the delta snapshots after it.
 //!
 //! 1. [`plan`] chooses the objects (pure): the newest full snapshot at or before the target and
-//!    the chain of deltas after it, tolerating overlaps, refusing gaps.
-//! 2. [`restore`] turns the full snapshot into a data directory with etcd's own tool
-//!    (`etcdutl`/`etcdctl snapshot restore`) in `<dir>.part`, starts a temporary etcd on it,
-//!    [`replay`]s the deltas one txn per source revision while keeping every lease alive, stops
-//!    etcd cleanly and only then swaps `<dir>.part` into place ([`swap`]). Any failure leaves
-//!    the target directory exactly as it was.
+//!    the chain of deltas after it, tolerating overlaps, refusing gaps; and how far to raise the
+//!    revision of a point-in-time restore ([`plan::revision_bump`]).
+//! 2. [`restore`] [`replay`]s the deltas onto the full snapshot and builds the data directory in
+//!    `<dir>.part` with etcd's own tool (`etcdutl`/`etcdctl snapshot restore`), and only then
+//!    swaps it into place ([`swap`]). Any failure leaves the target directory exactly as it was.
+//!    By default ([`ReplayMethod::Direct`]) the replay writes a new database file itself
+//!    ([`direct`], [`bolt`]): no etcd runs until the restored member starts. The fallback
+//!    ([`ReplayMethod::Txn`]) starts a temporary etcd on the restored snapshot and sends one txn
+//!    per source revision while keeping every lease alive; a member of a multi-member
+//!    `initial-cluster` cannot run alone on its data (it would wait for a quorum), so for such
+//!    identities that replay runs in a single-member scratch copy, snapshotted and restored once
+//!    more with the real identity.
 //!
 //! Downloading and decompressing objects is the caller's job: the full snapshot comes as a
-//! file or a byte stream, the deltas as a stream of objects in plan order, consumed one at a
-//! time (at most one delta's events are in memory).
-//!
-//! A member of a multi-member `initial-cluster` cannot run alone on its restored data (it would
-//! wait for a quorum), so for such identities the replay runs in a single-member scratch copy,
-//! which is then snapshotted and restored once more with the real identity.
+//! file or a byte stream, the deltas as a stream of objects in plan order, decoded one object
+//! ahead of the replay (at most three deltas' events are in memory).
 
 pub mod bolt;
 pub mod direct;
@@ -550,8 +552,11 @@ impl Replay {
         work: &Path,
     ) -> Result<Replay, RestoreError> {
         if options.replay_method == ReplayMethod::Direct {
-            let out = work.join("replayed.db");
-            let (db, name, out2) = (db.to_path_buf(), full_name.to_string(), out.clone());
+            let (db, name, out) = (
+                db.to_path_buf(),
+                full_name.to_string(),
+                work.join("replayed.db"),
+            );
             let (skip, ttl, bump) = (
                 options.skip_hash_check,
                 options.default_lease_ttl,
@@ -559,7 +564,7 @@ impl Replay {
             );
             // Reading and copying the whole snapshot is blocking file work.
             let applier = tokio::task::spawn_blocking(move || {
-                DirectApplier::start(&db, &name, &out2, skip, ttl, bump)
+                DirectApplier::start(&db, &name, &out, skip, ttl, bump)
             })
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
