@@ -110,13 +110,17 @@ fn total_loss_recovery(local: &Local, name: &str, text: &str) {
 fn recover_after_total_loss(local: &Local, name: &str, path: &std::path::Path) {
     let rt = runtime();
     let endpoints = local.endpoints(name);
-    rt.block_on(async {
+    let last = rt.block_on(async {
         let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
+        let mut last = 0;
         for i in 0..200 {
-            client
+            last = client
                 .put(format!("k/{i:04}"), format!("v{i}"), None)
                 .await
-                .unwrap();
+                .unwrap()
+                .header()
+                .unwrap()
+                .revision();
             if i % 50 == 0 {
                 client
                     .delete(format!("k/{:04}", i / 2), None)
@@ -124,10 +128,15 @@ fn recover_after_total_loss(local: &Local, name: &str, path: &std::path::Path) {
                     .unwrap();
             }
         }
+        last
     });
     let before = rt.block_on(dump(&endpoints[0], "k/"));
-    // One delta period plus upload time: every write is in the bucket by then.
-    std::thread::sleep(Duration::from_secs(4));
+    // Every write is in the bucket (the newest delta reaches the last one) before the loss.
+    eventually(
+        "the bucket holds every write",
+        Duration::from_secs(60),
+        || (local.newest_backup(name) >= last).then_some(()),
+    );
     let listing = local.ok(&["backups", "list", name]);
     assert!(
         listing.contains("Full") && listing.contains("Incr"),

@@ -360,16 +360,6 @@ fn etcd_behind_the_bucket_stops_backups_and_deletes_nothing() {
     );
 }
 
-fn newest_backup(local: &Local, name: &str) -> i64 {
-    local
-        .ok(&["backups", "list", name])
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
-        .max()
-        .unwrap_or(0)
-}
-
 /// A cluster restored to an earlier revision into an adopted prefix is another history: it is
 /// not rolled forward to the bucket's newest state (not at start, not after a crash), and its
 /// backups stop instead of continuing the old chain.
@@ -390,7 +380,7 @@ fn a_cluster_restored_to_an_earlier_revision_stays_there_after_a_crash() {
     eventually(
         "backups through the writes",
         Duration::from_secs(30),
-        || (newest_backup(&local, "past") >= second).then_some(()),
+        || (local.newest_backup("past") >= second).then_some(()),
     );
     let bucket = local.state.path().join("bucket-copy");
     copy_dir(&local.cluster_dir("past").join("backups"), &bucket);
@@ -496,7 +486,7 @@ fn restore_refuses_a_running_members_or_a_non_empty_directory() {
     let rt = runtime();
     let written = rt.block_on(put_keys(&local.endpoints("into"), "k/", 5));
     eventually("a backup", Duration::from_secs(30), || {
-        (newest_backup(&local, "into") >= written).then_some(())
+        (local.newest_backup("into") >= written).then_some(())
     });
 
     let live = local.cluster_dir("into").join("members/into-0/data");
@@ -624,7 +614,7 @@ fn a_restore_that_cannot_succeed_says_why_in_the_status_and_backs_off() {
     eventually(
         "a delta through the writes",
         Duration::from_secs(30),
-        || (newest_backup(&local, "broken") >= written).then_some(()),
+        || (local.newest_backup("broken") >= written).then_some(()),
     );
     local.ok(&["down", "broken"]);
     let objects = local.cluster_dir("broken").join("backups/bucket/main/v2");

@@ -135,6 +135,16 @@ impl Local {
     }
 
     /// Client URLs of a cluster.
+    /// The newest revision `quorate backups list` shows for cluster `name` (0 for none).
+    pub fn newest_backup(&self, name: &str) -> i64 {
+        self.ok(&["backups", "list", name])
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn endpoints(&self, name: &str) -> Vec<String> {
         self.ok(&["endpoints", name])
             .trim()
