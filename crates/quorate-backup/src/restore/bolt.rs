@@ -324,7 +324,6 @@ impl BoltWriter {
             leaf_bytes: PAGE_HEADER,
             first_keys: Vec::new(),
             last_key: None,
-            puts: 0,
         }
     }
 
@@ -378,15 +377,7 @@ impl BoltWriter {
 
     /// Writes a tree of sorted `items` (key, value, element flags); returns its root page.
     fn tree(&mut self, items: Vec<(Vec<u8>, Vec<u8>, u32)>) -> Result<u64, BoltError> {
-        let mut builder = BucketBuilder {
-            name: Vec::new(),
-            sequence: 0,
-            leaf: Vec::new(),
-            leaf_bytes: PAGE_HEADER,
-            first_keys: Vec::new(),
-            last_key: None,
-            puts: 0,
-        };
+        let mut builder = self.bucket(&[], 0);
         for (key, value, flags) in items {
             builder.push(self, key, value, flags)?;
         }
@@ -447,7 +438,6 @@ pub struct BucketBuilder {
     leaf_bytes: usize,
     first_keys: Vec<(Vec<u8>, u64)>,
     last_key: Option<Vec<u8>>,
-    puts: u64,
 }
 
 impl BucketBuilder {
@@ -459,16 +449,6 @@ impl BucketBuilder {
         value: &[u8],
     ) -> Result<(), BoltError> {
         self.push(writer, key.to_vec(), value.to_vec(), 0)
-    }
-
-    /// Keys put so far.
-    pub fn len(&self) -> u64 {
-        self.puts
-    }
-
-    /// True before the first put.
-    pub fn is_empty(&self) -> bool {
-        self.puts == 0
     }
 
     fn push(
@@ -495,7 +475,6 @@ impl BucketBuilder {
         self.last_key = Some(key.clone());
         self.leaf_bytes += size;
         self.leaf.push((key, value, flags, 0));
-        self.puts += 1;
         Ok(())
     }
 

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::bolt::{BoltError, BoltReader, BoltWriter, BucketBuilder};
+use super::bolt::{BoltError, BoltReader, BoltWriter, BucketBuilder, BucketRef, KeyValueVisitor};
 use super::proto::{self, Reader};
 use super::replay::{Pending, ReplayError};
 use crate::delta::EVENT_DELETE;
@@ -82,19 +82,11 @@ impl DirectApplier {
         for bucket in reader.buckets().map_err(bolt)? {
             match bucket.name.as_slice() {
                 b"key" => {
-                    let mut builder = writer.bucket(&bucket.name, bucket.sequence);
-                    let mut write_err = None;
-                    reader
-                        .for_each(&bucket, &mut |k, v| {
-                            head = head.max(main_revision(k));
-                            track(&mut live, k, v)?;
-                            builder.put(&mut writer, k, v).map_err(|e| {
-                                let text = e.to_string();
-                                write_err = Some(e);
-                                text
-                            })
-                        })
-                        .map_err(|e| write_err.take().map_or_else(|| bolt(e), bolt))?;
+                    let builder = copy_bucket(&reader, &mut writer, &bucket, &mut |k, v| {
+                        head = head.max(main_revision(k));
+                        track(&mut live, k, v)
+                    })
+                    .map_err(bolt)?;
                     keys = Some(builder);
                 }
                 b"lease" => {
@@ -123,18 +115,9 @@ impl DirectApplier {
                         .map_err(bolt)?;
                 }
                 _ => {
-                    let mut builder = writer.bucket(&bucket.name, bucket.sequence);
-                    let mut write_err = None;
-                    reader
-                        .for_each(&bucket, &mut |k, v| {
-                            builder.put(&mut writer, k, v).map_err(|e| {
-                                let text = e.to_string();
-                                write_err = Some(e);
-                                text
-                            })
-                        })
-                        .map_err(|e| write_err.take().map_or_else(|| bolt(e), bolt))?;
-                    builder.finish(&mut writer).map_err(bolt)?;
+                    copy_bucket(&reader, &mut writer, &bucket, &mut |_, _| Ok(()))
+                        .and_then(|builder| builder.finish(&mut writer))
+                        .map_err(bolt)?;
                 }
             }
         }
@@ -258,6 +241,29 @@ impl DirectApplier {
         writer.finish(1).map_err(err)?;
         Ok((self.out, self.head))
     }
+}
+
+/// Copies every entry of `bucket` into a new bucket of `writer`, showing each to `see` first;
+/// returns the new bucket, still open for more keys.
+fn copy_bucket(
+    reader: &BoltReader,
+    writer: &mut BoltWriter,
+    bucket: &BucketRef,
+    see: &mut KeyValueVisitor<'_>,
+) -> Result<BucketBuilder, BoltError> {
+    let mut builder = writer.bucket(&bucket.name, bucket.sequence);
+    let mut write_err = None;
+    reader
+        .for_each(bucket, &mut |k, v| {
+            see(k, v)?;
+            builder.put(writer, k, v).map_err(|e| {
+                let text = e.to_string();
+                write_err = Some(e);
+                text
+            })
+        })
+        .map_err(|e| write_err.take().unwrap_or(e))?;
+    Ok(builder)
 }
 
 /// `mvccpb.KeyValue { key = 1, create_revision = 2, mod_revision = 3, version = 4, value = 5,
