@@ -4,6 +4,7 @@
 //! the leader moves, the old leader stops after uploading what it captured and the new one
 //! continues from the newest stored revision + 1, so there is neither a gap nor an overlap.
 
+use crate::backup_hash::record_hash;
 use crate::state::SharedState;
 use quorate_api::CronSchedule;
 use quorate_backup::layout::{SnapshotKind, SnapshotName};
@@ -13,6 +14,7 @@ use quorate_backup::snapshotter::{
 use quorate_backup::store::{SnapStore, StoredSnapshot};
 use quorate_coord::Coordination;
 use quorate_core::backup_chain::{ChainDecision, ChainEvidence, decide_chain};
+use quorate_core::backup_hash::HashOccasion;
 use quorate_core::backup_schedule::{StartupAction, startup_action};
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
 use quorate_core::gc::{self, GcPolicy, SnapshotInfo};
@@ -328,6 +330,8 @@ impl<C: Coordination> Leader<'_, C> {
                 .max(Duration::from_millis(500)),
         );
         let mut captured_through = next_revision - 1;
+        // The key-space hash of a delta's revision under way (at most one at a time).
+        let mut hashing: Option<tokio::task::JoinHandle<()>> = None;
         // Delta requests that arrived while a full snapshot was taken, for the next watch.
         let mut deferred_deltas: Vec<DeltaReply> = Vec::new();
         loop {
@@ -361,6 +365,13 @@ impl<C: Coordination> Leader<'_, C> {
                         Some(batch) => {
                             captured_through = captured_through.max(batch.last_revision);
                             let uploaded = self.upload_delta(&store, &batch).await;
+                            if uploaded.is_ok() && hashing.as_ref().is_none_or(|h| h.is_finished()) {
+                                let (cluster, me, store) = (self.cluster.clone(), self.me.to_string(), store.clone());
+                                let revision = batch.last_revision;
+                                hashing = Some(tokio::spawn(async move {
+                                    record_hash(&cluster, &me, &store, revision, HashOccasion::Delta).await
+                                }));
+                            }
                             for reply in pending_delta.drain(..) {
                                 let _ = reply.send(uploaded.clone().map(Some));
                             }
@@ -551,6 +562,14 @@ impl<C: Coordination> Leader<'_, C> {
                     reason: e.to_string(),
                 })?;
         tracing::info!(member = %self.me, snapshot = %stored.path, size = stored.size, "full snapshot stored");
+        record_hash(
+            self.cluster,
+            self.me,
+            store,
+            snapshot.revision,
+            HashOccasion::FullSnapshot,
+        )
+        .await;
         // Any full snapshot answers a request that is due (a hibernation's, an upgrade's).
         record_final_snapshot(self.state, Ok(snapshot.revision));
         self.record(&self.backup.full_snapshot_lease, snapshot.revision)
@@ -599,12 +618,26 @@ impl<C: Coordination> Leader<'_, C> {
         let stored = store.list().await.map_err(BackupError::store)?;
         let infos: Vec<SnapshotInfo> = stored.iter().map(StoredSnapshot::info).collect();
         let policy = GcPolicy::from_backup_spec(&self.backup.spec);
-        for index in gc::garbage(&infos, policy, crate::clock::now()) {
+        let garbage = gc::garbage(&infos, policy, crate::clock::now());
+        for &index in &garbage {
             store
                 .delete(&stored[index])
                 .await
                 .map_err(BackupError::store)?;
             tracing::info!(member = %self.me, snapshot = %stored[index].path, "garbage-collected");
+        }
+        // Hash records below the oldest full snapshot kept: no restore can end there any more.
+        if let Some(oldest_full) = stored
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| s.name.kind == SnapshotKind::Full && !garbage.contains(i))
+            .map(|(_, s)| s.name.last_revision)
+            .min()
+        {
+            store
+                .prune_hash_records(oldest_full)
+                .await
+                .map_err(BackupError::store)?;
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! from learner, renews its member lease and serves `/healthz`.
 
 pub mod backup;
+mod backup_hash;
 mod certificates;
 pub mod clock;
 mod defrag;

@@ -264,6 +264,7 @@ async fn restore_from_bucket(
         revision = report.restored_revision,
         deltas = report.deltas_applied,
         events = report.events_applied,
+        verification = %report.verification,
         "restored from the bucket"
     );
     Ok(())

@@ -6,6 +6,7 @@
 
 mod backend;
 mod error;
+mod hash_records;
 mod upload;
 
 use std::io;
@@ -20,6 +21,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use quorate_api::{StorageProvider, StoreSpec};
 
 pub use error::StoreError;
+pub use hash_records::HashRecord;
 
 use crate::compress;
 use crate::encryption::{self, EncryptionError, Keyring};
@@ -411,7 +413,8 @@ impl SnapStore {
     }
     /// Key of marker `name` beside the prefix (`<prefix>.<name>`), rather than in it, so
     /// etcd-backup-restore never lists it: `owner` names the cluster incarnation that writes
-    /// under this prefix, `chain` the etcd cluster whose history the snapshots hold.
+    /// under this prefix, `chain` the etcd cluster whose history the snapshots hold, `hashkv/…`
+    /// etcd's key-space hashes ([`HashRecord`]).
     fn marker_path(&self, name: &str) -> Path {
         Path::from(format!(
             "{}.{name}",
@@ -496,7 +499,8 @@ impl SnapStore {
     }
 
     /// Moves every snapshot under the prefix to `<prefix>.superseded-<suffix>/` (kept, not
-    /// deleted), so a new chain can start in the prefix; returns how many were moved.
+    /// deleted), and the hash records with them, so a new chain can start in the prefix;
+    /// returns how many snapshots were moved.
     pub async fn archive(&self, suffix: &str) -> Result<usize, StoreError> {
         let listed = self.list().await?;
         let base = if self.prefix.is_empty() {
@@ -518,6 +522,8 @@ impl SnapStore {
                 .map_err(|e| classify(e, self.cx("archive", Some(snapshot.path.as_str()))))?;
             self.delete(snapshot).await?;
         }
+        self.move_hash_records(&format!("{base}.superseded-{suffix}"))
+            .await?;
         Ok(listed.len())
     }
 }

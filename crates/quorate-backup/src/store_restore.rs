@@ -173,6 +173,12 @@ async fn restore_once(
         }
         _ => None,
     };
+    // What etcd said about the key space at the revision this restore reaches, if recorded.
+    let hash_record = if options.skip_verification {
+        None
+    } else {
+        store.hash_record(plan.expected_revision()).await?
+    };
     let full = plan.full;
     // Stored sizes in plan order: what the progress counts in.
     let sizes: Vec<u64> = std::iter::once(full.size)
@@ -219,6 +225,8 @@ async fn restore_once(
             progress: options.progress.map(|sink| with_sizes(sink, &sizes)),
             replay_method: options.replay_method,
             revision_bump,
+            hash_record,
+            skip_verification: options.skip_verification,
             ..RestoreOptions::default()
         },
     };
@@ -236,6 +244,9 @@ pub struct StoreRestoreOptions {
     pub keep_revision: bool,
     /// How the deltas are replayed (the one-txn-per-revision replay keeps the revision).
     pub replay_method: ReplayMethod,
+    /// Do not compare the restored key space with etcd's hash recorded at backup time
+    /// ([`crate::restore::verify`]).
+    pub skip_verification: bool,
 }
 
 /// `sink` with the plan's objects and stored bytes filled in: the restore reports how many

@@ -1,7 +1,8 @@
 //! A large replay: ≥ 200,000 source revisions of
 //! single-key puts mixed with deletes, multi-key txns, lease grants and revokes (with their
 //! keys) and compactions, restored identically to the source: every key's value, create and
-//! mod revision, version and lease, every lease with its TTL, and the same `HashKV`.
+//! mod revision, version and lease, every lease with its TTL, and the same `HashKV`, which the
+//! restore itself verifies against the source's.
 
 mod restore_common;
 
@@ -149,10 +150,28 @@ async fn two_hundred_thousand_mixed_revisions_replay_exactly() {
         })
         .collect();
     let deltas = cut(&events, full_revision + 1, &lasts);
+    // etcd's hash at the head, as the backup leader records it.
+    let (recorded, recorded_compaction) = hash_kv(&source.client, head).await;
     let target = Target::new();
-    let inputs = target.inputs(&full_path, &full_name, deltas, RestoreTarget::Latest);
+    let mut inputs = target.inputs(&full_path, &full_name, deltas, RestoreTarget::Latest);
+    inputs.options.hash_record = Some(quorate_backup::store::HashRecord {
+        revision: head,
+        compact_revision: recorded_compaction,
+        hash: recorded,
+        member: "source".to_string(),
+        recorded_at: String::new(),
+        location: String::new(),
+    });
     let report = restore::restore(inputs).await.unwrap();
     assert_eq!(report.restored_revision, head);
+    // The restored file hashes as the source did, though only the source compacted.
+    assert_eq!(
+        report.verification,
+        restore::verify::Verification::Verified {
+            revision: head,
+            hash: recorded
+        }
+    );
     assert!(report.revisions_applied >= REVISIONS as u64, "{report:?}");
     assert_eq!(report.events_applied, events.len() as u64);
 

@@ -134,3 +134,67 @@ async fn a_vanished_directory_fails_the_check() {
     assert!(matches!(e, StoreError::BucketMissing { .. }), "{e}");
     assert_eq!(e.reason(), "StoreBucketMissing");
 }
+
+#[tokio::test]
+async fn hash_records_live_beside_the_prefix_are_pruned_and_move_with_an_archive() {
+    use quorate_backup::store::HashRecord;
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path());
+    let record = |revision: i64| HashRecord {
+        revision,
+        compact_revision: 3,
+        hash: 0xdead_beef,
+        member: "etcd-main-1".to_string(),
+        recorded_at: "2026-11-27T09:00:00Z".to_string(),
+        location: String::new(),
+    };
+    for revision in [10, 20, 30] {
+        store.put_hash_record(&record(revision)).await.unwrap();
+    }
+    let read = store.hash_record(20).await.unwrap().unwrap();
+    assert_eq!(read.hash, 0xdead_beef);
+    assert!(
+        read.location
+            .ends_with("etcd-main.hashkv/00000000000000000020")
+    );
+    assert_eq!(store.hash_record(25).await.unwrap(), None);
+    // Beside the prefix: the snapshot listing (and etcd-backup-restore's) never sees them.
+    let data = sample_data(1, 1000, 256);
+    store
+        .upload(
+            &SnapshotName::full(30, 1_764_230_000, None),
+            body(&data, 100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.list().await.unwrap().len(), 1);
+    assert!(
+        files(root.path())
+            .iter()
+            .any(|f| f == "backups/etcd-main.hashkv/00000000000000000010")
+    );
+
+    assert_eq!(store.prune_hash_records(20).await.unwrap(), 1);
+    assert_eq!(store.hash_record_revisions().await.unwrap(), [20, 30]);
+
+    // A damaged record is an error, not a missing one.
+    std::fs::write(
+        root.path()
+            .join("backups/etcd-main.hashkv/00000000000000000020"),
+        "{not json",
+    )
+    .unwrap();
+    assert!(matches!(
+        store.hash_record(20).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+
+    // A new chain moves the records aside with the snapshots.
+    assert_eq!(store.archive("1764230400").await.unwrap(), 1);
+    assert!(store.hash_record_revisions().await.unwrap().is_empty());
+    assert!(
+        files(root.path())
+            .iter()
+            .any(|f| f == "backups/etcd-main.superseded-1764230400.hashkv/00000000000000000030")
+    );
+}

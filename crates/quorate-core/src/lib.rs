@@ -4,6 +4,7 @@
 pub mod agent_exit;
 pub mod backup_chain;
 pub mod backup_copy;
+pub mod backup_hash;
 pub mod backup_ready;
 pub mod backup_schedule;
 pub mod cluster_config;

@@ -32,4 +32,6 @@ pub use error::{ErrorKind, EtcdError, classify, classify_status};
 pub use member::MemberClient;
 pub use retry::{RetryPolicy, retry_while_retryable, retry_with};
 pub use snapshot::SnapshotStream;
-pub use types::{Alarm, AlarmKind, Member, MemberList, MemberStatus, format_id, parse_id};
+pub use types::{
+    Alarm, AlarmKind, KeySpaceHash, Member, MemberList, MemberStatus, format_id, parse_id,
+};

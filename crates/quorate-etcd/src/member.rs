@@ -12,7 +12,9 @@ use etcd_client::{
 use crate::config::{EtcdTimeouts, EtcdTls, connect_options};
 use crate::error::{ErrorKind, EtcdError};
 use crate::snapshot::SnapshotStream;
-use crate::types::{Alarm, AlarmKind, Member, MemberList, MemberStatus, format_id, members};
+use crate::types::{
+    Alarm, AlarmKind, KeySpaceHash, Member, MemberList, MemberStatus, format_id, members,
+};
 
 /// Client for one member. Cheap to clone; clones share the connections.
 #[derive(Clone)]
@@ -172,6 +174,26 @@ impl MemberClient {
         )
         .await?;
         Ok(())
+    }
+
+    /// etcd's hash of its key space at `revision` (`HashKV`), with the compaction it was taken
+    /// under: what a restore to that revision must reproduce. etcd scans its whole database for
+    /// it and holds this member's commits meanwhile, so callers ask a follower, and only when
+    /// the database is small or the occasion rare.
+    pub async fn hash_kv(&self, revision: i64) -> Result<KeySpaceHash, EtcdError> {
+        let mut c = self.client.clone();
+        let resp = self
+            .call(
+                &format!("hash the key space at revision {revision}"),
+                self.long(),
+                async move { c.hash_kv(revision).await },
+            )
+            .await?;
+        Ok(KeySpaceHash {
+            revision,
+            compact_revision: resp.compact_version(),
+            hash: resp.hash(),
+        })
     }
 
     /// Compacts the key-value history up to `revision` (physically: the call returns once the

@@ -29,6 +29,18 @@ pub(crate) fn members(list: &[etcd_client::Member]) -> Vec<Member> {
     list.iter().map(member).collect()
 }
 
+/// etcd's CRC-32C of its key space at a revision (`HashKV`): every MVCC entry up to the
+/// revision, those at or below the compaction only if still live there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySpaceHash {
+    /// The revision hashed.
+    pub revision: i64,
+    /// The member's compaction revision when it hashed.
+    pub compact_revision: i64,
+    /// The hash.
+    pub hash: u32,
+}
+
 /// One member's own view of itself and the cluster (`etcdctl endpoint status`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberStatus {

@@ -237,6 +237,7 @@ pub struct RestoreArgs {
     pub encryption_key_dir: Option<PathBuf>,
     pub force: bool,
     pub keep_revision: bool,
+    pub skip_verification: bool,
     pub replay_method: quorate_backup::restore::ReplayMethod,
 }
 
@@ -346,6 +347,7 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
             progress: Some(progress.sink()),
             keep_revision: args.keep_revision,
             replay_method: args.replay_method,
+            skip_verification: args.skip_verification,
         },
     )
     .await;
@@ -369,6 +371,7 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
         report.events_per_second,
         report.duration.as_secs_f64()
     );
+    println!("{}", report.verification);
     if report.revision_bumped_by > 0 {
         println!(
             "raised the revision by {} to {} and marked it compacted: the bucket holds newer \

@@ -234,6 +234,10 @@ pub enum Command {
         /// revision).
         #[arg(long, value_enum, default_value_t = ReplayArg::Direct)]
         replay: ReplayArg,
+        /// Do not compare the restored key space with the hash etcd recorded at backup time
+        /// (`<prefix>.hashkv/`); by default a mismatch fails the restore and changes nothing.
+        #[arg(long)]
+        no_verify: bool,
     },
     /// Print the Etcd CustomResourceDefinition (YAML).
     Crd,

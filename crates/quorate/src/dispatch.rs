@@ -298,6 +298,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             encryption_key_dir,
             keep_revision,
             replay,
+            no_verify,
         } => {
             let target = match (to_revision, to_time) {
                 (Some(rev), _) => quorate_backup::restore::RestoreTarget::ToRevision(rev),
@@ -314,6 +315,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 encryption_key_dir,
                 force,
                 keep_revision,
+                skip_verification: no_verify,
                 replay_method: match replay {
                     crate::cli::ReplayArg::Direct => quorate_backup::restore::ReplayMethod::Direct,
                     crate::cli::ReplayArg::Txn => quorate_backup::restore::ReplayMethod::Txn,

@@ -190,7 +190,7 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
     });
     let rt = runtime();
     let endpoint = local.endpoints("pit")[0].clone();
-    let (middle, at_middle) = rt.block_on(async {
+    let (middle, at_middle, last) = rt.block_on(async {
         let mut client = Client::connect([endpoint.as_str()], None).await.unwrap();
         for i in 0..50 {
             client
@@ -212,10 +212,29 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
                 .await
                 .unwrap();
         }
-        client.delete("k/marker", None).await.unwrap();
-        (middle, at_middle)
+        let last = client
+            .delete("k/marker", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        (middle, at_middle, last)
     });
-    std::thread::sleep(Duration::from_secs(4));
+    // The bucket reaches the last write, and the backup leader recorded etcd's hash there.
+    let hash_record = |revision: i64| {
+        local
+            .cluster_dir("pit")
+            .join(format!("backups/bucket/main.hashkv/{revision:020}"))
+    };
+    let newest = eventually(
+        "the bucket to hold every write, with etcd's hash at its newest revision",
+        Duration::from_secs(60),
+        || {
+            let newest = local.newest_backup("pit");
+            (newest >= last && hash_record(newest).is_file()).then_some(newest)
+        },
+    );
     let target = local.state.path().join("restored");
     let out = local.ok(&[
         "restore",
@@ -259,6 +278,54 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
         client.status().await.unwrap().header().unwrap().revision()
     });
     assert!(head > middle + 1_000_000_000, "revision {head}");
+
+    // The newest revision: checked against etcd's hash recorded at backup time.
+    let latest = local.state.path().join("restored-latest");
+    let out = local.ok(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&latest),
+    ]);
+    assert!(
+        out.contains(&format!(
+            "verified: the key space at revision {newest} hashes to"
+        )),
+        "{out}"
+    );
+    // A record that disagrees fails the restore and changes nothing; --no-verify overrides.
+    let record = std::fs::read_to_string(hash_record(newest)).unwrap();
+    let mut wrong: serde_json::Value = serde_json::from_str(&record).unwrap();
+    wrong["hash"] = (wrong["hash"].as_u64().unwrap() ^ 1).into();
+    std::fs::write(hash_record(newest), wrong.to_string()).unwrap();
+    let refused = local.state.path().join("refused");
+    let out = local.quorate(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&refused),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("the restored key space at revision {newest}")),
+        "{err}"
+    );
+    assert!(!refused.join("member").exists(), "nothing was restored");
+    let out = local.ok(&[
+        "restore",
+        "-f",
+        path_str(&path),
+        "--data-dir",
+        path_str(&refused),
+        "--no-verify",
+    ]);
+    assert!(
+        out.contains("not verified: verification was turned off"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -28,6 +28,7 @@ pub mod replay;
 pub mod swap;
 pub mod temp_etcd;
 pub mod tools;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -131,6 +132,11 @@ pub struct RestoreOptions {
     /// restore --bump-revision --mark-compacted`), so clients holding revisions of the source
     /// (Kubernetes watch caches) relist instead of waiting for events that will never come.
     pub revision_bump: Option<u64>,
+    /// etcd's hash of the key space recorded at backup time at the revision the restore is
+    /// expected to reach ([`verify`]); the restored data must hash the same.
+    pub hash_record: Option<crate::store::HashRecord>,
+    /// Do not compare the restored data with the recorded hash.
+    pub skip_verification: bool,
 }
 
 impl Default for RestoreOptions {
@@ -143,6 +149,8 @@ impl Default for RestoreOptions {
             progress: None,
             replay_method: ReplayMethod::default(),
             revision_bump: None,
+            hash_record: None,
+            skip_verification: false,
         }
     }
 }
@@ -194,6 +202,8 @@ pub struct RestoreReport {
     pub replay_duration: Duration,
     /// Time of the whole restore.
     pub duration: Duration,
+    /// Whether the restored key space is the one etcd recorded at backup time.
+    pub verification: verify::Verification,
 }
 
 /// A restore failed; the target data directory is unchanged.
@@ -272,6 +282,16 @@ pub enum RestoreError {
         /// The last object applied.
         last: String,
     },
+    /// The restored key space is not what etcd recorded at backup time.
+    #[error(
+        "the restored key space at revision {} hashes to {:08x}, but etcd recorded {:08x} \
+         (compaction at revision {}) when it was backed up: the backups do not reproduce the \
+         data they were taken from, and nothing was changed. Keep the bucket as it is for \
+         inspection; to restore it anyway, run `quorate restore --no-verify` or delete the \
+         record {}",
+        .0.revision, .0.restored, .0.recorded, .0.compact_revision, .0.record
+    )]
+    KeySpaceMismatch(verify::HashMismatch),
     /// Snapshotting the replayed scratch member failed.
     #[error("snapshotting the replayed data failed: {message}; nothing was changed")]
     Snapshot {
@@ -326,6 +346,34 @@ pub async fn restore(inputs: RestoreInputs) -> Result<RestoreReport, RestoreErro
     }
     let _ = swap::remove_if_exists(&work);
     result
+}
+
+/// Compares database file `db`, replayed up to `revision`, with etcd's hash recorded there.
+/// The direct replay's file is checked before `snapshot restore` reads it: with a revision
+/// bump, etcd's tool carries out the compaction the bump schedules, which drops history the
+/// recorded hash covers.
+async fn verify_file(
+    db: PathBuf,
+    revision: i64,
+    options: &RestoreOptions,
+) -> Result<verify::Verification, RestoreError> {
+    if options.skip_verification {
+        return Ok(verify::Verification::Skipped);
+    }
+    let record = options.hash_record.clone();
+    let checked =
+        tokio::task::spawn_blocking(move || verify::check(&db, revision, record.as_ref()))
+            .await
+            .expect("the hash task does not panic")
+            .map_err(|e| RestoreError::Snapshot {
+                message: format!("reading the restored database to verify it: {e}"),
+            })?;
+    checked.map_err(RestoreError::KeySpaceMismatch)
+}
+
+/// The database a data directory built by `snapshot restore` holds.
+fn member_db(data_dir: &Path) -> PathBuf {
+    data_dir.join("member").join("snap").join("db")
 }
 
 /// Builds the restored data directory in `part`.
@@ -390,6 +438,7 @@ async fn build(
         events_per_second: 0.0,
         replay_duration: Duration::ZERO,
         duration: Duration::ZERO,
+        verification: verify::Verification::Skipped,
     };
     let at_target = matches!(target, RestoreTarget::ToRevision(rev) if rev == full_revision);
     let first = if at_target {
@@ -425,6 +474,7 @@ async fn build(
             options.skip_hash_check,
         )
         .await?;
+        report.verification = verify_file(member_db(part), full_revision, &options).await?;
         return Ok(report);
     }
 
@@ -517,9 +567,16 @@ async fn build(
         });
     }
     let label = format!("{} replayed to revision {}", full.name, stats.head_revision);
+    if let Some((file, _)) = &written {
+        report.verification = verify_file(file.clone(), stats.head_revision, &options).await?;
+    }
+    let direct = written.is_some();
     replay
         .finish(&tools, &label, &member, part, work, written)
         .await?;
+    if !direct {
+        report.verification = verify_file(member_db(part), stats.head_revision, &options).await?;
+    }
     Ok(report)
 }
 

@@ -685,6 +685,32 @@ mod tests {
     use crate::backup::results::RestoreRound;
     use crate::report::MachineFacts;
     use quorate_backup::restore::RestoreReport;
+    use std::time::Duration;
+
+    /// A restore of 1,000 events from revision 5000 to 6000 over two deltas.
+    fn sample_report(
+        dir: &str,
+        events_per_second: f64,
+        replay: Duration,
+        total: Duration,
+    ) -> RestoreReport {
+        RestoreReport {
+            data_dir: dir.into(),
+            full_revision: 5000,
+            restored_revision: 6000,
+            revision_bumped_by: 0,
+            deltas_read: 2,
+            deltas_applied: 2,
+            events_applied: 1000,
+            revisions_applied: 1000,
+            events_skipped: 0,
+            leases_granted: 0,
+            events_per_second,
+            replay_duration: replay,
+            duration: total,
+            verification: Default::default(),
+        }
+    }
 
     #[test]
     fn snapshot_verdict_checks_the_ratio() {
@@ -813,37 +839,9 @@ mod tests {
                 write_rate: 2000.0,
                 capture: DeltaStats::default(),
                 source_revision: 6000,
-                report: RestoreReport {
-                    data_dir: "/tmp/x".into(),
-                    full_revision: 5000,
-                    restored_revision: 6000,
-                    revision_bumped_by: 0,
-                    deltas_read: 2,
-                    deltas_applied: 2,
-                    events_applied: 1000,
-                    revisions_applied: 1000,
-                    events_skipped: 0,
-                    leases_granted: 0,
-                    events_per_second: 500.0,
-                    replay_duration: secs(2),
-                    duration: secs(3),
-                },
+                report: sample_report("/tmp/x", 500.0, secs(2), secs(3)),
                 peak_rss_bytes: Some(64 * 1048576),
-                txn_report: RestoreReport {
-                    data_dir: "/tmp/y".into(),
-                    full_revision: 5000,
-                    restored_revision: 6000,
-                    revision_bumped_by: 0,
-                    deltas_read: 2,
-                    deltas_applied: 2,
-                    events_applied: 1000,
-                    revisions_applied: 1000,
-                    events_skipped: 0,
-                    leases_granted: 0,
-                    events_per_second: 100.0,
-                    replay_duration: secs(10),
-                    duration: secs(11),
-                },
+                txn_report: sample_report("/tmp/y", 100.0, secs(10), secs(11)),
                 txn35_report: None,
                 floor: secs(1),
                 floor_snapshot_bytes: 100_000_000,

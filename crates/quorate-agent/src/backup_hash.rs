@@ -1,0 +1,101 @@
+//! The backup leader records etcd's hash of the key space (`HashKV`) at a stored snapshot's
+//! revision beside the snapshots (`quorate_backup::store::HashRecord`), asking the member core
+//! `backup_hash` chooses. A restore to that revision then proves it rebuilt the same key
+//! space. Recording is best effort: a hash that cannot be taken is logged and the backups go on
+//! (a restore without a record says it was not verified).
+
+use std::time::Duration;
+
+use quorate_backup::store::{HashRecord, SnapStore};
+use quorate_core::backup_hash::{HashCandidate, HashOccasion, HashSource, hash_source};
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_etcd::{EtcdTimeouts, MemberClient};
+
+/// How long one recording may take in all (status of every member, the hash, the upload).
+const RECORD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Records etcd's hash at `revision` for the snapshot stored at it.
+pub async fn record_hash(
+    cluster: &ClusterConfig,
+    me: &str,
+    store: &SnapStore,
+    revision: i64,
+    occasion: HashOccasion,
+) {
+    let outcome = tokio::time::timeout(
+        RECORD_TIMEOUT,
+        try_record(cluster, me, store, revision, occasion),
+    )
+    .await
+    .unwrap_or_else(|_| Err(format!("no answer within {}s", RECORD_TIMEOUT.as_secs())));
+    match outcome {
+        Ok(Some(record)) => {
+            tracing::debug!(member = %me, revision, hash = record.hash, by = %record.member, "key-space hash recorded");
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(member = %me, revision, %error, "recording etcd's key-space hash failed; a restore to this revision will not be verified");
+        }
+    }
+}
+
+async fn try_record(
+    cluster: &ClusterConfig,
+    me: &str,
+    store: &SnapStore,
+    revision: i64,
+    occasion: HashOccasion,
+) -> Result<Option<HashRecord>, String> {
+    let tls = quorate_etcd::client_tls(cluster);
+    let members: Vec<_> = cluster
+        .members
+        .iter()
+        .filter(|m| !cluster.is_leaving(&m.name))
+        .collect();
+    let answers = futures::future::join_all(members.iter().map(|m| {
+        let tls = tls.clone();
+        async move {
+            let client =
+                MemberClient::connect(&m.client_url, tls.as_ref(), EtcdTimeouts::default())
+                    .await
+                    .ok()?;
+            let status = client.status().await.ok()?;
+            Some((m.name.clone(), client, status))
+        }
+    }))
+    .await;
+    let answered: Vec<_> = answers.into_iter().flatten().collect();
+    let candidates: Vec<HashCandidate> = answered
+        .iter()
+        .map(|(name, _, status)| HashCandidate {
+            name: name.clone(),
+            is_self: name == me,
+            is_learner: status.is_learner,
+            has_leader: status.has_leader(),
+            revision: status.revision,
+            db_size: status.db_size,
+        })
+        .collect();
+    let index = match hash_source(&candidates, revision, occasion) {
+        HashSource::Ask(index) => index,
+        HashSource::Skip(why) => {
+            tracing::debug!(member = %me, revision, %why, "key-space hash not taken");
+            return Ok(None);
+        }
+    };
+    let (name, client, _) = &answered[index];
+    let hash = client.hash_kv(revision).await.map_err(|e| e.to_string())?;
+    let record = HashRecord {
+        revision,
+        compact_revision: hash.compact_revision,
+        hash: hash.hash,
+        member: name.clone(),
+        recorded_at: crate::clock::now().to_string(),
+        location: String::new(),
+    };
+    store
+        .put_hash_record(&record)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Some(record))
+}
