@@ -345,6 +345,16 @@ async fn replay(
         )));
     }
     let source_revision = member.status().await?.revision;
+    // etcd's hash at the head, as the backup leader records it: the restores check against it.
+    let source_hash = member.hash_kv(source_revision).await?;
+    let hash_record = quorate_backup::store::HashRecord {
+        revision: source_revision,
+        compact_revision: source_hash.compact_revision,
+        hash: source_hash.hash,
+        member: "bench".to_string(),
+        recorded_at: String::new(),
+        location: String::new(),
+    };
     backup.wait_captured(source_revision, CATCH_UP).await?;
     let capture = backup.stop().await?;
     eprintln!(
@@ -370,9 +380,20 @@ async fn replay(
         &data_dir,
         ReplayMethod::Direct,
         restore::default_tools(),
+        Some(hash_record.clone()),
     )
     .await?;
     let peak_rss_bytes = restore::peak_rss_bytes();
+    if !matches!(
+        report.verification,
+        quorate_backup::restore::verify::Verification::Verified { .. }
+    ) {
+        return Err(BenchError::failed(format!(
+            "the restore was not verified: {}",
+            report.verification
+        )));
+    }
+    let verify = restore::time_verification(&data_dir, &hash_record)?;
     restore::remove_dir(&data_dir)?;
     eprintln!(
         "  direct replay: {} events in {:.2} s: {:.0} events/s (restore {:.2} s, floor {:.2} s)",
@@ -389,6 +410,7 @@ async fn replay(
         &data_dir,
         ReplayMethod::Txn,
         restore::default_tools(),
+        Some(hash_record.clone()),
     )
     .await?;
     restore::remove_dir(&data_dir)?;
@@ -401,6 +423,7 @@ async fn replay(
                 &data_dir,
                 ReplayMethod::Txn,
                 tools,
+                Some(hash_record.clone()),
             )
             .await?;
             restore::remove_dir(&data_dir)?;
@@ -435,6 +458,7 @@ async fn replay(
         floor_snapshot_bytes: final_saved.size,
         baseline_rates,
         fetch_decode,
+        verify,
     })
 }
 

@@ -366,6 +366,11 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
          SHA-256 checked) takes about {} (measured apart, same objects).",
         s(rp.fetch_decode.as_secs_f64())
     ));
+    doc.paragraph(format!(
+        "Every restore above was checked against etcd's `HashKV` at the source head, taken          before it (as the backup leader records it). The default restore: {}. That check, two          passes over the written file, takes about {} of its whole restore (measured apart,          same file).",
+        rep.verification,
+        s(rp.verify.as_secs_f64())
+    ));
     if let Some(base) = spread(&rp.baseline_rates) {
         doc.paragraph(format!(
             "Baseline in the same run: one client putting one 1 KiB value at a time into the \
@@ -846,6 +851,7 @@ mod tests {
                 floor: secs(1),
                 floor_snapshot_bytes: 100_000_000,
                 baseline_rates: vec![1000.0],
+                verify: secs(1),
                 fetch_decode: Duration::from_millis(100),
             }),
             writes: vec![

@@ -138,6 +138,7 @@ pub async fn restore_with_deltas(
     data_dir: &Path,
     method: ReplayMethod,
     tools: EtcdTools,
+    hash_record: Option<quorate_backup::store::HashRecord>,
 ) -> Result<RestoreReport> {
     let objects = delta_objects(store).await?;
     let store = store.clone();
@@ -158,6 +159,7 @@ pub async fn restore_with_deltas(
         .boxed();
     let mut inputs = inputs(snapshot, deltas, data_dir);
     inputs.options.replay_method = method;
+    inputs.options.hash_record = hash_record;
     inputs.tools = tools;
     restore(inputs)
         .await
@@ -207,4 +209,27 @@ pub fn remove_dir(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(BenchError::io("remove", path)(e)),
     }
+}
+
+/// How long computing etcd's `HashKV` over the database restored in `data_dir` takes: the
+/// restore's verification, measured apart.
+pub fn time_verification(
+    data_dir: &Path,
+    record: &quorate_backup::store::HashRecord,
+) -> Result<Duration> {
+    let db = data_dir.join("member").join("snap").join("db");
+    let started = Instant::now();
+    let hashed = quorate_backup::restore::verify::key_space_hash(
+        &db,
+        record.revision,
+        record.compact_revision.max(0),
+    )
+    .map_err(|e| BenchError::failed(format!("hashing {}: {e}", db.display())))?;
+    if hashed.hash != record.hash {
+        return Err(BenchError::failed(format!(
+            "the restored database hashes to {:08x}, etcd recorded {:08x}",
+            hashed.hash, record.hash
+        )));
+    }
+    Ok(started.elapsed())
 }

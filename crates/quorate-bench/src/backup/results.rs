@@ -151,6 +151,9 @@ pub struct ReplayResult {
     pub baseline_rates: Vec<f64>,
     /// Downloading, decompressing and decoding every delta once more, without applying them.
     pub fetch_decode: Duration,
+    /// Computing etcd's `HashKV` over the restored database once more (the restore's
+    /// verification, measured apart).
+    pub verify: Duration,
 }
 
 /// What ran beside the write load.
