@@ -367,7 +367,10 @@ fn render_replay(doc: &mut Markdown, set: &Settings, rp: &ReplayResult) {
         s(rp.fetch_decode.as_secs_f64())
     ));
     doc.paragraph(format!(
-        "Every restore above was checked against etcd's `HashKV` at the source head, taken          before it (as the backup leader records it). The default restore: {}. That check, two          passes over the written file, takes about {} of its whole restore (measured apart,          same file).",
+        "Every restore above was checked against etcd's `HashKV` at the source head, taken \
+         before it (as the backup leader records it). The default restore: {}. That check, two \
+         passes over the written file, takes about {} of its whole restore (measured apart, \
+         same file).",
         rep.verification,
         s(rp.verify.as_secs_f64())
     ));
