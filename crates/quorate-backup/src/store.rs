@@ -498,15 +498,21 @@ impl SnapStore {
         self.put_marker("owner", owner).await
     }
 
-    /// Moves every snapshot under the prefix to `<prefix>.superseded-<suffix>/` (kept, not
-    /// deleted), and the hash records with them, so a new chain can start in the prefix;
-    /// returns how many snapshots were moved.
+    /// Moves every snapshot under the prefix to `superseded-<suffix>-<name>/` beside it (kept,
+    /// not deleted), and the hash records with them, so a new chain can start in the prefix;
+    /// returns how many snapshots were moved. The archive's name must not start with the
+    /// prefix: etcd-backup-restore lists an S3, GCS or Azure prefix as a plain key prefix and
+    /// takes every `v2/` key under it for a snapshot of the chain.
     pub async fn archive(&self, suffix: &str) -> Result<usize, StoreError> {
         let listed = self.list().await?;
         let base = if self.prefix.is_empty() {
             "quorate".to_string()
         } else {
             self.prefix.clone()
+        };
+        let archive = match base.rsplit_once('/') {
+            Some((parent, name)) => format!("{parent}/superseded-{suffix}-{name}"),
+            None => format!("superseded-{suffix}-{base}"),
         };
         for snapshot in &listed {
             let from = Path::from(snapshot.path.as_str());
@@ -515,15 +521,14 @@ impl SnapStore {
                 .strip_prefix(&base)
                 .unwrap_or(&snapshot.path)
                 .trim_start_matches('/');
-            let to = Path::from(format!("{base}.superseded-{suffix}/{rest}"));
+            let to = Path::from(format!("{archive}/{rest}"));
             self.store
                 .copy(&from, &to)
                 .await
                 .map_err(|e| classify(e, self.cx("archive", Some(snapshot.path.as_str()))))?;
             self.delete(snapshot).await?;
         }
-        self.move_hash_records(&format!("{base}.superseded-{suffix}"))
-            .await?;
+        self.move_hash_records(&archive).await?;
         Ok(listed.len())
     }
 }

@@ -189,12 +189,28 @@ async fn hash_records_live_beside_the_prefix_are_pruned_and_move_with_an_archive
         Err(StoreError::Corrupt { .. })
     ));
 
-    // A new chain moves the records aside with the snapshots.
+    // A new chain moves the records aside with the snapshots, to a name that does not start
+    // with the prefix (etcd-backup-restore would list it as part of the chain).
     assert_eq!(store.archive("1764230400").await.unwrap(), 1);
+    assert!(
+        files(root.path())
+            .iter()
+            .any(|f| f.starts_with("backups/superseded-1764230400-etcd-main/v2/Full-")),
+        "{:?}",
+        files(root.path())
+    );
+    assert!(
+        !files(root.path())
+            .iter()
+            .any(|f| f.starts_with("backups/etcd-main")
+                && f.contains("v2/")
+                && !f.starts_with("backups/etcd-main/")),
+        "nothing under a key that starts with the prefix but the chain"
+    );
     assert!(store.hash_record_revisions().await.unwrap().is_empty());
     assert!(
         files(root.path())
             .iter()
-            .any(|f| f == "backups/etcd-main.superseded-1764230400.hashkv/00000000000000000030")
+            .any(|f| f == "backups/superseded-1764230400-etcd-main.hashkv/00000000000000000030")
     );
 }
