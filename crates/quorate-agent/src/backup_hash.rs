@@ -68,7 +68,6 @@ async fn try_record(
     let candidates: Vec<HashCandidate> = answered
         .iter()
         .map(|(name, _, status)| HashCandidate {
-            name: name.clone(),
             is_self: name == me,
             is_learner: status.is_learner,
             has_leader: status.has_leader(),
@@ -84,15 +83,8 @@ async fn try_record(
         }
     };
     let (name, client, _) = &answered[index];
-    let hash = client.hash_kv(revision).await.map_err(|e| e.to_string())?;
-    let record = HashRecord {
-        revision,
-        compact_revision: hash.compact_revision,
-        hash: hash.hash,
-        member: name.clone(),
-        recorded_at: crate::clock::now().to_string(),
-        location: String::new(),
-    };
+    let answer = client.hash_kv(revision).await.map_err(|e| e.to_string())?;
+    let record = HashRecord::new(answer, name, crate::clock::now().to_string());
     store
         .put_hash_record(&record)
         .await

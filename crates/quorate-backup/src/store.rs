@@ -371,13 +371,16 @@ impl SnapStore {
 
     /// Deletes a snapshot. Deleting one that is already gone succeeds.
     pub async fn delete(&self, s: &StoredSnapshot) -> Result<(), StoreError> {
-        let path = Path::from(s.path.as_str());
-        match self.store.delete(&path).await {
-            Ok(()) => Ok(()),
-            Err(object_store::Error::NotFound { .. }) => Ok(()),
+        self.delete_object(&Path::from(s.path.as_str())).await
+    }
+
+    /// Deletes the object at `path`; one that is already gone counts as deleted.
+    async fn delete_object(&self, path: &Path) -> Result<(), StoreError> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(classify(
                 e,
-                self.cx(format!("delete of {}", s.path), Some(&s.path)),
+                self.cx(format!("delete of {path}"), Some(path.as_ref())),
             )),
         }
     }

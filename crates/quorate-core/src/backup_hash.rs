@@ -24,8 +24,6 @@ pub enum HashOccasion {
 /// One member as its etcd answered `status`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HashCandidate {
-    /// The member's name.
-    pub name: String,
     /// The backup leader itself.
     pub is_self: bool,
     /// etcd says it is a learner.
@@ -77,9 +75,8 @@ pub fn hash_source(
 mod tests {
     use super::*;
 
-    fn member(name: &str, is_self: bool, revision: i64) -> HashCandidate {
+    fn member(is_self: bool, revision: i64) -> HashCandidate {
         HashCandidate {
-            name: name.to_string(),
             is_self,
             is_learner: false,
             has_leader: true,
@@ -90,11 +87,7 @@ mod tests {
 
     #[test]
     fn a_follower_that_applied_the_revision_is_asked_before_the_leader() {
-        let members = [
-            member("m0", true, 100),
-            member("m1", false, 99),
-            member("m2", false, 100),
-        ];
+        let members = [member(true, 100), member(false, 99), member(false, 100)];
         assert_eq!(
             hash_source(&members, 100, HashOccasion::Delta),
             HashSource::Ask(2)
@@ -103,11 +96,11 @@ mod tests {
 
     #[test]
     fn learners_and_members_without_a_leader_are_not_asked() {
-        let mut learner = member("m1", false, 100);
+        let mut learner = member(false, 100);
         learner.is_learner = true;
-        let mut lost = member("m2", false, 100);
+        let mut lost = member(false, 100);
         lost.has_leader = false;
-        let members = [member("m0", true, 100), learner, lost];
+        let members = [member(true, 100), learner, lost];
         assert_eq!(
             hash_source(&members, 100, HashOccasion::Delta),
             HashSource::Ask(0)
@@ -116,7 +109,7 @@ mod tests {
 
     #[test]
     fn nobody_at_the_revision_skips() {
-        let members = [member("m0", true, 99)];
+        let members = [member(true, 99)];
         assert!(matches!(
             hash_source(&members, 100, HashOccasion::FullSnapshot),
             HashSource::Skip(_)
@@ -125,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_large_database_is_hashed_at_full_snapshots_only() {
-        let mut big = member("m0", true, 100);
+        let mut big = member(true, 100);
         big.db_size = DELTA_HASH_MAX_DB_BYTES + 1;
         let members = [big];
         assert!(matches!(

@@ -292,6 +292,12 @@ pub enum RestoreError {
         .0.revision, .0.restored, .0.recorded, .0.compact_revision, .0.record
     )]
     KeySpaceMismatch(verify::HashMismatch),
+    /// The restored database could not be read back to verify it.
+    #[error("reading the restored database to verify it failed: {message}; nothing was changed")]
+    Verify {
+        /// Why.
+        message: String,
+    },
     /// Snapshotting the replayed scratch member failed.
     #[error("snapshotting the replayed data failed: {message}; nothing was changed")]
     Snapshot {
@@ -365,8 +371,8 @@ async fn verify_file(
         tokio::task::spawn_blocking(move || verify::check(&db, revision, record.as_ref()))
             .await
             .expect("the hash task does not panic")
-            .map_err(|e| RestoreError::Snapshot {
-                message: format!("reading the restored database to verify it: {e}"),
+            .map_err(|e| RestoreError::Verify {
+                message: e.to_string(),
             })?;
     checked.map_err(RestoreError::KeySpaceMismatch)
 }

@@ -1,6 +1,6 @@
 //! Checks restored data against what etcd itself said about the key space when it was backed
-//! up: the backup leader records etcd's `HashKV` at a revision ([`crate::hash_record`]), and a
-//! restore to that revision computes the same hash over the database file etcd will open.
+//! up: the backup leader records etcd's `HashKV` at a revision ([`crate::store::HashRecord`]),
+//! and a restore to that revision computes the same hash over the database it produced.
 //!
 //! etcd's `HashKV(R)` is a CRC-32C (Castagnoli) of `key` followed by every MVCC entry (bucket
 //! key, then value) of the `key` bucket up to revision R in key order, where an entry at or

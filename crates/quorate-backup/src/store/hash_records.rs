@@ -3,10 +3,10 @@
 //!
 //! Format: one small JSON object per revision at `<prefix>.hashkv/<revision, 20 digits>`
 //! (`{"revision":…,"compactRevision":…,"hash":…,"member":…,"recordedAt":…}`), beside the
-//! prefix like the `owner` and `chain` markers, so etcd-backup-restore never lists them and
-//! the bucket stays readable by it. Records go with the snapshots: garbage collection drops
-//! those older than the oldest snapshot kept, and a new chain moves them aside with the
-//! snapshots.
+//! prefix like the `owner` and `chain` markers, so etcd-backup-restore never takes them for
+//! snapshots and the bucket stays readable by it. Records go with the snapshots: garbage
+//! collection drops those older than the oldest full snapshot kept, and a new chain moves them
+//! aside with the snapshots.
 
 use futures::StreamExt;
 use object_store::path::Path;
@@ -38,46 +38,48 @@ pub struct HashRecord {
     pub location: String,
 }
 
+impl HashRecord {
+    /// What `member`'s etcd answered, recorded at `recorded_at`.
+    pub fn new(answer: quorate_etcd::KeySpaceHash, member: &str, recorded_at: String) -> Self {
+        HashRecord {
+            revision: answer.revision,
+            compact_revision: answer.compact_revision,
+            hash: answer.hash,
+            member: member.to_string(),
+            recorded_at,
+            location: String::new(),
+        }
+    }
+}
+
 impl SnapStore {
-    fn hash_record_path(&self, revision: i64) -> Path {
-        self.marker_path(&format!("{HASHKV}/{revision:020}"))
+    /// The marker a record of `revision` is stored as.
+    fn hash_record_marker(revision: i64) -> String {
+        format!("{HASHKV}/{revision:020}")
     }
 
     /// Stores `record`, replacing one for the same revision.
     pub async fn put_hash_record(&self, record: &HashRecord) -> Result<(), StoreError> {
-        let path = self.hash_record_path(record.revision);
         let text = serde_json::to_string(record).expect("a hash record serializes");
-        self.store
-            .put(&path, object_store::PutPayload::from(text))
+        self.put_marker(&Self::hash_record_marker(record.revision), &text)
             .await
-            .map(|_| ())
-            .map_err(|e| classify(e, self.cx("write hash record", Some(path.as_ref()))))
     }
 
     /// The record for `revision`, if the backups hold one. A record that does not parse is
     /// an error: it was written to be read.
     pub async fn hash_record(&self, revision: i64) -> Result<Option<HashRecord>, StoreError> {
-        let path = self.hash_record_path(revision);
-        let bytes = match self.store.get(&path).await {
-            Ok(result) => result
-                .bytes()
-                .await
-                .map_err(|e| classify(e, self.cx("read hash record", Some(path.as_ref()))))?,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => {
-                return Err(classify(
-                    e,
-                    self.cx("read hash record", Some(path.as_ref())),
-                ));
-            }
+        let name = Self::hash_record_marker(revision);
+        let Some(text) = self.marker(&name).await? else {
+            return Ok(None);
         };
+        let location = self.marker_path(&name).to_string();
         let mut record: HashRecord =
-            serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
                 store: self.description.clone(),
-                path: path.to_string(),
+                path: location.clone(),
                 detail: format!("not a hash record: {e}"),
             })?;
-        record.location = path.to_string();
+        record.location = location;
         Ok(Some(record))
     }
 
@@ -117,15 +119,8 @@ impl SnapStore {
             if rev >= revision {
                 break;
             }
-            match self.store.delete(&path).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => pruned += 1,
-                Err(e) => {
-                    return Err(classify(
-                        e,
-                        self.cx("delete hash record", Some(path.as_ref())),
-                    ));
-                }
-            }
+            self.delete_object(&path).await?;
+            pruned += 1;
         }
         Ok(pruned)
     }
@@ -134,20 +129,12 @@ impl SnapStore {
     /// to), so they stay with their snapshots.
     pub(super) async fn move_hash_records(&self, base: &str) -> Result<(), StoreError> {
         for (revision, from) in self.hash_record_paths().await? {
-            let to = Path::from(format!("{base}.{HASHKV}/{revision:020}"));
+            let to = Path::from(format!("{base}.{}", Self::hash_record_marker(revision)));
             self.store
                 .copy(&from, &to)
                 .await
                 .map_err(|e| classify(e, self.cx("archive hash record", Some(from.as_ref()))))?;
-            match self.store.delete(&from).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => {
-                    return Err(classify(
-                        e,
-                        self.cx("archive hash record", Some(from.as_ref())),
-                    ));
-                }
-            }
+            self.delete_object(&from).await?;
         }
         Ok(())
     }

@@ -346,15 +346,11 @@ async fn replay(
     }
     let source_revision = member.status().await?.revision;
     // etcd's hash at the head, as the backup leader records it: the restores check against it.
-    let source_hash = member.hash_kv(source_revision).await?;
-    let hash_record = quorate_backup::store::HashRecord {
-        revision: source_revision,
-        compact_revision: source_hash.compact_revision,
-        hash: source_hash.hash,
-        member: "bench".to_string(),
-        recorded_at: String::new(),
-        location: String::new(),
-    };
+    let hash_record = quorate_backup::store::HashRecord::new(
+        member.hash_kv(source_revision).await?,
+        "bench",
+        String::new(),
+    );
     backup.wait_captured(source_revision, CATCH_UP).await?;
     let capture = backup.stop().await?;
     eprintln!(

@@ -217,19 +217,15 @@ pub fn time_verification(
     data_dir: &Path,
     record: &quorate_backup::store::HashRecord,
 ) -> Result<Duration> {
+    use quorate_backup::restore::verify::{self, Verification};
     let db = data_dir.join("member").join("snap").join("db");
     let started = Instant::now();
-    let hashed = quorate_backup::restore::verify::key_space_hash(
-        &db,
-        record.revision,
-        record.compact_revision.max(0),
-    )
-    .map_err(|e| BenchError::failed(format!("hashing {}: {e}", db.display())))?;
-    if hashed.hash != record.hash {
-        return Err(BenchError::failed(format!(
-            "the restored database hashes to {:08x}, etcd recorded {:08x}",
-            hashed.hash, record.hash
-        )));
+    let checked = verify::check(&db, record.revision, Some(record))
+        .map_err(|e| BenchError::failed(format!("hashing {}: {e}", db.display())))?;
+    match checked {
+        Ok(Verification::Verified { .. }) => Ok(started.elapsed()),
+        other => Err(BenchError::failed(format!(
+            "the restored database does not verify: {other:?}"
+        ))),
     }
-    Ok(started.elapsed())
 }
