@@ -59,7 +59,7 @@ go_build() { # name source-dir: go build <source-dir>/*.go into $BIN/<name>
   rm -rf "$SRC/_output/k8s-node/$name"; mkdir -p "$SRC/_output/k8s-node/$name"
   cp "$dir"/*.go "$SRC/_output/k8s-node/$name/"
   ( cd "$GP/src/k8s.io/kubernetes"
-    export HOME=${HOME:-/root} GOPROXY=off GOFLAGS= GO111MODULE=off GOPATH=$GP CGO_ENABLED=0 \
+    export HOME=${HOME:-/root} GOENV=off GOPROXY=off GOFLAGS= GO111MODULE=off GOPATH=$GP CGO_ENABLED=0 \
            GOCACHE=$HOME_DIR/gocache PATH=/usr/lib/go-1.15/bin:$PATH
     go build -ldflags "-s -w -buildid=" -o "$BIN/$name.tmp" "./_output/k8s-node/$name" )
   mv "$BIN/$name.tmp" "$BIN/$name"

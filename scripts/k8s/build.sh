@@ -70,7 +70,7 @@ if [ ! -f "$SRC/.extracted" ]; then
   touch "$SRC/.extracted"
 fi
 
-export GOPROXY=off GOFLAGS= CGO_ENABLED=0 GOCACHE=$HOME_DIR/gocache PATH=/usr/lib/go-1.15/bin:$PATH
+export GOENV=off GOPROXY=off GOFLAGS= CGO_ENABLED=0 GOCACHE=$HOME_DIR/gocache PATH=/usr/lib/go-1.15/bin:$PATH
 if [ ! -f "$SRC/.generated" ]; then
   log "generating code (make generated_files)"
   (cd "$SRC" && make generated_files >/dev/null) && touch "$SRC/.generated"
