@@ -256,6 +256,18 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// Whether this command runs until it is stopped and serves others (a supervisor, an agent,
+    /// the operator), as opposed to a one-shot command whose output a person or a pipe reads.
+    pub fn is_long_running(&self) -> bool {
+        match self {
+            Command::Up { detach, .. } => !detach,
+            Command::Agent(_) | Command::Operator(_) | Command::Supervise { .. } => true,
+            _ => false,
+        }
+    }
+}
+
 /// `quorate agent`: in local mode the supervisor starts it with `--cluster-dir --member`; in a
 /// member pod the StatefulSet starts it with `--kubernetes` and the flags of
 /// `quorate_core::components::agent_args`, and it coordinates through the API instead of files.

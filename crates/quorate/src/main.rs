@@ -18,6 +18,9 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = cli::Cli::parse();
+    if !cli.command.is_long_running() {
+        die_quietly_on_closed_pipe();
+    }
     init_tracing(cli.log_level.as_deref(), cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -30,6 +33,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command whose output is piped into `head` ends silently when the reader goes away, as
+/// every Unix tool does, instead of panicking in `println!` ("failed printing to stdout").
+/// Rust starts programs with SIGPIPE ignored; the one-shot commands get the default back. The
+/// long-running ones (agent, operator, supervisor) keep it ignored: a peer closing a pipe must
+/// be an error they handle, never their death.
+fn die_quietly_on_closed_pipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: done first thing in main, before any thread exists; SIG_DFL runs no handler code.
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
 fn init_tracing(level: Option<&str>, format: cli::LogFormat) {
