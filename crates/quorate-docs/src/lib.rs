@@ -8,7 +8,9 @@
 //!   headings (lowercased; letters, digits, `-` and `_` kept; spaces become `-`; repeats get
 //!   `-1`, `-2`, ...);
 //! - the book's `docs/SUMMARY.md` lists every page under `docs/`, so `mdbook build` renders
-//!   every document.
+//!   every document, and a page under `docs/` links only inside `docs/`: the rendered book holds
+//!   nothing else, so a link from it to `README.md` or `examples/` would be dead there (name
+//!   such files in code spans instead).
 //!
 //! Web links (`http://`, `https://`, `mailto:`) are left alone: they are not part of a clone.
 
@@ -67,6 +69,13 @@ pub enum ProblemKind {
     },
     /// A page under `docs/` that `docs/SUMMARY.md` does not list, so the book leaves it out.
     NotInSummary,
+    /// A page under `docs/` links a file outside `docs/`, which the rendered book lacks.
+    LeavesBook {
+        /// The link as written.
+        link: String,
+        /// Where it resolves to, relative to the repository root.
+        resolved: PathBuf,
+    },
 }
 
 impl fmt::Display for Problem {
@@ -91,6 +100,13 @@ impl fmt::Display for Problem {
                 "{file}:{}: link `{link}` leaves the repository; a fresh clone would not have \
                  it: link a file inside the repository with a relative path, or a web address",
                 self.line
+            ),
+            ProblemKind::LeavesBook { link, resolved } => write!(
+                f,
+                "{file}:{}: link `{link}` points at {}, outside docs/, which the rendered book \
+                 does not hold; link a page under docs/, or name the file in a code span",
+                self.line,
+                resolved.display()
             ),
             ProblemKind::NotInSummary => write!(
                 f,
@@ -235,6 +251,15 @@ impl Checker {
         };
         if !self.root.join(&target).exists() {
             return Ok(Some(ProblemKind::MissingFile {
+                link: link.to_string(),
+                resolved: target,
+            }));
+        }
+        if file.starts_with("docs")
+            && !target.starts_with("docs")
+            && self.root.join("docs/SUMMARY.md").is_file()
+        {
+            return Ok(Some(ProblemKind::LeavesBook {
                 link: link.to_string(),
                 resolved: target,
             }));
@@ -388,8 +413,7 @@ mod tests {
             ("examples/e.yaml", "kind: Etcd\n"),
             (
                 "docs/usage/local.md",
-                "# Local\n\n## Scale-out, one step at a time\n\n[back](../../README.md#quorate) \
-                 [design](../design.md#why)\n",
+                "# Local\n\n## Scale-out, one step at a time\n\n[design](../design.md#why)\n",
             ),
             ("docs/design.md", "# Design\n\n## Why?\n"),
             (
@@ -468,6 +492,33 @@ mod tests {
             "# R\n\n`[x](gone.md)`\n\n```md\n[y](gone.md)\n```\n",
         )]);
         assert_eq!(kinds(&dir), vec![]);
+    }
+
+    #[test]
+    fn a_book_page_linking_outside_docs_is_caught() {
+        let dir = repo(&[
+            ("README.md", "# R\n\n[ok](examples/e.yaml)\n"),
+            ("examples/e.yaml", "kind: Etcd\n"),
+            ("docs/SUMMARY.md", "# Summary\n\n- [A](a.md)\n"),
+            (
+                "docs/a.md",
+                "# A\n\n[r](../README.md#r) [e](../examples/e.yaml)\n",
+            ),
+        ]);
+        let outside: Vec<_> = kinds(&dir)
+            .into_iter()
+            .map(|(file, _, k)| match k {
+                ProblemKind::LeavesBook { link, .. } => (file, link),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            outside,
+            vec![
+                ("docs/a.md".to_string(), "../README.md#r".to_string()),
+                ("docs/a.md".to_string(), "../examples/e.yaml".to_string())
+            ]
+        );
     }
 
     #[test]
