@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing quorate needs, skipping what is already there:
 # etcd 3.4 (server + etcdctl) and 3.5, protoc with its well-known types, and (as root) iptables
-# from Debian; moto's S3 server; kube-apiserver and kubectl. Safe to run repeatedly.
+# from Debian; moto's S3 server; mdBook; promtool; kube-apiserver and kubectl. Safe to run repeatedly.
 #
 #   scripts/install-deps.sh          # everything the tests need
 #   scripts/install-deps.sh --local  # only what building quorate and running local mode need
@@ -71,6 +71,10 @@ if [ ! -x "$venv/bin/moto_server" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]" >/dev/null
 fi
 
+
+# mdBook, which renders docs/ (scripts/test.sh builds the book), from crates.io at a pinned
+# version into ~/.cache/quorate/mdbook: Debian bookworm has no package.
+bash "$(dirname "$0")/install-mdbook.sh"
 
 # promtool, for the tests of the alert rules in deploy/monitoring/ (unpacked from Debian's
 # prometheus package into ~/.cache/quorate/prometheus, not installed).

@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 # The harness's own skip check is for direct `cargo test` runs; here e2e.sh runs it below.
 QUORATE_E2E= cargo test --workspace --all-targets "$@"
+# The documentation renders as a book (links are checked by the quorate-docs tests above); the
+# output goes to a temporary directory and is thrown away.
+book="$(mktemp -d)"
+trap 'rm -rf "$book"' EXIT
+"${QUORATE_MDBOOK_HOME:-$HOME/.cache/quorate/mdbook}/bin/mdbook" build -d "$book" . >/dev/null
 [ $# -eq 0 ] || exit 0
 case "${QUORATE_E2E:-}" in
   0) echo "[quorate test] QUORATE_E2E=0: end-to-end suite left out" >&2 ;;

@@ -3,7 +3,7 @@
 # (pods and their network namespaces, mounts, iptables KUBE-*/CNI-* rules, bridge, /etc/hosts
 # line, sysctls, kubelet's host directories and cgroups), wipe the node state dir, then stop the
 # control plane with ../k8s/down.sh (which wipes its state dir too). Idempotent.
-# Keeps $QUORATE_K8S_HOME (binaries, images). See README.md. Adapted from shared/k8s-node/down.sh.
+# Keeps $QUORATE_K8S_HOME (binaries, images). See docs/development/testing.md. Adapted from shared/k8s-node/down.sh.
 set -uo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

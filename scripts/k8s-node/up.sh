@@ -6,7 +6,7 @@
 # Waits until the node is Ready and DNS answers, imports the base images and every image
 # tarball in $QUORATE_K8S_NODE_IMAGES, and prints the admin kubeconfig path as its last line.
 # Idempotent: what already runs (recorded PID, same binary, same configuration) is left alone.
-# Needs root and the output of build.sh. Undo everything with down.sh. See README.md.
+# Needs root and the output of build.sh. Undo everything with down.sh. See docs/development/testing.md.
 # Adapted from shared/k8s-node/up.sh (the project's control plane and build cache).
 set -euo pipefail
 # shellcheck source=lib.sh
