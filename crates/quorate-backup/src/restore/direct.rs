@@ -25,9 +25,12 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::apply::{Applier, Landed, Landing, Pending};
 use super::bolt::{BoltError, BoltReader, BoltWriter, BucketBuilder, BucketRef, KeyValueVisitor};
+use super::finish::verify_file;
 use super::proto::{self, Reader};
-use super::replay::{Pending, ReplayError};
+use super::replay::ReplayError;
+use super::{RestoreError, RestoreOptions, tools};
 use crate::delta::EVENT_DELETE;
 
 /// What a live key looks like: its create revision and version.
@@ -142,13 +145,8 @@ impl DirectApplier {
         })
     }
 
-    /// The revision the data is at.
-    pub fn head(&self) -> i64 {
-        self.head
-    }
-
     /// Writes one source revision's events; returns the leases granted for them.
-    pub(crate) fn apply(&mut self, pending: &Pending) -> Result<u64, ReplayError> {
+    fn write(&mut self, pending: &Pending) -> Result<u64, ReplayError> {
         let revision = pending.revision;
         let mut granted = 0;
         for (sub, event) in pending.events.iter().enumerate() {
@@ -210,7 +208,7 @@ impl DirectApplier {
     /// Writes the `key`, `lease` and `meta` buckets and the file's root (after the revision
     /// bump, when asked for: an empty entry at the raised revision, which `scheduledCompactRev`
     /// marks compacted, as etcdutl writes them); returns the file and its head revision.
-    pub(crate) fn finish(mut self) -> Result<(PathBuf, i64), ReplayError> {
+    fn complete(mut self) -> Result<(PathBuf, i64), ReplayError> {
         let (out, replayed) = (self.out.display().to_string(), self.head);
         let err = |e: BoltError| ReplayError::Etcd {
             operation: "writing the restored database",
@@ -372,4 +370,60 @@ fn check_snapshot_hash(path: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+impl DirectApplier {
+    /// [`DirectApplier::start`] off the async threads (reading and copying the whole snapshot
+    /// is blocking file work), writing `work/replayed.db`.
+    pub async fn open(
+        options: &RestoreOptions,
+        db: &Path,
+        full_name: &str,
+        work: &Path,
+    ) -> Result<DirectApplier, ReplayError> {
+        let (db, name, out) = (
+            db.to_path_buf(),
+            full_name.to_string(),
+            work.join("replayed.db"),
+        );
+        let (skip, ttl, bump) = (
+            options.skip_hash_check,
+            options.default_lease_ttl,
+            options.revision_bump,
+        );
+        tokio::task::spawn_blocking(move || DirectApplier::start(&db, &name, &out, skip, ttl, bump))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+}
+
+impl Applier for DirectApplier {
+    fn head(&self) -> i64 {
+        self.head
+    }
+
+    async fn apply(&mut self, pending: &Pending) -> Result<u64, ReplayError> {
+        self.write(pending)
+    }
+
+    /// Completes the file, checks it against the recorded hash (before `snapshot restore`
+    /// compacts a bumped revision), and builds the data directory from it.
+    async fn finish(self, landing: &Landing<'_>, replayed: i64) -> Result<Landed, RestoreError> {
+        let (db, restored_revision) = self.complete()?;
+        let verification = verify_file(db.clone(), replayed, landing.options).await?;
+        // The file carries no integrity hash; it was checked as it was written.
+        tools::snapshot_restore(
+            landing.tools,
+            &db,
+            landing.label,
+            landing.member,
+            landing.part,
+            true,
+        )
+        .await?;
+        Ok(Landed {
+            restored_revision,
+            verification,
+        })
+    }
 }
