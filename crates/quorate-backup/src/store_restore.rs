@@ -9,8 +9,9 @@ use crate::restore::progress::{ProgressSink, RestoreProgress};
 use crate::restore::{
     DeltaContent, DeltaObject, EtcdTools, FetchError, FullSnapshotInput, FullSnapshotSource,
     MemberIdentity, PlanError, ReplayMethod, RestoreError, RestoreInputs, RestoreOptions,
-    RestoreReport, RestoreTarget, plan_restore, restore,
+    RestorePlan, RestoreReport, RestoreTarget, plan_restore, restore,
 };
+use crate::store::StoredSnapshot;
 use crate::store::{SnapStore, StoreError, StoreOptions};
 use futures::StreamExt;
 use quorate_api::BackupSpec;
@@ -132,12 +133,17 @@ pub async fn restore_from_store(
     tools: EtcdTools,
     options: StoreRestoreOptions,
 ) -> Result<RestoreReport, StoreRestoreError> {
-    let mut listed = store.list().await?;
+    let listed = store.list().await?;
+    let plan_err = |source| StoreRestoreError::Plan {
+        store: store.describe(),
+        source,
+    };
+    let mut plan = plan_restore(&listed, target).map_err(plan_err)?;
     loop {
-        match restore_once(
+        match restore_planned(
             store,
             &listed,
-            target,
+            &plan,
             member.clone(),
             data_dir,
             tools.clone(),
@@ -147,29 +153,26 @@ pub async fn restore_from_store(
         {
             Err(StoreRestoreError::Restore(RestoreError::FullPastTarget { object, .. })) => {
                 tracing::info!(%object, "full snapshot holds more than its name says; planning without it");
-                listed.retain(|s| s.name.file_name() != object);
+                plan = crate::restore::plan::replan_past_full(&listed, &plan).map_err(plan_err)?;
             }
             other => return other,
         }
     }
 }
 
-async fn restore_once(
+/// Fetches the objects `plan` names from `store` and restores them.
+async fn restore_planned(
     store: &SnapStore,
-    listed: &[crate::store::StoredSnapshot],
-    target: RestoreTarget,
+    listed: &[StoredSnapshot],
+    plan: &RestorePlan<'_, StoredSnapshot>,
     member: MemberIdentity,
     data_dir: &Path,
     tools: EtcdTools,
     options: StoreRestoreOptions,
 ) -> Result<RestoreReport, StoreRestoreError> {
-    let plan = plan_restore(listed, target).map_err(|source| StoreRestoreError::Plan {
-        store: store.describe(),
-        source,
-    })?;
     let revision_bump = match options.replay_method {
         ReplayMethod::Direct if !options.keep_revision => {
-            crate::restore::plan::revision_bump(&plan, listed)
+            crate::restore::plan::revision_bump(plan, listed)
         }
         _ => None,
     };

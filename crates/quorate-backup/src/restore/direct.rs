@@ -23,11 +23,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
+use prost::Message;
 use sha2::{Digest, Sha256};
 
+use super::apply::{Applier, Landed, Landing, Pending};
 use super::bolt::{BoltError, BoltReader, BoltWriter, BucketBuilder, BucketRef, KeyValueVisitor};
-use super::proto::{self, Reader};
-use super::replay::{Pending, ReplayError};
+use super::finish::verify_file;
+use super::proto::{KeyValue, Lease};
+use super::replay::ReplayError;
+use super::{RestoreError, RestoreOptions, tools};
 use crate::delta::EVENT_DELETE;
 
 /// What a live key looks like: its create revision and version.
@@ -142,13 +146,8 @@ impl DirectApplier {
         })
     }
 
-    /// The revision the data is at.
-    pub fn head(&self) -> i64 {
-        self.head
-    }
-
     /// Writes one source revision's events; returns the leases granted for them.
-    pub(crate) fn apply(&mut self, pending: &Pending) -> Result<u64, ReplayError> {
+    fn write(&mut self, pending: &Pending) -> Result<u64, ReplayError> {
         let revision = pending.revision;
         let mut granted = 0;
         for (sub, event) in pending.events.iter().enumerate() {
@@ -161,13 +160,15 @@ impl DirectApplier {
             };
             let hash = key_hash(&kv.key);
             let mut key = revision_key(revision, sub as i64);
-            let mut value = Vec::with_capacity(kv.key.len() + kv.value.len() + 32);
-            if event.etcd_event.kind == EVENT_DELETE {
+            let value = if event.etcd_event.kind == EVENT_DELETE {
                 if self.live.remove(&hash).is_none() {
                     return Err(diverged("it is deleted but does not exist".to_string()));
                 }
                 key.push(b't');
-                proto::put_bytes_field(&mut value, 1, &kv.key);
+                KeyValue {
+                    key: kv.key.clone(),
+                    ..KeyValue::default()
+                }
             } else {
                 let expected = match self.live.get(&hash) {
                     None => (revision, 1),
@@ -188,17 +189,25 @@ impl DirectApplier {
                             .lease_ttl
                             .filter(|t| *t > 0)
                             .unwrap_or(self.default_lease_ttl);
-                        let mut lease = Vec::new();
-                        proto::put_varint_field(&mut lease, 1, kv.lease as u64);
-                        proto::put_varint_field(&mut lease, 2, ttl as u64);
-                        self.leases.insert(id, lease);
+                        let lease = Lease {
+                            id: kv.lease,
+                            ttl,
+                            remaining_ttl: 0,
+                        };
+                        self.leases.insert(id, lease.encode_to_vec());
                         granted += 1;
                     }
                 }
-                key_value(
-                    &mut value, &kv.key, expected.0, revision, expected.1, &kv.value, kv.lease,
-                );
+                KeyValue {
+                    key: kv.key.clone(),
+                    create_revision: expected.0,
+                    mod_revision: revision,
+                    version: expected.1,
+                    value: kv.value.clone(),
+                    lease: kv.lease,
+                }
             }
+            .encode_to_vec();
             self.keys
                 .put(&mut self.writer, &key, &value)
                 .map_err(|e| diverged(e.to_string()))?;
@@ -210,7 +219,7 @@ impl DirectApplier {
     /// Writes the `key`, `lease` and `meta` buckets and the file's root (after the revision
     /// bump, when asked for: an empty entry at the raised revision, which `scheduledCompactRev`
     /// marks compacted, as etcdutl writes them); returns the file and its head revision.
-    pub(crate) fn finish(mut self) -> Result<(PathBuf, i64), ReplayError> {
+    fn complete(mut self) -> Result<(PathBuf, i64), ReplayError> {
         let (out, replayed) = (self.out.display().to_string(), self.head);
         let err = |e: BoltError| ReplayError::Etcd {
             operation: "writing the restored database",
@@ -266,32 +275,6 @@ fn copy_bucket(
     Ok(builder)
 }
 
-/// `mvccpb.KeyValue { key = 1, create_revision = 2, mod_revision = 3, version = 4, value = 5,
-/// lease = 6 }` as etcd marshals it (field order, zero values left out), so the restored key
-/// space hashes like the source's.
-fn key_value(
-    out: &mut Vec<u8>,
-    key: &[u8],
-    created: i64,
-    modified: i64,
-    version: i64,
-    value: &[u8],
-    lease: i64,
-) {
-    proto::put_bytes_field(out, 1, key);
-    for (field, v) in [(2, created), (3, modified), (4, version)] {
-        if v != 0 {
-            proto::put_varint_field(out, field, v as u64);
-        }
-    }
-    if !value.is_empty() {
-        proto::put_bytes_field(out, 5, value);
-    }
-    if lease != 0 {
-        proto::put_varint_field(out, 6, lease as u64);
-    }
-}
-
 /// etcd's key for an MVCC entry: the main revision, `_`, the index within the revision (both
 /// big-endian).
 fn revision_key(main: i64, sub: i64) -> Vec<u8> {
@@ -315,21 +298,12 @@ fn key_hash(key: &[u8]) -> u64 {
 
 /// Follows one MVCC entry of the snapshot into the live key set.
 fn track(live: &mut HashMap<u64, KeyFacts>, key: &[u8], value: &[u8]) -> Result<(), String> {
-    let (mut name, mut created, mut version) = (&[][..], 0, 0);
-    let mut r = Reader::new(value);
-    while let Some((field, v)) = r.next_field()? {
-        match field {
-            1 => name = v.bytes()?,
-            2 => created = v.varint()? as i64,
-            4 => version = v.varint()? as i64,
-            _ => {}
-        }
-    }
-    let hash = key_hash(name);
+    let facts = super::proto::KeyFacts::decode_from(value).map_err(|e| e.to_string())?;
+    let hash = key_hash(&facts.key);
     if key.len() == 18 && key[17] == b't' {
         live.remove(&hash);
     } else {
-        live.insert(hash, (created, version));
+        live.insert(hash, (facts.create_revision, facts.version));
     }
     Ok(())
 }
@@ -372,4 +346,60 @@ fn check_snapshot_hash(path: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+impl DirectApplier {
+    /// [`DirectApplier::start`] off the async threads (reading and copying the whole snapshot
+    /// is blocking file work), writing `work/replayed.db`.
+    pub async fn open(
+        options: &RestoreOptions,
+        db: &Path,
+        full_name: &str,
+        work: &Path,
+    ) -> Result<DirectApplier, ReplayError> {
+        let (db, name, out) = (
+            db.to_path_buf(),
+            full_name.to_string(),
+            work.join("replayed.db"),
+        );
+        let (skip, ttl, bump) = (
+            options.skip_hash_check,
+            options.default_lease_ttl,
+            options.revision_bump,
+        );
+        tokio::task::spawn_blocking(move || DirectApplier::start(&db, &name, &out, skip, ttl, bump))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+}
+
+impl Applier for DirectApplier {
+    fn head(&self) -> i64 {
+        self.head
+    }
+
+    async fn apply(&mut self, pending: &Pending) -> Result<u64, ReplayError> {
+        self.write(pending)
+    }
+
+    /// Completes the file, checks it against the recorded hash (before `snapshot restore`
+    /// compacts a bumped revision), and builds the data directory from it.
+    async fn finish(self, landing: &Landing<'_>, replayed: i64) -> Result<Landed, RestoreError> {
+        let (db, restored_revision) = self.complete()?;
+        let verification = verify_file(db.clone(), replayed, landing.options).await?;
+        // The file carries no integrity hash; it was checked as it was written.
+        tools::snapshot_restore(
+            landing.tools,
+            &db,
+            landing.label,
+            landing.member,
+            landing.part,
+            true,
+        )
+        .await?;
+        Ok(Landed {
+            restored_revision,
+            verification,
+        })
+    }
 }

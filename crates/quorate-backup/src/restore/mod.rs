@@ -1,25 +1,36 @@
 //! Restoring a member's data directory from a full snapshot and the delta snapshots after it.
 //!
-//! 1. [`plan`] chooses the objects (pure): the newest full snapshot at or before the target and
-//!    the chain of deltas after it, tolerating overlaps, refusing gaps; and how far to raise the
-//!    revision of a point-in-time restore ([`plan::revision_bump`]).
-//! 2. [`restore`] [`replay`]s the deltas onto the full snapshot and builds the data directory in
-//!    `<dir>.part` with etcd's own tool (`etcdutl`/`etcdctl snapshot restore`), and only then
-//!    swaps it into place ([`swap`]). Any failure leaves the target directory exactly as it was.
-//!    By default ([`ReplayMethod::Direct`]) the replay writes a new database file itself
-//!    ([`direct`], [`bolt`]): no etcd runs until the restored member starts. The fallback
-//!    ([`ReplayMethod::Txn`]) starts a temporary etcd on the restored snapshot and sends one txn
-//!    per source revision while keeping every lease alive; a member of a multi-member
-//!    `initial-cluster` cannot run alone on its data (it would wait for a quorum), so for such
-//!    identities that replay runs in a single-member scratch copy, snapshotted and restored once
-//!    more with the real identity.
+//! One pipeline, one step per module, in this order:
 //!
-//! Downloading and decompressing objects is the caller's job: the full snapshot comes as a
-//! file or a byte stream, the deltas as a stream of objects in plan order, decoded one object
-//! ahead of the replay (at most three deltas' events are in memory).
+//! 1. **fetch** ([`fetch`]): the full snapshot onto local disk and its revision read; the
+//!    deltas fetched and decoded one object ahead of the replay (at most three deltas' events
+//!    are in memory). Downloading and decompressing is the caller's job: the full snapshot
+//!    comes as a file or a byte stream, the deltas as a stream of objects in plan order.
+//! 2. **plan** ([`plan`], pure): the newest full snapshot at or before the target and the chain
+//!    of deltas after it, tolerating overlaps, refusing gaps; how far to raise the revision of
+//!    a point-in-time restore ([`plan::revision_bump`]); and what to do when the full snapshot,
+//!    once read, holds more than its name says ([`plan::full_fits`],
+//!    [`plan::replan_past_full`]).
+//! 3. **replay** ([`replay`]): groups the deltas' events into source revisions, skips what is
+//!    already applied, stops at the target, and hands each revision to an [`Applier`] — the
+//!    only place the [`ReplayMethod`] is looked at is where the applier is created. By default
+//!    ([`ReplayMethod::Direct`], [`direct`], [`bolt`]) a new database file is written directly:
+//!    no etcd runs until the restored member starts. The fallback ([`ReplayMethod::Txn`],
+//!    [`txn`]) sends one txn per source revision through a temporary etcd.
+//! 4. **finish** ([`Applier::finish`], [`finish`]): the replayed data becomes the member's data
+//!    directory in `<dir>.part` with etcd's own tool (`etcdutl`/`etcdctl snapshot restore`,
+//!    [`tools`]) and is checked against the hash etcd recorded at backup time ([`verify`]);
+//!    only then is it swapped into place ([`swap`]). Any failure leaves the target directory
+//!    exactly as it was.
+//!
+//! A new step goes into the module of the stage it belongs to and is called from [`restore`]'s
+//! `build`; a new way of applying revisions implements [`Applier`].
 
+pub mod apply;
 pub mod bolt;
 pub mod direct;
+mod fetch;
+mod finish;
 pub mod leases;
 pub mod plan;
 pub mod progress;
@@ -28,17 +39,18 @@ pub mod replay;
 pub mod swap;
 pub mod temp_etcd;
 pub mod tools;
+pub mod txn;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
 use thiserror::Error;
-use tokio::io::AsyncWriteExt;
 
+pub use apply::{Applier, Landed, Landing, Pending};
 pub use direct::DirectApplier;
 pub use plan::{Listed, PlanError, PlannedDelta, RestorePlan, RestoreTarget, plan_restore};
 pub use replay::{
@@ -46,8 +58,9 @@ pub use replay::{
 };
 pub use temp_etcd::{DEFAULT_QUOTA_BACKEND_BYTES, TempEtcd, TempEtcdConfig, TempEtcdError};
 pub use tools::{EtcdTools, MemberIdentity, ToolError};
+pub use txn::TxnApplier;
 
-use crate::delta::{self, DeltaError, DeltaEvent};
+use crate::delta::{DeltaError, DeltaEvent};
 
 /// Where the full snapshot comes from.
 pub enum FullSnapshotSource {
@@ -354,35 +367,7 @@ pub async fn restore(inputs: RestoreInputs) -> Result<RestoreReport, RestoreErro
     result
 }
 
-/// Compares database file `db`, replayed up to `revision`, with etcd's hash recorded there.
-/// The direct replay's file is checked before `snapshot restore` reads it: with a revision
-/// bump, etcd's tool carries out the compaction the bump schedules, which drops history the
-/// recorded hash covers.
-async fn verify_file(
-    db: PathBuf,
-    revision: i64,
-    options: &RestoreOptions,
-) -> Result<verify::Verification, RestoreError> {
-    if options.skip_verification {
-        return Ok(verify::Verification::Skipped);
-    }
-    let record = options.hash_record.clone();
-    let checked =
-        tokio::task::spawn_blocking(move || verify::check(&db, revision, record.as_ref()))
-            .await
-            .expect("the hash task does not panic")
-            .map_err(|e| RestoreError::Verify {
-                message: e.to_string(),
-            })?;
-    checked.map_err(RestoreError::KeySpaceMismatch)
-}
-
-/// The database a data directory built by `snapshot restore` holds.
-fn member_db(data_dir: &Path) -> PathBuf {
-    data_dir.join("member").join("snap").join("db")
-}
-
-/// Builds the restored data directory in `part`.
+/// Builds the restored data directory in `part`: the pipeline's steps in order.
 async fn build(
     inputs: RestoreInputs,
     part: &Path,
@@ -398,56 +383,18 @@ async fn build(
         target,
         options,
     } = inputs;
-    let io_err = |what: String| {
-        let data_dir = data_dir.display().to_string();
-        move |source| RestoreError::Io {
-            data_dir,
-            what,
-            source,
-        }
-    };
-    let db = match full.source {
-        FullSnapshotSource::File(path) => path,
-        FullSnapshotSource::Stream(stream) => {
-            let path = work.join("full.db");
-            write_stream(stream, &path)
-                .await
-                .map_err(io_err(format!("write full snapshot {} to disk", full.name)))?;
-            path
-        }
-    };
+    // Fetch: the full snapshot on disk, and the revision it holds.
+    let full_name = full.name.clone();
+    let db = fetch::full_to_disk(full, work, &data_dir).await?;
     // `snapshot status` reports the newest key revision, 0 for a keyspace never written to;
     // etcd's own revision starts at 1, which is what the restored member reports.
-    let full_revision = tools::snapshot_revision(&tools, &db, &full.name)
+    let full_revision = tools::snapshot_revision(&tools, &db, &full_name)
         .await?
         .max(1);
-    if let RestoreTarget::ToRevision(rev) = target
-        && full_revision > rev
-    {
-        return Err(RestoreError::FullPastTarget {
-            object: full.name,
-            full_revision,
-            target: rev,
-        });
-    }
-    let mut report = RestoreReport {
-        data_dir: data_dir.clone(),
-        full_revision,
-        restored_revision: full_revision,
-        revision_bumped_by: 0,
-        deltas_read: 0,
-        deltas_applied: 0,
-        events_applied: 0,
-        revisions_applied: 0,
-        events_skipped: 0,
-        leases_granted: 0,
-        events_per_second: 0.0,
-        replay_duration: Duration::ZERO,
-        duration: Duration::ZERO,
-        verification: verify::Verification::Skipped,
-    };
-    let at_target = matches!(target, RestoreTarget::ToRevision(rev) if rev == full_revision);
-    let first = if at_target {
+    check_full(&full_name, full_revision, target)?;
+    let mut report = RestoreReport::start(data_dir.clone(), full_revision);
+    // Plan what is left to do: nothing past the full snapshot, or a replay.
+    let first = if matches!(target, RestoreTarget::ToRevision(rev) if rev == full_revision) {
         None
     } else {
         deltas.next().await.transpose()?
@@ -459,7 +406,7 @@ async fn build(
         return Err(RestoreError::TargetNotReached {
             target: rev,
             reached: full_revision,
-            last: full.name,
+            last: full_name,
         });
     }
     if options.revision_bump.is_some() && options.replay_method != ReplayMethod::Direct {
@@ -474,35 +421,106 @@ async fn build(
         tools::snapshot_restore(
             &tools,
             &db,
-            &full.name,
+            &full_name,
             &member,
             part,
             options.skip_hash_check,
         )
         .await?;
-        report.verification = verify_file(member_db(part), full_revision, &options).await?;
+        report.verification =
+            finish::verify_file(finish::member_db(part), full_revision, &options).await?;
         return Ok(report);
     }
-
-    let mut replay = Replay::start(&options, &tools, &db, &full.name, &member, part, work).await?;
-    let replay_started = Instant::now();
-    let mut replayer = match &mut replay {
-        Replay::Direct { applier } => {
-            Replayer::into_file(applier.take().expect("set by start"), &full.name, target)
-        }
-        Replay::Txn { client, .. } => {
-            Replayer::start(
-                (**client).clone(),
-                &full.name,
-                target,
-                options.default_lease_ttl,
-            )
-            .await?
-        }
+    // Replay, through the applier the method names (the only place it is looked at), and
+    // finish.
+    let run = Run {
+        started,
+        full_name: &full_name,
+        target,
+        tools: &tools,
+        member: &member,
+        part,
+        work,
+        options: &options,
     };
+    let deltas = fetch::decode_ahead(first, deltas);
+    match options.replay_method {
+        ReplayMethod::Direct => {
+            let applier = DirectApplier::open(&options, &db, &full_name, work).await?;
+            replay(applier, &run, deltas, report).await
+        }
+        ReplayMethod::Txn => {
+            let applier =
+                TxnApplier::start(&options, &tools, &db, &full_name, &member, part, work).await?;
+            replay(applier, &run, deltas, report).await
+        }
+    }
+}
+
+/// A full snapshot read past a point-in-time target cannot start the restore
+/// ([`plan::full_fits`]); the caller plans again ([`plan::replan_past_full`]).
+fn check_full(object: &str, full_revision: i64, target: RestoreTarget) -> Result<(), RestoreError> {
+    match target {
+        RestoreTarget::ToRevision(rev) if !plan::full_fits(target, full_revision) => {
+            Err(RestoreError::FullPastTarget {
+                object: object.to_string(),
+                full_revision,
+                target: rev,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+impl RestoreReport {
+    /// The report of a restore starting from a full snapshot at `full_revision`.
+    fn start(data_dir: PathBuf, full_revision: i64) -> RestoreReport {
+        RestoreReport {
+            data_dir,
+            full_revision,
+            restored_revision: full_revision,
+            revision_bumped_by: 0,
+            deltas_read: 0,
+            deltas_applied: 0,
+            events_applied: 0,
+            revisions_applied: 0,
+            events_skipped: 0,
+            leases_granted: 0,
+            events_per_second: 0.0,
+            replay_duration: Duration::ZERO,
+            duration: Duration::ZERO,
+            verification: verify::Verification::Skipped,
+        }
+    }
+}
+
+/// What the replay step needs besides the applier and the deltas.
+struct Run<'a> {
+    started: Instant,
+    full_name: &'a str,
+    target: RestoreTarget,
+    tools: &'a EtcdTools,
+    member: &'a MemberIdentity,
+    part: &'a Path,
+    work: &'a Path,
+    options: &'a RestoreOptions,
+}
+
+/// Replays the decoded deltas through `applier`, checks the target was reached, and has the
+/// applier leave the data in `run.part`.
+async fn replay<A: Applier>(
+    applier: A,
+    run: &Run<'_>,
+    mut decoded: fetch::Decoded,
+    mut report: RestoreReport,
+) -> Result<RestoreReport, RestoreError> {
+    let (full_name, target) = (run.full_name, run.target);
+    let full_revision = report.full_revision;
+    let replay_started = Instant::now();
+    let mut replayer = Replayer::new(applier, full_name, target);
     if replayer.head() < full_revision {
         return Err(RestoreError::StartRevision {
-            object: full.name,
+            object: full_name.to_string(),
             expected: full_revision,
             actual: replayer.head(),
         });
@@ -511,32 +529,23 @@ async fn build(
         // `snapshot status` reads the newest key; a compaction at a delete at the head leaves
         // no key at the head revision. etcd's own head is the snapshot's revision.
         let head = replayer.head();
-        if let RestoreTarget::ToRevision(rev) = target
-            && head > rev
-        {
-            return Err(RestoreError::FullPastTarget {
-                object: full.name,
-                full_revision: head,
-                target: rev,
-            });
-        }
-        tracing::info!(object = %full.name, keys_end = full_revision, head, "the snapshot's revision is etcd's head, past its newest key");
+        check_full(full_name, head, target)?;
+        tracing::info!(object = %full_name, keys_end = full_revision, head, "the snapshot's revision is etcd's head, past its newest key");
         report.full_revision = head;
         report.restored_revision = head;
     }
-    let mut last_object = full.name.clone();
+    let mut last_object = full_name.to_string();
     let tell = |objects_done: u64, stats: ReplayStats| {
-        if let Some(sink) = &options.progress {
+        if let Some(sink) = &run.options.progress {
             sink.report(progress::RestoreProgress {
                 objects_done,
                 events_done: stats.events_applied + stats.events_skipped,
-                elapsed: started.elapsed(),
+                elapsed: run.started.elapsed(),
                 ..progress::RestoreProgress::default()
             });
         }
     };
     tell(1, replayer.stats());
-    let mut decoded = decode_ahead(first, deltas);
     while let Some(object) = decoded.recv().await {
         let (name, events) = object?;
         report.deltas_read += 1;
@@ -551,12 +560,10 @@ async fn build(
         }
     }
     drop(decoded);
-    let (stats, written) = replayer.finish().await?;
+    let (stats, applier) = replayer.finish().await?;
     // Again with the last revision, which stays buffered until the end.
     tell(1 + report.deltas_read, stats);
     report.replay_duration = replay_started.elapsed();
-    report.restored_revision = written.as_ref().map_or(stats.head_revision, |w| w.1);
-    report.revision_bumped_by = (report.restored_revision - stats.head_revision) as u64;
     report.events_applied = stats.events_applied;
     report.revisions_applied = stats.revisions_applied;
     report.events_skipped = stats.events_skipped;
@@ -572,229 +579,18 @@ async fn build(
             last: last_object,
         });
     }
-    let label = format!("{} replayed to revision {}", full.name, stats.head_revision);
-    if let Some((file, _)) = &written {
-        report.verification = verify_file(file.clone(), stats.head_revision, &options).await?;
-    }
-    let direct = written.is_some();
-    replay
-        .finish(&tools, &label, &member, part, work, written)
-        .await?;
-    if !direct {
-        report.verification = verify_file(member_db(part), stats.head_revision, &options).await?;
-    }
+    let label = format!("{full_name} replayed to revision {}", stats.head_revision);
+    let landing = Landing {
+        tools: run.tools,
+        label: &label,
+        member: run.member,
+        part: run.part,
+        work: run.work,
+        options: run.options,
+    };
+    let landed = applier.finish(&landing, stats.head_revision).await?;
+    report.restored_revision = landed.restored_revision;
+    report.revision_bumped_by = (landed.restored_revision - stats.head_revision) as u64;
+    report.verification = landed.verification;
     Ok(report)
-}
-
-/// The scratch member's name in a replay that runs apart from the real identity.
-const SCRATCH_NAME: &str = "quorate-restore";
-
-/// Where and how the deltas are replayed.
-enum Replay {
-    /// Into a new database file written beside the work directory's other files.
-    Direct { applier: Option<DirectApplier> },
-    /// Through a running etcd's API: on the real directory for a single member, else on a
-    /// single-member scratch copy.
-    Txn {
-        etcd: TempEtcd,
-        client: Box<etcd_client::Client>,
-        single: bool,
-        no_fsync: bool,
-    },
-}
-
-impl Replay {
-    /// Restores the full snapshot where the replay runs and prepares it.
-    async fn start(
-        options: &RestoreOptions,
-        tools: &EtcdTools,
-        db: &Path,
-        full_name: &str,
-        member: &MemberIdentity,
-        part: &Path,
-        work: &Path,
-    ) -> Result<Replay, RestoreError> {
-        if options.replay_method == ReplayMethod::Direct {
-            let (db, name, out) = (
-                db.to_path_buf(),
-                full_name.to_string(),
-                work.join("replayed.db"),
-            );
-            let (skip, ttl, bump) = (
-                options.skip_hash_check,
-                options.default_lease_ttl,
-                options.revision_bump,
-            );
-            // Reading and copying the whole snapshot is blocking file work.
-            let applier = tokio::task::spawn_blocking(move || {
-                DirectApplier::start(&db, &name, &out, skip, ttl, bump)
-            })
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-            return Ok(Replay::Direct {
-                applier: Some(applier),
-            });
-        }
-        let scratch_dir = work.join("replay");
-        let scratch_peer = "http://127.0.0.1:2380";
-        let single = member.cluster_size() == 1;
-        let (dir, identity) = if single {
-            (part.to_path_buf(), member.clone())
-        } else {
-            (
-                scratch_dir,
-                MemberIdentity {
-                    name: SCRATCH_NAME.to_string(),
-                    peer_urls: vec![scratch_peer.to_string()],
-                    initial_cluster: format!("{SCRATCH_NAME}={scratch_peer}"),
-                    cluster_token: SCRATCH_NAME.to_string(),
-                },
-            )
-        };
-        tools::snapshot_restore(
-            tools,
-            db,
-            full_name,
-            &identity,
-            &dir,
-            options.skip_hash_check,
-        )
-        .await?;
-        let mut config =
-            TempEtcdConfig::new(&tools.etcd, &dir, &identity.name, &work.join("etcd.log"));
-        config.quota_backend_bytes = options.quota_backend_bytes;
-        config.start_timeout = options.etcd_start_timeout;
-        config.no_fsync = tools::etcd_version(&tools.etcd)
-            .await
-            .is_some_and(|version| version >= (3, 5));
-        let no_fsync = config.no_fsync;
-        let (etcd, client) = TempEtcd::start(config).await?;
-        Ok(Replay::Txn {
-            etcd,
-            client: Box::new(client),
-            single,
-            no_fsync,
-        })
-    }
-
-    /// Leaves the replayed data in `part` as `member` (`written`: the database file a direct
-    /// replay wrote).
-    async fn finish(
-        self,
-        tools: &EtcdTools,
-        label: &str,
-        member: &MemberIdentity,
-        part: &Path,
-        work: &Path,
-        written: Option<(PathBuf, i64)>,
-    ) -> Result<(), RestoreError> {
-        let sync_err = |source| RestoreError::Io {
-            data_dir: part.display().to_string(),
-            what: format!("sync {}", part.display()),
-            source,
-        };
-        match self {
-            Replay::Direct { .. } => {
-                let (db, _) = written.expect("a direct replay writes a database file");
-                // The file carries no integrity hash; it was checked as it was written.
-                tools::snapshot_restore(tools, &db, label, member, part, true).await?;
-            }
-            Replay::Txn {
-                etcd,
-                no_fsync,
-                single: true,
-                ..
-            } => {
-                etcd.stop().await?;
-                if no_fsync {
-                    swap::sync_tree(part).map_err(sync_err)?;
-                }
-            }
-            Replay::Txn { etcd, client, .. } => {
-                let replayed = work.join("replayed.db");
-                snapshot_to_file(*client, &replayed).await?;
-                etcd.stop().await?;
-                tools::snapshot_restore(tools, &replayed, label, member, part, false).await?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Delta objects decoded ahead of the replay, in order.
-type Decoded = tokio::sync::mpsc::Receiver<Result<(String, Vec<DeltaEvent>), RestoreError>>;
-
-/// Fetches and decodes the deltas (`first`, then the rest of `deltas`) on a task of their own,
-/// one object ahead of the replay: downloading, decompressing, checking and decoding the next
-/// object overlaps with applying this one, and at most three objects are held at once (one
-/// applied, one waiting, one being decoded). Dropping the receiver stops the task.
-fn decode_ahead(first: Option<DeltaObject>, mut deltas: DeltaStream) -> Decoded {
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    tokio::spawn(async move {
-        let mut next = first.map(Ok);
-        while let Some(object) = next.take() {
-            let decoded = match object {
-                Ok(DeltaObject {
-                    name,
-                    content: DeltaContent::Raw(bytes),
-                }) => tokio::task::spawn_blocking(move || {
-                    delta::decode(&name, &bytes).map(|events| (name, events))
-                })
-                .await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-                .map_err(RestoreError::from),
-                Ok(DeltaObject {
-                    name,
-                    content: DeltaContent::Events(events),
-                }) => Ok((name, events)),
-                Err(e) => Err(RestoreError::from(e)),
-            };
-            let failed = decoded.is_err();
-            if tx.send(decoded).await.is_err() || failed {
-                return;
-            }
-            next = deltas.next().await;
-        }
-    });
-    rx
-}
-
-/// Writes a byte stream to a new file and syncs it.
-async fn write_stream(
-    mut stream: impl Stream<Item = std::io::Result<Bytes>> + Unpin,
-    path: &Path,
-) -> std::io::Result<()> {
-    let mut file = tokio::fs::File::create(path).await?;
-    while let Some(chunk) = stream.next().await {
-        file.write_all(&chunk?).await?;
-    }
-    file.flush().await?;
-    file.sync_all().await
-}
-
-/// Streams a snapshot of the etcd behind `client` to `path`.
-async fn snapshot_to_file(
-    mut client: etcd_client::Client,
-    path: &Path,
-) -> Result<(), RestoreError> {
-    let err = |message: String| RestoreError::Snapshot { message };
-    let mut stream = client
-        .snapshot()
-        .await
-        .map_err(|e| err(format!("starting the snapshot: {e}")))?;
-    let mut file = tokio::fs::File::create(path)
-        .await
-        .map_err(|e| err(format!("create {}: {e}", path.display())))?;
-    while let Some(message) = stream
-        .message()
-        .await
-        .map_err(|e| err(format!("receiving the snapshot: {e}")))?
-    {
-        file.write_all(message.blob())
-            .await
-            .map_err(|e| err(format!("write {}: {e}", path.display())))?;
-    }
-    file.sync_all()
-        .await
-        .map_err(|e| err(format!("sync {}: {e}", path.display())))
 }

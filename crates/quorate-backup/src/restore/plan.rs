@@ -89,6 +89,9 @@ pub struct RestorePlan<'a, T> {
     pub target: RestoreTarget,
     /// The last revision the chosen objects reach (the restore may stop earlier at the target).
     pub reaches_revision: i64,
+    /// Full snapshots left out because a restore found them past the target
+    /// ([`replan_past_full`]); the plan treats them as not listed.
+    pub passed_over: Vec<String>,
 }
 
 impl<T> RestorePlan<'_, T> {
@@ -115,7 +118,9 @@ pub const BUMP_MARGIN: u64 = 1_000_000_000;
 pub fn revision_bump<T: Listed>(plan: &RestorePlan<'_, T>, listed: &[T]) -> Option<u64> {
     let newest = listed
         .iter()
-        .map(|s| s.snapshot_name().last_revision)
+        .map(|s| s.snapshot_name())
+        .filter(|n| !plan.passed_over.contains(&n.file_name()))
+        .map(|n| n.last_revision)
         .max()?;
     let planned_last = plan
         .deltas
@@ -191,6 +196,40 @@ pub fn plan_restore<T: Listed>(
     listing: &[T],
     target: RestoreTarget,
 ) -> Result<RestorePlan<'_, T>, PlanError> {
+    plan_among(&listing.iter().collect::<Vec<_>>(), target, Vec::new())
+}
+
+/// Whether a full snapshot that, once read, holds revision `revision` can start a restore to
+/// `target`. Its name records the revision read just before it was taken, and it may hold a
+/// little more, so a plan's full snapshot can turn out to be past a revision target; the
+/// restore then stops before changing anything and [`replan_past_full`] says what comes next.
+pub fn full_fits(target: RestoreTarget, revision: i64) -> bool {
+    !matches!(target, RestoreTarget::ToRevision(rev) if revision > rev)
+}
+
+/// The plan after a restore of `plan` found its full snapshot past the target ([`full_fits`]):
+/// the same target planned without that full snapshot (nor those passed over before), i.e.
+/// from an older full snapshot and more deltas, so every target the bucket covers can be
+/// restored. Fails like [`plan_restore`] when no older full snapshot serves.
+pub fn replan_past_full<'a, T: Listed>(
+    listing: &'a [T],
+    plan: &RestorePlan<'a, T>,
+) -> Result<RestorePlan<'a, T>, PlanError> {
+    let mut passed_over = plan.passed_over.clone();
+    passed_over.push(plan.full.snapshot_name().file_name());
+    let kept: Vec<&T> = listing
+        .iter()
+        .filter(|s| !passed_over.contains(&s.snapshot_name().file_name()))
+        .collect();
+    plan_among(&kept, plan.target, passed_over)
+}
+
+/// [`plan_restore`] over the snapshots still in play.
+fn plan_among<'a, T: Listed>(
+    listing: &[&'a T],
+    target: RestoreTarget,
+    passed_over: Vec<String>,
+) -> Result<RestorePlan<'a, T>, PlanError> {
     if let RestoreTarget::ToRevision(rev) = target
         && rev < 1
     {
@@ -203,6 +242,7 @@ pub fn plan_restore<T: Listed>(
     let mut deltas = Vec::new();
     let mut remaining: Vec<&T> = listing
         .iter()
+        .copied()
         .filter(|s| {
             let n = s.snapshot_name();
             n.kind == SnapshotKind::Incr && n.last_revision > head
@@ -269,13 +309,18 @@ pub fn plan_restore<T: Listed>(
         deltas,
         target,
         reaches_revision: head,
+        passed_over,
     })
 }
 
 /// The newest full snapshot at or before the target.
-fn choose_full<T: Listed>(listing: &[T], target: RestoreTarget) -> Result<&T, PlanError> {
+fn choose_full<'a, T: Listed>(
+    listing: &[&'a T],
+    target: RestoreTarget,
+) -> Result<&'a T, PlanError> {
     let fulls = listing
         .iter()
+        .copied()
         .filter(|s| s.snapshot_name().kind == SnapshotKind::Full);
     let eligible = |n: &SnapshotName| match target {
         RestoreTarget::Latest => true,

@@ -20,14 +20,10 @@
 //! API with every lease kept alive meanwhile (see [`super::leases`]; the method
 //! etcd-backup-restore uses, kept as a fallback and as the benchmark's baseline).
 
-use std::collections::HashSet;
-
-use etcd_client::{Client, LeaseGrantOptions, PutOptions, Txn, TxnOp};
 use jiff::Timestamp;
 use thiserror::Error;
 
-use super::direct::DirectApplier;
-use super::leases::LeaseKeepalive;
+use super::apply::{Applier, Pending};
 use super::plan::RestoreTarget;
 use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT};
 
@@ -153,14 +149,6 @@ enum Stop {
     AfterTime(Timestamp),
 }
 
-/// One source revision's events, not applied yet.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    pub(crate) revision: i64,
-    pub(crate) object: String,
-    pub(crate) events: Vec<DeltaEvent>,
-}
-
 /// How replayed revisions reach etcd.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReplayMethod {
@@ -171,23 +159,9 @@ pub enum ReplayMethod {
     Txn,
 }
 
-/// Where revisions go.
-enum Applier {
-    Txn(Box<TxnApplier>),
-    Direct(Box<DirectApplier>),
-}
-
-/// One txn per revision through a running etcd's API.
-struct TxnApplier {
-    client: Client,
-    leases: HashSet<i64>,
-    keepalive: LeaseKeepalive,
-    default_lease_ttl: i64,
-}
-
-/// Applies delta snapshots, one after another, to a running etcd.
-pub struct Replayer {
-    applier: Applier,
+/// Applies delta snapshots, one after another, through an [`Applier`].
+pub struct Replayer<A> {
+    applier: A,
     head: i64,
     head_object: String,
     stop: Stop,
@@ -196,7 +170,7 @@ pub struct Replayer {
     stats: ReplayStats,
 }
 
-impl std::fmt::Debug for Replayer {
+impl<A> std::fmt::Debug for Replayer<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Replayer")
             .field("head", &self.head)
@@ -206,57 +180,11 @@ impl std::fmt::Debug for Replayer {
     }
 }
 
-impl Replayer {
-    /// Takes over the etcd behind `client`: reads its head revision, starts renewing all its
-    /// leases at once, and prepares to replay up to `target` one txn per revision.
+impl<A: Applier> Replayer<A> {
+    /// Prepares to replay up to `target` through `applier`, from the revision its data is at.
     /// `base_object` names what the data came from (the full snapshot), for error messages.
-    pub async fn start(
-        client: Client,
-        base_object: &str,
-        target: RestoreTarget,
-        default_lease_ttl: i64,
-    ) -> Result<Replayer, ReplayError> {
-        let etcd_err = |operation, message: String| ReplayError::Etcd {
-            operation,
-            object: base_object.to_string(),
-            revision: 0,
-            message,
-        };
-        let mut c = client.clone();
-        let leases: HashSet<i64> = c
-            .leases()
-            .await
-            .map_err(|e| etcd_err("listing leases", e.to_string()))?
-            .leases()
-            .iter()
-            .map(|l| l.id())
-            .collect();
-        let keepalive =
-            LeaseKeepalive::start(client.clone(), leases.iter().copied().collect()).await;
-        let head = head_revision(&mut c)
-            .await
-            .map_err(|e| etcd_err("reading the head revision", e))?;
-        let applier = Applier::Txn(Box::new(TxnApplier {
-            client,
-            leases,
-            keepalive,
-            default_lease_ttl,
-        }));
-        Ok(Replayer::new(applier, head, base_object, target))
-    }
-
-    /// Prepares to replay up to `target` into the database file `applier` writes.
-    pub fn into_file(applier: DirectApplier, base_object: &str, target: RestoreTarget) -> Replayer {
+    pub fn new(applier: A, base_object: &str, target: RestoreTarget) -> Replayer<A> {
         let head = applier.head();
-        Replayer::new(
-            Applier::Direct(Box::new(applier)),
-            head,
-            base_object,
-            target,
-        )
-    }
-
-    fn new(applier: Applier, head: i64, base_object: &str, target: RestoreTarget) -> Replayer {
         let stop = match target {
             RestoreTarget::Latest => Stop::Never,
             RestoreTarget::ToRevision(rev) => Stop::AfterRevision(rev),
@@ -367,17 +295,11 @@ impl Replayer {
         Ok(outcome)
     }
 
-    /// Applies the buffered last revision (for a database file, completes it) and stops
-    /// renewing leases; returns the totals and, for a database file, its path and head
-    /// revision (past the replayed one when the revision was bumped).
-    pub async fn finish(
-        mut self,
-    ) -> Result<(ReplayStats, Option<(std::path::PathBuf, i64)>), ReplayError> {
+    /// Applies the buffered last revision; returns the totals and the applier, whose
+    /// [`Applier::finish`] turns the replayed data into the member's data directory.
+    pub async fn finish(mut self) -> Result<(ReplayStats, A), ReplayError> {
         self.flush().await?;
-        match self.applier {
-            Applier::Direct(direct) => Ok((self.stats, Some(direct.finish()?))),
-            Applier::Txn(_) => Ok((self.stats, None)),
-        }
+        Ok((self.stats, self.applier))
     }
 
     fn beyond_target(
@@ -404,90 +326,18 @@ impl Replayer {
         })
     }
 
-    /// Applies the buffered revision: a txn whose resulting revision is checked, or entries
-    /// in the database file checked against the key space.
+    /// Applies the buffered revision through the applier, which checks it was reproduced.
     async fn flush(&mut self) -> Result<(), ReplayError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
-        match &mut self.applier {
-            Applier::Txn(txn) => {
-                let (actual, granted) = txn.apply(&pending).await?;
-                self.stats.leases_granted += granted;
-                if actual != pending.revision {
-                    return Err(ReplayError::RevisionMismatch {
-                        object: pending.object,
-                        expected: pending.revision,
-                        actual,
-                    });
-                }
-            }
-            Applier::Direct(direct) => self.stats.leases_granted += direct.apply(&pending)?,
-        }
+        self.stats.leases_granted += self.applier.apply(&pending).await?;
         self.head = pending.revision;
         self.head_object = pending.object;
         self.stats.head_revision = pending.revision;
         self.stats.revisions_applied += 1;
         self.stats.events_applied += pending.events.len() as u64;
         Ok(())
-    }
-}
-
-impl TxnApplier {
-    /// Applies one revision as one txn; returns the head after it and the leases granted.
-    async fn apply(&mut self, pending: &Pending) -> Result<(i64, u64), ReplayError> {
-        let etcd_err = |operation, message: String| ReplayError::Etcd {
-            operation,
-            object: pending.object.clone(),
-            revision: pending.revision,
-            message,
-        };
-        let mut granted = 0;
-        let mut ops = Vec::with_capacity(pending.events.len());
-        for event in &pending.events {
-            let kv = event.etcd_event.kv.as_ref().expect("validated");
-            if event.etcd_event.kind == EVENT_DELETE {
-                ops.push(TxnOp::delete(kv.key.clone(), None));
-                continue;
-            }
-            let options = if kv.lease != 0 {
-                granted += self
-                    .ensure_lease(kv.lease, event.lease_ttl)
-                    .await
-                    .map_err(|e| etcd_err("granting the key's lease", e))?;
-                Some(PutOptions::new().with_lease(kv.lease))
-            } else {
-                None
-            };
-            ops.push(TxnOp::put(kv.key.clone(), kv.value.clone(), options));
-        }
-        let response = self
-            .client
-            .txn(Txn::new().and_then(ops))
-            .await
-            .map_err(|e| etcd_err("the txn", e.to_string()))?;
-        Ok((response.header().map_or(0, |h| h.revision()), granted))
-    }
-
-    /// Grants lease `id` unless the target has it (granting does not change the revision);
-    /// returns how many leases were granted.
-    async fn ensure_lease(&mut self, id: i64, ttl: Option<i64>) -> Result<u64, String> {
-        if self.leases.contains(&id) {
-            return Ok(0);
-        }
-        let ttl = ttl.filter(|t| *t > 0).unwrap_or(self.default_lease_ttl);
-        let granted = match self
-            .client
-            .lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id)))
-            .await
-        {
-            Ok(_) => 1,
-            Err(e) if e.to_string().contains("lease already exists") => 0,
-            Err(e) => return Err(format!("lease {id:x} with TTL {ttl}s: {e}")),
-        };
-        self.leases.insert(id);
-        self.keepalive.add(id);
-        Ok(granted)
     }
 }
 
@@ -532,12 +382,6 @@ fn validate(
 
 fn event_key(event: &DeltaEvent) -> &[u8] {
     event.etcd_event.kv.as_ref().map_or(&[], |kv| &kv.key)
-}
-
-/// The etcd's current revision.
-async fn head_revision(client: &mut Client) -> Result<i64, String> {
-    let status = client.status().await.map_err(|e| e.to_string())?;
-    Ok(status.header().map_or(0, |h| h.revision()))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::hash::Hasher;
 use std::path::Path;
 
 use super::bolt::{BoltError, BoltReader};
-use super::proto::Reader;
+use super::proto::KeyFacts;
 
 /// What hashing a database file found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,15 +116,13 @@ fn bad_key(k: &[u8]) -> String {
 
 /// A hash of the user key an entry's `mvccpb.KeyValue` names (field 1).
 fn name_hash(value: &[u8]) -> Result<u64, String> {
-    let mut r = Reader::new(value);
-    while let Some((field, v)) = r.next_field()? {
-        if field == 1 {
-            let mut h = DefaultHasher::new();
-            h.write(v.bytes()?);
-            return Ok(h.finish());
-        }
+    let facts = KeyFacts::decode_from(value).map_err(|e| e.to_string())?;
+    if facts.key.is_empty() {
+        return Err("an MVCC entry without a key".to_string());
     }
-    Err("an MVCC entry without a key".to_string())
+    let mut h = DefaultHasher::new();
+    h.write(&facts.key);
+    Ok(h.finish())
 }
 
 /// What a restore can say about its result against the hash etcd recorded at backup time.
