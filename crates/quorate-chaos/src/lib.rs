@@ -8,6 +8,7 @@ pub mod faults;
 pub mod history;
 pub mod report;
 pub mod run;
+pub mod second_checker;
 mod steps;
 pub mod watch;
 pub mod workload;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use quorate_chaos::faults::every_fault_once;
 use quorate_chaos::report::render;
 use quorate_chaos::run::{RunPlan, run};
 
@@ -30,6 +31,19 @@ struct Args {
     /// Where to write the Markdown report.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Where each run's history goes (`history-seed-<seed>.jsonl`, JSON lines as
+    /// docs/reference/history-format.md describes).
+    #[arg(long, default_value = "quorate-chaos-histories")]
+    history_dir: PathBuf,
+    /// The second checker (tools/history-check, built by scripts/build-history-check.sh);
+    /// default ~/.cache/quorate/bin/history-check. Without it the run fails: every history is
+    /// checked twice.
+    #[arg(long)]
+    history_check: Option<PathBuf>,
+    /// The short fixed run: one run of every kind of fault and operation once (seed 13 unless
+    /// --seed says otherwise), instead of a drawn schedule for --duration.
+    #[arg(long)]
+    short: bool,
 }
 
 fn main() -> ExitCode {
@@ -46,21 +60,52 @@ fn main() -> ExitCode {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs())
     });
+    let Some(history_check) = args
+        .history_check
+        .clone()
+        .or_else(quorate_chaos::second_checker::default_binary)
+    else {
+        eprintln!(
+            "quorate-chaos: the second checker is not installed: run scripts/build-history-check.sh or pass --history-check"
+        );
+        return ExitCode::FAILURE;
+    };
+    if let Err(e) = std::fs::create_dir_all(&args.history_dir) {
+        eprintln!(
+            "quorate-chaos: cannot create {}: {e}",
+            args.history_dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let seed = if args.short {
+        args.seed.unwrap_or(13)
+    } else {
+        seed
+    };
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let started = Instant::now();
     let mut reports = Vec::new();
     let mut failed = false;
     let mut failures = Vec::new();
     let mut n = 0;
-    while started.elapsed() < total {
+    while (args.short && n == 0) || (!args.short && started.elapsed() < total) {
         let left = total.saturating_sub(started.elapsed());
         let plan = RunPlan {
             quorate_bin: args.quorate_bin.clone(),
             seed: seed + n,
-            duration: run_length.min(left).max(Duration::from_secs(30)),
+            duration: if args.short {
+                Duration::MAX
+            } else {
+                run_length.min(left).max(Duration::from_secs(30))
+            },
             max_steps: None,
-            steps: None,
+            steps: args.short.then(every_fault_once),
             clients: args.clients,
+            history_file: Some(
+                args.history_dir
+                    .join(format!("history-seed-{}.jsonl", seed + n)),
+            ),
+            history_check: Some(history_check.clone()),
         };
         n += 1;
         eprintln!("[chaos] run {n}, seed {} ({:?})", plan.seed, plan.duration);
@@ -72,6 +117,15 @@ fn main() -> ExitCode {
                 for a in &report.other_anomalies {
                     eprintln!("[chaos] ANOMALY: {a}");
                 }
+                if let Some(second) = &report.second {
+                    eprintln!("[chaos] porcupine (history-check): {}", second.line);
+                }
+                if report.checkers_disagree() {
+                    eprintln!(
+                        "[chaos] THE CHECKERS DISAGREE: quorate's says {}",
+                        report.check
+                    );
+                }
                 failed |= !report.passed();
                 reports.push(report);
             }
@@ -82,10 +136,14 @@ fn main() -> ExitCode {
             }
         }
     }
-    let command = format!(
-        "scripts/chaos.sh --duration {} --seed {seed}",
-        args.duration
-    );
+    let command = if args.short {
+        format!("scripts/chaos.sh --short --seed {seed}")
+    } else {
+        format!(
+            "scripts/chaos.sh --duration {} --seed {seed}",
+            args.duration
+        )
+    };
     let text = render(&reports, &failures, &command);
     match &args.report {
         Some(path) => {

@@ -14,14 +14,14 @@ pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) 
     let _ = writeln!(out, "Produced by `{command}`.\n");
     let _ = writeln!(
         out,
-        "| seed | wall time | steps | operations checked | acknowledged writes | unknown writes (applied / not) | anomalies | acknowledged writes lost | longest acknowledged write | failed reads |"
+        "| seed | wall time | steps | operations checked | acknowledged writes | unknown writes (applied / not) | anomalies | acknowledged writes lost | longest acknowledged write | failed reads | quorate's checker | porcupine (history-check) |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in reports {
         let c = &r.check;
         let _ = writeln!(
             out,
-            "| {} | {:.0} s | {} | {} | {} | {} / {} | {} | {} | {} ms | {} |",
+            "| {} | {:.0} s | {} | {} | {} | {} / {} | {} | {} | {} ms | {} | {} | {} |",
             r.seed,
             r.elapsed_s,
             r.steps.len(),
@@ -33,6 +33,12 @@ pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) 
             c.lost_acknowledged_writes,
             r.longest_write_ms,
             r.failed_reads,
+            if c.passed() {
+                "linearizable"
+            } else {
+                "not linearizable"
+            },
+            second_cell(r),
         );
     }
     let mut heal: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
@@ -69,6 +75,28 @@ pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) 
         for u in &r.unavailable {
             let _ = writeln!(out, "- not injected on this machine: {u}");
         }
+        if let Some(path) = &r.history_file {
+            let _ = writeln!(out, "- history: `{}`", path.display());
+        }
+        match &r.second {
+            Some(second) => {
+                let _ = writeln!(out, "- porcupine (history-check): {}", second.line);
+            }
+            None => {
+                let _ = writeln!(out, "- porcupine (history-check): not run");
+            }
+        }
+        if r.checkers_disagree() {
+            let _ = writeln!(
+                out,
+                "- **the checkers disagree**: quorate's says {}",
+                if r.check.passed() {
+                    "linearizable"
+                } else {
+                    "not linearizable"
+                }
+            );
+        }
         let _ = writeln!(out, "\n| at | step | healed after |\n|---|---|---|");
         for s in &r.steps {
             let _ = writeln!(out, "| {:.1} s | {} | {:.1} s |", s.at_s, s.step, s.heal_s);
@@ -84,4 +112,16 @@ pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) 
         }
     }
     out
+}
+
+/// The second checker's verdict for the summary table.
+fn second_cell(r: &RunReport) -> &'static str {
+    use crate::second_checker::SecondVerdictKind as K;
+    match r.second.as_ref().map(|s| s.kind) {
+        None => "not run",
+        Some(K::Linearizable) => "linearizable",
+        Some(K::NotLinearizable) => "not linearizable",
+        Some(K::Undecided) => "undecided",
+        Some(K::Failed) => "did not run",
+    }
 }

@@ -18,6 +18,7 @@ use crate::faults::network::Partitioner;
 use crate::faults::store_proxy::StoreProxy;
 use crate::faults::{Capabilities, Step, first_step, next_step};
 use crate::history::History;
+use crate::second_checker::{self, SecondVerdict, SecondVerdictKind};
 use crate::steps::{StepContext, inject, wait_healthy, write_s3_secret};
 use crate::watch::{final_watch, spawn_live_watchers};
 use crate::workload::{ClientRecord, WorkloadPlan, run_client};
@@ -42,6 +43,11 @@ pub struct RunPlan {
     pub steps: Option<Vec<Step>>,
     /// Concurrent clients.
     pub clients: u32,
+    /// Where to write the run's history (JSON lines, `docs/reference/history-format.md`).
+    pub history_file: Option<PathBuf>,
+    /// The second checker (`tools/history-check`) to run on the history file; needs
+    /// `history_file`.
+    pub history_check: Option<PathBuf>,
 }
 
 /// One step as it happened.
@@ -77,12 +83,30 @@ pub struct RunReport {
     pub longest_write_ms: u64,
     /// Fault kinds this machine could not inject, with why.
     pub unavailable: Vec<String>,
+    /// The history file written, if asked for.
+    pub history_file: Option<PathBuf>,
+    /// The second checker's verdict, if it ran.
+    pub second: Option<SecondVerdict>,
 }
 
 impl RunReport {
-    /// Whether the run found nothing wrong.
+    /// Whether the run found nothing wrong: quorate's checker passed, nothing outside the
+    /// history went wrong, and the second checker, if it ran, found the history linearizable
+    /// (so the two agree).
     pub fn passed(&self) -> bool {
-        self.check.anomalies.is_empty() && self.other_anomalies.is_empty()
+        self.check.anomalies.is_empty()
+            && self.other_anomalies.is_empty()
+            && self
+                .second
+                .as_ref()
+                .is_none_or(|s| s.kind == SecondVerdictKind::Linearizable)
+    }
+
+    /// Whether the two checkers disagree (always a failure: one of them is wrong).
+    pub fn checkers_disagree(&self) -> bool {
+        self.second
+            .as_ref()
+            .is_some_and(|s| !s.agrees_with(self.check.passed()))
     }
 }
 
@@ -345,6 +369,18 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
     other_anomalies.extend(watch_anomalies);
     history.watched = watched;
     let check = checker::check(&history);
+    let mut second = None;
+    if let Some(path) = &plan.history_file {
+        std::fs::write(path, history.to_jsonl()).map_err(|e| {
+            RunError::Harness(format!(
+                "cannot write the history to {}: {e}",
+                path.display()
+            ))
+        })?;
+        if let Some(binary) = &plan.history_check {
+            second = Some(second_checker::run(binary, path));
+        }
+    }
     drop(disks);
     drop(cluster);
     Ok(RunReport {
@@ -356,5 +392,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         failed_reads,
         longest_write_ms: longest_write.as_millis() as u64,
         unavailable,
+        history_file: plan.history_file.clone(),
+        second,
     })
 }

@@ -13,6 +13,7 @@ pub mod conditions;
 pub mod etcd_version;
 pub mod gc;
 pub mod hibernation;
+pub mod history_line;
 pub mod last_operation;
 pub mod lease;
 pub mod maintenance;

@@ -9,9 +9,11 @@
 //! acknowledged, which makes "no acknowledged write was lost" checkable afterwards with one
 //! prefix count.
 
-use std::io::Write;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use quorate_core::history_line::{HistoryLine, HistoryOp, HistoryOutcome, OpLine};
 use quorate_etcd::{ClusterClient, EtcdError, EtcdTimeouts, EtcdTls};
 use serde::Serialize;
 use tokio::time::MissedTickBehavior;
@@ -41,6 +43,87 @@ pub struct CanaryPlan {
     pub count: Option<u64>,
     /// How often a progress line is printed.
     pub report_every: Duration,
+    /// Where to write every attempt as a history file (JSON lines,
+    /// `docs/reference/history-format.md`), for `tools/history-check`.
+    pub history: Option<PathBuf>,
+}
+
+/// Why the canary could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CanaryError {
+    /// The cluster could not be reached at all.
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    /// The history file could not be written.
+    #[error(
+        "cannot write the history file {path}: {source} (choose a writable path for --history)"
+    )]
+    History {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Every attempt, as history lines: client 0, one put per attempt; an attempt without an
+/// answer is an unknown outcome (it may have applied).
+struct HistoryWriter {
+    path: PathBuf,
+    out: BufWriter<std::fs::File>,
+    origin: Instant,
+}
+
+impl HistoryWriter {
+    fn create(path: &Path, origin: Instant) -> Result<Self, CanaryError> {
+        let file = std::fs::File::create(path).map_err(|source| CanaryError::History {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(HistoryWriter {
+            path: path.to_owned(),
+            out: BufWriter::new(file),
+            origin,
+        })
+    }
+
+    fn attempt(
+        &mut self,
+        key: &str,
+        value: &str,
+        call: Instant,
+        answer: &Result<i64, String>,
+    ) -> Result<(), CanaryError> {
+        let ns = |t: Instant| t.duration_since(self.origin).as_nanos() as u64;
+        let mut line = OpLine {
+            client: 0,
+            call_ns: ns(call),
+            return_ns: ns(Instant::now()),
+            op: HistoryOp::Put,
+            key: key.to_owned(),
+            value: Some(value.to_owned()),
+            ..OpLine::default()
+        };
+        match answer {
+            Ok(revision) => line.revision = Some(*revision),
+            Err(e) => {
+                line.outcome = HistoryOutcome::Unknown;
+                line.error = Some(e.clone());
+            }
+        }
+        writeln!(self.out, "{}", HistoryLine::Op(line).to_json()).map_err(|e| self.failed(e))
+    }
+
+    fn finish(mut self) -> Result<(), CanaryError> {
+        self.out.flush().map_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, source: std::io::Error) -> CanaryError {
+        CanaryError::History {
+            path: self.path.clone(),
+            source,
+        }
+    }
 }
 
 /// Running totals; each progress line is one of these as JSON.
@@ -97,7 +180,12 @@ pub fn canary_key(prefix: &str, seq: u64) -> String {
 
 /// Runs the canary until `count` writes are done or SIGINT/SIGTERM arrives; returns the totals
 /// (also printed as the last line, with `done: true`).
-pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, EtcdError> {
+pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, CanaryError> {
+    let origin = Instant::now();
+    let mut history = match &plan.history {
+        Some(path) => Some(HistoryWriter::create(path, origin)?),
+        None => None,
+    };
     let timeouts = EtcdTimeouts {
         connect: Duration::from_secs(2),
         request: ATTEMPT_TIMEOUT.min(plan.write_timeout),
@@ -121,11 +209,12 @@ pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, EtcdError> {
         }
         seq += 1;
         let key = canary_key(&plan.prefix, seq);
-        let write = write_until_acknowledged(&client, &key, seq, plan.write_timeout);
+        let write = write_until_acknowledged(&client, &key, seq, plan.write_timeout, &mut history);
         let (attempts, waited, outcome) = tokio::select! {
             _ = &mut stop => break,
             done = write => done,
         };
+        let outcome = outcome?;
         totals.record(seq, attempts, waited, outcome);
         if last_report.elapsed() >= plan.report_every {
             print_line(&totals);
@@ -134,34 +223,46 @@ pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, EtcdError> {
     }
     totals.done = true;
     print_line(&totals);
+    if let Some(history) = history {
+        history.finish()?;
+    }
     Ok(totals)
 }
 
-/// Writes `key` = `seq` until acknowledged or `timeout` has passed since the first attempt.
+/// Writes `key` = `seq` until acknowledged or `timeout` has passed since the first attempt,
+/// recording each attempt in `history`. The outcome is `Err` only when the history cannot be
+/// written.
 async fn write_until_acknowledged(
     client: &ClusterClient,
     key: &str,
     seq: u64,
     timeout: Duration,
-) -> (u64, Duration, Result<i64, String>) {
+    history: &mut Option<HistoryWriter>,
+) -> (u64, Duration, Result<Result<i64, String>, CanaryError>) {
     let started = Instant::now();
     let value = seq.to_string();
     let mut attempts = 0;
     loop {
         attempts += 1;
         let left = timeout.saturating_sub(started.elapsed());
+        let call = Instant::now();
         let attempt = client.put(key.as_bytes(), value.as_bytes());
         let answer = match tokio::time::timeout(left, attempt).await {
             Ok(answer) => answer.map_err(|e| e.to_string()),
             Err(_) => Err(format!("no answer within {timeout:?}")),
         };
+        if let Some(h) = history.as_mut()
+            && let Err(e) = h.attempt(key, &value, call, &answer)
+        {
+            return (attempts, started.elapsed(), Err(e));
+        }
         match answer {
-            Ok(revision) => return (attempts, started.elapsed(), Ok(revision)),
+            Ok(revision) => return (attempts, started.elapsed(), Ok(Ok(revision))),
             Err(e) if started.elapsed() + RETRY_PAUSE < timeout => {
                 tracing::debug!(key, attempts, "write failed, retrying: {e}");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
-            Err(e) => return (attempts, started.elapsed(), Err(e)),
+            Err(e) => return (attempts, started.elapsed(), Ok(Err(e))),
         }
     }
 }

@@ -180,6 +180,10 @@ pub enum Command {
         /// How often a progress line is printed.
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
         report_every: std::time::Duration,
+        /// Write every attempt to FILE as a client history (JSON lines,
+        /// docs/reference/history-format.md) that tools/history-check can check.
+        #[arg(long, value_name = "FILE")]
+        history: Option<PathBuf>,
         /// TLS for https endpoints.
         #[command(flatten)]
         tls: ClientTlsArgs,

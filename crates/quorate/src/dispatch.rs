@@ -229,6 +229,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             write_timeout,
             count,
             report_every,
+            history,
             tls,
         } => {
             let totals = crate::canary_cmd::run(crate::canary_cmd::CanaryPlan {
@@ -239,6 +240,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 write_timeout,
                 count,
                 report_every,
+                history,
             })
             .await?;
             Ok(if totals.failed == 0 {

@@ -1,6 +1,7 @@
 //! `quorate canary` against a real etcd member that is killed and restarted while the canary
 //! writes: the outage shows up as retried attempts, not as failed writes, and every
-//! acknowledged key is there afterwards.
+//! acknowledged key is there afterwards. Its `--history` file records every attempt, and the
+//! second checker (tools/history-check, when installed) finds it linearizable.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -15,11 +16,15 @@ const WRITES: u64 = 60;
 async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
     let mut cluster = EtcdTestCluster::start(1).await;
     let url = cluster.member(0).client_url();
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("canary.jsonl");
     let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
     command
         .args(["canary", "--endpoints", &url, "--prefix", "c/"])
         .args(["--interval", "50ms", "--report-every", "100ms"])
         .args(["--write-timeout", "30s", "--count", &WRITES.to_string()])
+        .arg("--history")
+        .arg(&history)
         .env("QUORATE_LOG", "warn")
         .stdout(Stdio::piped());
     let mut canary = ChildGuard::spawn(&mut command).expect("start quorate canary");
@@ -82,4 +87,40 @@ async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
         .collect();
     let expected: Vec<String> = (1..=WRITES).map(|n| n.to_string()).collect();
     assert_eq!(found, expected, "every acknowledged write, in order");
+
+    // The history: one put line per attempt; the retried ones have unknown outcomes, the
+    // acknowledged ones increasing revisions.
+    use quorate_core::history_line::{HistoryLine, HistoryOutcome};
+    let lines = HistoryLine::parse_all(&std::fs::read_to_string(&history).unwrap()).unwrap();
+    let ops: Vec<_> = lines
+        .iter()
+        .map(|l| match l {
+            HistoryLine::Op(op) => op,
+            HistoryLine::Watch(w) => panic!("the canary watches nothing: {w:?}"),
+        })
+        .collect();
+    let acknowledged: Vec<i64> = ops
+        .iter()
+        .filter(|op| op.outcome == HistoryOutcome::Ok)
+        .map(|op| op.revision.expect("an acknowledged put has a revision"))
+        .collect();
+    assert_eq!(acknowledged.len() as u64, WRITES);
+    assert!(
+        acknowledged.windows(2).all(|w| w[0] < w[1]),
+        "{acknowledged:?}"
+    );
+    assert_eq!(
+        (ops.len() - acknowledged.len()) as u64,
+        last["retried_attempts"].as_u64().unwrap(),
+        "every retried attempt is an unknown outcome in the history"
+    );
+    if let Some(checker) = std::env::var_os("HOME")
+        .map(|h| std::path::PathBuf::from(h).join(".cache/quorate/bin/history-check"))
+        .filter(|p| p.exists())
+    {
+        let out = Command::new(checker).arg(&history).output().unwrap();
+        let verdict = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "history-check: {verdict}");
+        assert!(verdict.starts_with("linearizable:"), "{verdict}");
+    }
 }

@@ -5,76 +5,22 @@
 
 use std::time::Duration;
 
-use quorate_chaos::faults::store_proxy::StoreFault;
-use quorate_chaos::faults::{Step, Target};
+use quorate_chaos::faults::{Step, every_fault_once};
 use quorate_chaos::run::{RunPlan, run};
 
 #[test]
 fn every_fault_once_loses_nothing_acknowledged() {
-    let hold = Duration::from_secs(6);
-    let steps = vec![
-        Step::Kill {
-            member: 0,
-            target: Target::Etcd,
-        },
-        Step::Pause {
-            member: 1,
-            target: Target::Etcd,
-            hold,
-        },
-        Step::Partition { member: 2, hold },
-        Step::BackupLeaderChange,
-        Step::Kill {
-            member: 1,
-            target: Target::Agent,
-        },
-        Step::Pause {
-            member: 2,
-            target: Target::Agent,
-            hold,
-        },
-        Step::DiskFull { member: 0, hold },
-        Step::PauseSupervisor { hold },
-        Step::Store {
-            fault: StoreFault::Slow(Duration::from_millis(1500)),
-            hold,
-        },
-        Step::Store {
-            fault: StoreFault::CutAfter(4096),
-            hold,
-        },
-        Step::Store {
-            fault: StoreFault::Refuse,
-            hold,
-        },
-        Step::ClockSkew {
-            member: 0,
-            skew_s: 2 * 86_400,
-            hold,
-        },
-        Step::ClockSkew {
-            member: 1,
-            skew_s: -3_600,
-            hold,
-        },
-        Step::CorruptBackup,
-        Step::RollingUpdate,
-        Step::ScaleIn,
-        Step::Defragment,
-        Step::Hibernate,
-        Step::SlowRestart {
-            stopped: 1,
-            wiped: 0,
-            hold: Duration::from_secs(40),
-        },
-        // A total loss, then a quorum loss that drops member 0 as restored, then another total
-        // loss: member 0 restores with the same IDs the old record names (seed 2026112502
-        // found it; `a_record_older_than_the_restored_data_does_not_drop_it`).
-        Step::TotalLoss,
-        Step::QuorumLoss { survivor: 2 },
-        Step::CrashAll,
-        Step::TotalLoss,
-    ];
+    let steps = every_fault_once();
+    let history_dir = tempfile::tempdir().unwrap();
+    // The second checker (scripts/build-history-check.sh, run by install-deps.sh): required
+    // under CI, used whenever it is installed.
+    let history_check = quorate_chaos::second_checker::default_binary();
+    if std::env::var_os("CI").is_some() {
+        assert!(
+            history_check.is_some(),
+            "~/.cache/quorate/bin/history-check is missing (scripts/build-history-check.sh)"
+        );
+    }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let report = runtime
         .block_on(run(RunPlan {
@@ -84,6 +30,8 @@ fn every_fault_once_loses_nothing_acknowledged() {
             max_steps: None,
             steps: Some(steps),
             clients: 4,
+            history_file: Some(history_dir.path().join("history-seed-13.jsonl")),
+            history_check,
         }))
         .unwrap_or_else(|e| panic!("the run could not be carried out: {e}"));
     for missing in &report.unavailable {
@@ -105,6 +53,14 @@ fn every_fault_once_loses_nothing_acknowledged() {
         .chain(report.other_anomalies.iter().cloned())
         .collect();
     assert!(anomalies.is_empty(), "anomalies:\n{}", anomalies.join("\n"));
+    if let Some(second) = &report.second {
+        assert_eq!(
+            second.kind,
+            quorate_chaos::second_checker::SecondVerdictKind::Linearizable,
+            "porcupine (tools/history-check): {}",
+            second.line
+        );
+    }
     assert_eq!(report.check.lost_acknowledged_writes, 0);
     assert!(
         report.check.acknowledged_writes > 200,
@@ -127,6 +83,8 @@ fn the_suite_sees_writes_lost_by_an_unbacked_total_loss() {
             max_steps: None,
             steps: Some(vec![Step::TotalLossUnbacked]),
             clients: 4,
+            history_file: None,
+            history_check: None,
         }))
         .unwrap_or_else(|e| panic!("the run could not be carried out: {e}"));
     assert!(

@@ -1,0 +1,5 @@
+module quorate/tools/history-check
+
+go 1.26
+
+require github.com/anishathalye/porcupine v1.3.1
