@@ -203,13 +203,15 @@ fn a_downgrade_a_skip_and_a_wrong_binary_are_refused_before_anything_restarts() 
     assert!(local.etcd_pid("keep", "keep-0").is_none());
 }
 
-/// The version skip rule on a 3.4 cluster: 3.6 would skip 3.5 (and is not supported here).
+/// A request two minor versions up is a chain of single steps (3.4 → 3.5 → 3.6), not a
+/// refusal; a downgrade below 3.5 is refused, as etcd refuses it.
 #[test]
-fn a_version_skip_is_named_as_such() {
-    let skip = quorate_api::EtcdVersion::V3_4
-        .check_change(quorate_api::EtcdVersion::parse("3.6").unwrap())
-        .unwrap_err();
-    assert!(skip.contains("skips a version"), "{skip}");
+fn a_skip_is_a_chain_and_a_downgrade_below_3_5_is_refused() {
+    let v = |s| quorate_api::EtcdVersion::parse(s).unwrap();
+    assert!(v("3.4").check_change(v("3.6")).is_ok());
+    assert_eq!(v("3.4").steps_to(v("3.6")), [v("3.5"), v("3.6")]);
+    let down = v("3.6").check_change(v("3.4")).unwrap_err().to_string();
+    assert!(down.contains("reach 3.5 at the lowest"), "{down}");
 }
 
 /// An etcd 3.5 "installation" whose `etcd` runs `--version` but fails to start a member: the
