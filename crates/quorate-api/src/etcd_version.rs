@@ -22,12 +22,20 @@ impl EtcdVersion {
     /// etcd 3.4 (Debian bookworm's 3.4.23): what every cluster ran before versions were
     /// chosen, so a cluster without a recorded version runs it.
     pub const V3_4: EtcdVersion = EtcdVersion { major: 3, minor: 4 };
-    /// etcd 3.5 (Debian's 3.5.30), etcd-druid's default too.
+    /// etcd 3.5 (built from its pinned Go module, `tools/etcd/v3.5`): what new clusters ran
+    /// before 3.6, and the version etcd upgrades to 3.6 from.
     pub const V3_5: EtcdVersion = EtcdVersion { major: 3, minor: 5 };
+    /// etcd 3.6 (built from `tools/etcd/v3.6`): feature gates instead of experimental flags,
+    /// no v2 store, the downgrade API.
+    pub const V3_6: EtcdVersion = EtcdVersion { major: 3, minor: 6 };
+    /// etcd 3.7 (built from `tools/etcd/v3.7`): no `--experimental-*` flag, membership from
+    /// the v3 `members` bucket.
+    pub const V3_7: EtcdVersion = EtcdVersion { major: 3, minor: 7 };
     /// The versions quorate can run, oldest first.
-    pub const SUPPORTED: [EtcdVersion; 2] = [Self::V3_4, Self::V3_5];
-    /// The version of a new cluster that does not choose one.
-    pub const DEFAULT: EtcdVersion = Self::V3_5;
+    pub const SUPPORTED: [EtcdVersion; 4] = [Self::V3_4, Self::V3_5, Self::V3_6, Self::V3_7];
+    /// The version of a new cluster that does not choose one: the newest minor etcd has
+    /// released long enough to carry many patches (3.7 is young; 3.5 is below 3.6 in support).
+    pub const DEFAULT: EtcdVersion = Self::V3_6;
     /// The version of a cluster that ran before quorate recorded versions.
     pub const UNRECORDED: EtcdVersion = Self::V3_4;
 
@@ -144,7 +152,7 @@ impl<'de> Deserialize<'de> for EtcdVersion {
     }
 }
 
-/// The versions this quorate runs, for messages: `3.4, 3.5`.
+/// The versions this quorate runs, for messages: `3.4, 3.5, 3.6, 3.7`.
 pub fn supported_list() -> String {
     EtcdVersion::SUPPORTED
         .iter()
@@ -222,6 +230,35 @@ mod tests {
         assert!(v("3.6").steps_to(v("3.6")).is_empty());
         assert_eq!(v("3.7").next_toward(v("3.5")), Some(v("3.6")));
         assert_eq!(v("3.6").next_toward(v("3.6")), None);
+    }
+
+    #[test]
+    fn every_supported_version_is_accepted_and_others_are_refused_by_name() {
+        use crate::annotations::ETCD_VERSION;
+        let with = |v: &str| {
+            let mut e = Etcd::new("etcd", Default::default());
+            e.metadata.annotations = Some([(ETCD_VERSION.to_string(), v.to_string())].into());
+            requested(&e)
+        };
+        for (text, want) in [
+            ("3.4", EtcdVersion::V3_4),
+            ("3.5", EtcdVersion::V3_5),
+            ("3.6", EtcdVersion::V3_6),
+            ("3.7", EtcdVersion::V3_7),
+        ] {
+            assert_eq!(with(text), Ok(Some(want)), "{text}");
+        }
+        assert_eq!(requested(&Etcd::new("etcd", Default::default())), Ok(None));
+        for bad in ["3.3", "3.8", "4.0"] {
+            let refused = with(bad).unwrap_err();
+            assert!(
+                refused.contains(&format!("etcd {bad} is not supported"))
+                    && refused.contains("3.4, 3.5, 3.6, 3.7"),
+                "{refused}"
+            );
+        }
+        assert!(with("latest").unwrap_err().contains("3.4, 3.5, 3.6, 3.7"));
+        assert_eq!(EtcdVersion::DEFAULT, EtcdVersion::V3_6);
     }
 
     #[test]
