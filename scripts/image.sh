@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # image.sh: the quorate image — `quorate` (operator, agent, CLI) plus Debian's etcd and etcdctl
-# (etcd-server/etcd-client 3.4 in /usr/bin, 3.5.30 from sid in /usr/lib/quorate/etcd-3.5), run as
+# (etcd-server/etcd-client 3.4 in /usr/bin) and etcd 3.5, 3.6 and 3.7 built from the Go modules
+# pinned in tools/etcd/ (scripts/install-etcd.sh, in /usr/lib/quorate/etcd-X.Y), run as
 # user 65532, ENTRYPOINT ["quorate"]. One script, two ways:
 #
 #   scripts/image.sh [--out FILE] [--ref IMAGE]
@@ -71,9 +72,10 @@ for f in /usr/bin/etcd /usr/bin/etcdctl /etc/ssl/certs/ca-certificates.crt; do
   [ -e "$f" ] || die "missing $f: apt-get install etcd-server etcd-client ca-certificates"
 done
 command -v cargo >/dev/null || die "no cargo on PATH"
-# etcd 3.5 beside Debian's 3.4, where quorate looks for it (/usr/lib/quorate/etcd-3.5).
-bash "$ROOT/scripts/install-etcd35.sh"
-etcd35=${QUORATE_ETCD_3_5_DIR:-$HOME/.cache/quorate/etcd-3.5}
+# etcd 3.5, 3.6 and 3.7 beside Debian's 3.4, where quorate looks for them
+# (/usr/lib/quorate/etcd-X.Y), built once into ~/.cache/quorate/etcd-X.Y.
+ETCD_MINORS=(3.5 3.6 3.7)
+bash "$ROOT/scripts/install-etcd.sh" "${ETCD_MINORS[@]}"
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/quorate/target}
 log "cargo build --release -p quorate (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
@@ -93,10 +95,14 @@ chmod 1777 "$r/var/lib/quorate"
 install -m 0755 "$QUORATE" "$r/usr/local/bin/quorate"
 install -m 0755 "$(readlink -f /usr/bin/etcd)" "$r/usr/bin/etcd"
 install -m 0755 "$(readlink -f /usr/bin/etcdctl)" "$r/usr/bin/etcdctl"
-mkdir -p "$r/usr/lib/quorate/etcd-3.5"
-for b in etcd etcdctl etcdutl; do install -m 0755 "$etcd35/$b" "$r/usr/lib/quorate/etcd-3.5/$b"; done
+for minor in "${ETCD_MINORS[@]}"; do
+  var="QUORATE_ETCD_${minor/./_}_DIR"
+  src="${!var:-$HOME/.cache/quorate/etcd-$minor}"
+  mkdir -p "$r/usr/lib/quorate/etcd-$minor"
+  for b in etcd etcdctl etcdutl; do install -m 0755 "$src/$b" "$r/usr/lib/quorate/etcd-$minor/$b"; done
+done
 # every shared library and the loader, at the paths the binaries ask for
-for b in "$r/usr/local/bin/quorate" "$r/usr/bin/etcd" "$r/usr/bin/etcdctl" "$r"/usr/lib/quorate/etcd-3.5/*; do
+for b in "$r/usr/local/bin/quorate" "$r/usr/bin/etcd" "$r/usr/bin/etcdctl" "$r"/usr/lib/quorate/etcd-3.*/*; do
   for l in $(ldd "$b" 2>/dev/null | grep -oE '/[^ ]+' || true); do
     [ -e "$r$l" ] && continue
     mkdir -p "$r$(dirname "$l")"
@@ -111,7 +117,7 @@ printf 'root:x:0:0:root:/root:/usr/sbin/nologin\nquorate:x:65532:65532:quorate:/
 printf 'root:x:0:\nquorate:x:65532:\nnogroup:x:65534:\n' > "$r/etc/group"
 printf 'hosts: files dns\n' > "$r/etc/nsswitch.conf"
 # a smoke test of the layout: each binary runs with only the rootfs' libraries
-for b in /usr/local/bin/quorate /usr/bin/etcd /usr/bin/etcdctl /usr/lib/quorate/etcd-3.5/etcd; do
+for b in /usr/local/bin/quorate /usr/bin/etcd /usr/bin/etcdctl /usr/lib/quorate/etcd-3.*/etcd; do
   missing=$(ldd "$r$b" 2>&1 | awk '/not found/ { print $1 }')
   [ -z "$missing" ] || die "$b needs libraries that are not in the image: $missing"
 done

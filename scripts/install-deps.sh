@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing quorate needs, skipping what is already there:
-# etcd 3.4 (server + etcdctl) and 3.5, protoc with its well-known types, and (as root) iptables
-# from Debian; moto's S3 server; mdBook; promtool; kube-apiserver and kubectl. Safe to run repeatedly.
+# etcd 3.4 (server + etcdctl) from Debian, etcd 3.5, 3.6 and 3.7 built from pinned Go modules
+# (scripts/install-etcd.sh; needs Go 1.26+), protoc with its well-known types, and (as root)
+# iptables from Debian; moto's S3 server; mdBook; promtool; kube-apiserver and kubectl. Safe to
+# run repeatedly.
 #
 #   scripts/install-deps.sh          # everything the tests need
 #   scripts/install-deps.sh --local  # only what building quorate and running local mode need
-#                                    # (etcd 3.4 and 3.5, protoc): the quick start's fast path
+#                                    # (etcd 3.4, etcd 3.6 — what new clusters run —, protoc):
+#                                    # the quick start's fast path
 set -euo pipefail
 local_only=false
 case "${1:-}" in
@@ -45,10 +48,14 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 
-# etcd 3.5 (etcd, etcdctl, etcdutl), the version new clusters run: Debian's 3.5.30 from the
-# sid suite, fetched with a temporary apt source (nothing of sid is installed) and unpacked into
-# ~/.cache/quorate/etcd-3.5 (or $QUORATE_ETCD_3_5_DIR), where quorate looks for it.
-bash "$(dirname "$0")/install-etcd35.sh"
+# etcd 3.5, 3.6 and 3.7 (etcd, etcdctl, etcdutl), built from the Go modules pinned in
+# tools/etcd/vX.Y/ into ~/.cache/quorate/etcd-X.Y (or $QUORATE_ETCD_X_Y_DIR), where quorate
+# looks for them. Local mode needs only 3.6, the version new clusters run.
+if $local_only; then
+  bash "$(dirname "$0")/install-etcd.sh" 3.6
+else
+  bash "$(dirname "$0")/install-etcd.sh" 3.5 3.6 3.7
+fi
 
 if $local_only; then
   exit 0

@@ -2,7 +2,7 @@
 # Brings up the example 3-member etcd cluster with backups on this machine and shows its status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Only what local mode needs (etcd 3.4 and 3.5, protoc): the tests' extras (moto, promtool,
+# Only what local mode needs (etcd 3.4, etcd 3.6 built from its pinned Go modules, protoc): the tests' extras (moto, promtool,
 # kube-apiserver) are installed by the test command.
 bash scripts/install-deps.sh --local
 cargo build --profile quickstart --quiet -p quorate

@@ -9,6 +9,7 @@ mod certificates;
 pub mod clock;
 mod defrag;
 pub mod etcd_process;
+pub mod etcd_version;
 pub mod executor;
 mod facts;
 pub mod http;

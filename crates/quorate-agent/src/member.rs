@@ -19,7 +19,7 @@ use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
 use quorate_core::membership::start::Backups;
-use quorate_core::upgrade::{members_behind, snapshot_gate, snapshot_request};
+use quorate_core::upgrade::{downgrade_gate, members_behind, snapshot_gate, snapshot_request};
 use quorate_etcd::MemberClient;
 use quorate_etcd::binaries::{EtcdBinaries, MissingEtcd};
 use quorate_etcd::data_dir;
@@ -382,6 +382,7 @@ async fn run_etcd<C: Coordination>(
     let mut quorum_check = tokio::time::interval(opts.poll_interval);
     let mut last_drop_check: Option<Instant> = None;
     let mut last_scale_in_check: Option<Instant> = None;
+    let mut last_version_check: Option<Instant> = None;
     let mut secrets_written = Instant::now();
     if state.get().defrag == Default::default() {
         let leases = coord.member_leases().await.unwrap_or_default();
@@ -565,6 +566,10 @@ async fn run_etcd<C: Coordination>(
                         } else if !leads {
                             state.update(|s| s.membership = None);
                         }
+                        if last_version_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
+                            last_version_check = Some(Instant::now());
+                            crate::etcd_version::check(&newest, me, client, &st, state).await;
+                        }
                         if st.is_learner {
                             promote_if_my_turn(cluster, me, client).await;
                         } else if !peer_urls_settled && st.leader_id != 0 {
@@ -675,6 +680,15 @@ async fn restart_turn<C: Coordination>(
         .map(|(m, a)| (m.name, a))
         .collect();
     snapshot_gate(running.etcd_version, latest, &leases).map_err(Wait::new)?;
+    if latest.etcd_version < running.etcd_version {
+        let status = client
+            .status()
+            .await
+            .map_err(|e| Wait::new(format!("reading etcd's status: {e}")))?;
+        let cluster = crate::etcd_version::cluster_version(latest, me).await;
+        let evidence = crate::etcd_version::evidence(&status, cluster);
+        downgrade_gate(running.etcd_version, latest.etcd_version, evidence).map_err(Wait::new)?;
+    }
     let peers = RolloutPeer::from_leases(latest, &leases, &answers);
     let hash = rollout_key(latest);
     may_restart(me, &peers, &hash).map_err(Wait::new)?;

@@ -70,6 +70,8 @@ pub struct MemberState {
     pub upgrade_snapshot_request: Option<String>,
     /// The etcd server version the member runs (etcd's status answer), e.g. `3.5.30`.
     pub etcd_version: Option<String>,
+    /// The cluster version its etcd reports (its metrics), e.g. `3.6`.
+    pub cluster_version: Option<String>,
     /// What this member, as backup leader, achieved for the final snapshot of a hibernation.
     pub final_snapshot: Option<FinalSnapshotReport>,
     /// `message` says why a scale-in this leader carries out waits; cleared once it moves on.

@@ -74,7 +74,7 @@ pub fn are_components_protected(annotations: Option<&BTreeMap<String, String>>) 
     !annotations.is_some_and(|a| a.contains_key(DISABLE_ETCD_COMPONENT_PROTECTION))
 }
 
-/// The etcd minor version a cluster runs (`"3.4"` or `"3.5"`). Absent: a new cluster gets
+/// The etcd minor version a cluster runs (`"3.4"`, `"3.5"`, `"3.6"` or `"3.7"`). Absent: a new cluster gets
 /// [`crate::etcd_version::EtcdVersion::DEFAULT`], an existing one keeps the version it runs.
 /// Raising it upgrades the members one at a time; lowering it is refused.
 pub const ETCD_VERSION: &str = "quorate.io/etcd-version";

@@ -1,5 +1,6 @@
 //! The etcd version a cluster runs: which minor versions quorate supports, the annotation that
-//! chooses one, and which changes between versions are allowed (one minor step up; never down).
+//! chooses one, and which changes between versions are allowed (up any number of minor
+//! versions, down to 3.5; both one minor step at a time).
 
 use std::fmt;
 
@@ -21,12 +22,20 @@ impl EtcdVersion {
     /// etcd 3.4 (Debian bookworm's 3.4.23): what every cluster ran before versions were
     /// chosen, so a cluster without a recorded version runs it.
     pub const V3_4: EtcdVersion = EtcdVersion { major: 3, minor: 4 };
-    /// etcd 3.5 (Debian's 3.5.30), etcd-druid's default too.
+    /// etcd 3.5 (built from its pinned Go module, `tools/etcd/v3.5`): what new clusters ran
+    /// before 3.6, and the version etcd upgrades to 3.6 from.
     pub const V3_5: EtcdVersion = EtcdVersion { major: 3, minor: 5 };
+    /// etcd 3.6 (built from `tools/etcd/v3.6`): feature gates instead of experimental flags,
+    /// no v2 store, the downgrade API.
+    pub const V3_6: EtcdVersion = EtcdVersion { major: 3, minor: 6 };
+    /// etcd 3.7 (built from `tools/etcd/v3.7`): no `--experimental-*` flag, membership from
+    /// the v3 `members` bucket.
+    pub const V3_7: EtcdVersion = EtcdVersion { major: 3, minor: 7 };
     /// The versions quorate can run, oldest first.
-    pub const SUPPORTED: [EtcdVersion; 2] = [Self::V3_4, Self::V3_5];
-    /// The version of a new cluster that does not choose one.
-    pub const DEFAULT: EtcdVersion = Self::V3_5;
+    pub const SUPPORTED: [EtcdVersion; 4] = [Self::V3_4, Self::V3_5, Self::V3_6, Self::V3_7];
+    /// The version of a new cluster that does not choose one: the newest minor etcd has
+    /// released long enough to carry many patches (3.7 is young; 3.5 is below 3.6 in support).
+    pub const DEFAULT: EtcdVersion = Self::V3_6;
     /// The version of a cluster that ran before quorate recorded versions.
     pub const UNRECORDED: EtcdVersion = Self::V3_4;
 
@@ -50,31 +59,78 @@ impl EtcdVersion {
         Self::SUPPORTED.contains(&self)
     }
 
-    /// Whether moving a cluster from `self` to `to` is allowed: the same version, or one minor
-    /// version up (etcd supports nothing else). `Err` says why not and what to do instead.
-    pub fn check_change(self, to: EtcdVersion) -> Result<(), String> {
+    /// Whether moving a cluster from `self` to `to` is allowed: the same version; any newer
+    /// minor version of the same major, reached one minor step at a time ([`Self::steps_to`]);
+    /// or an older one down to [`Self::DOWNGRADE_FLOOR`] through etcd's downgrade API, one
+    /// minor step at a time too. `Err` says why not and what to do instead.
+    pub fn check_change(self, to: EtcdVersion) -> Result<(), VersionChangeRefused> {
         if to == self {
             return Ok(());
         }
-        if to < self {
-            return Err(format!(
-                "downgrading etcd from {self} to {to} is refused: etcd cannot run data a newer \
-                 version wrote (\"cluster cannot be downgraded\"); keep {self}, or restore a \
-                 backup into a new cluster that runs {to}"
-            ));
+        if to.major != self.major {
+            return Err(VersionChangeRefused::OtherMajor { from: self, to });
         }
-        if to.major != self.major || to.minor != self.minor + 1 {
-            let next = EtcdVersion {
-                major: self.major,
-                minor: self.minor + 1,
-            };
-            return Err(format!(
-                "upgrading etcd from {self} to {to} skips a version: etcd upgrades one minor \
-                 version at a time; upgrade to {next} first"
-            ));
+        if to < self && to < Self::DOWNGRADE_FLOOR {
+            return Err(VersionChangeRefused::BelowDowngradeFloor { from: self, to });
         }
         Ok(())
     }
+
+    /// The lowest version etcd's downgrade API reaches: 3.5 added it, and 3.4 cannot read
+    /// what 3.5 wrote, so etcd refuses a downgrade to anything older.
+    pub const DOWNGRADE_FLOOR: EtcdVersion = EtcdVersion { major: 3, minor: 5 };
+
+    /// The versions a change from `self` to `to` passes through, one minor step each, `to`
+    /// last; empty when they are the same. etcd moves one minor version at a time in either
+    /// direction, so 3.5 → 3.7 is 3.6, 3.7 and 3.7 → 3.5 is 3.6, 3.5. Only meaningful for a
+    /// change [`Self::check_change`] allows.
+    pub fn steps_to(self, to: EtcdVersion) -> Vec<EtcdVersion> {
+        let minor = |minor| EtcdVersion {
+            major: self.major,
+            minor,
+        };
+        if to.major != self.major {
+            return Vec::new();
+        }
+        if to > self {
+            (self.minor + 1..=to.minor).map(minor).collect()
+        } else {
+            (to.minor..self.minor).rev().map(minor).collect()
+        }
+    }
+
+    /// The first step from `self` towards `to` ([`Self::steps_to`]); `None` when there.
+    pub fn next_toward(self, to: EtcdVersion) -> Option<EtcdVersion> {
+        self.steps_to(to).first().copied()
+    }
+}
+
+/// Why a change of a cluster's etcd version is refused, and what to do instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VersionChangeRefused {
+    /// A change to another major version: etcd has no path between majors.
+    #[error(
+        "changing etcd from {from} to {to} is refused: etcd moves between minor versions of one \
+         major version only; keep {from}, or restore a backup into a new cluster that runs {to}"
+    )]
+    OtherMajor {
+        /// The version the cluster runs.
+        from: EtcdVersion,
+        /// The version asked for.
+        to: EtcdVersion,
+    },
+    /// A downgrade below [`EtcdVersion::DOWNGRADE_FLOOR`].
+    #[error(
+        "downgrading etcd from {from} to {to} is refused: etcd downgrades (etcdctl downgrade) \
+         reach 3.5 at the lowest, as etcd {to} cannot read the data a newer version wrote; \
+         keep {from} or choose 3.5 or later, or restore a backup into a new cluster that runs {to}"
+    )]
+    BelowDowngradeFloor {
+        /// The version the cluster runs.
+        from: EtcdVersion,
+        /// The version asked for.
+        to: EtcdVersion,
+    },
 }
 
 impl fmt::Display for EtcdVersion {
@@ -96,7 +152,7 @@ impl<'de> Deserialize<'de> for EtcdVersion {
     }
 }
 
-/// The versions this quorate runs, for messages: `3.4, 3.5`.
+/// The versions this quorate runs, for messages: `3.4, 3.5, 3.6, 3.7`.
 pub fn supported_list() -> String {
     EtcdVersion::SUPPORTED
         .iter()
@@ -144,21 +200,65 @@ mod tests {
     }
 
     #[test]
-    fn only_one_minor_step_up_is_allowed() {
+    fn upgrades_and_downgrades_to_3_5_are_allowed_one_minor_step_at_a_time() {
         let v = |s| EtcdVersion::parse(s).unwrap();
         assert!(v("3.4").check_change(v("3.4")).is_ok());
         assert!(v("3.4").check_change(v("3.5")).is_ok());
+        assert!(v("3.5").check_change(v("3.7")).is_ok(), "chained");
+        assert!(v("3.7").check_change(v("3.5")).is_ok(), "downgrade API");
         let down = v("3.5").check_change(v("3.4")).unwrap_err();
-        assert!(
-            down.contains("downgrading etcd from 3.5 to 3.4 is refused"),
-            "{down}"
+        assert_eq!(
+            down,
+            VersionChangeRefused::BelowDowngradeFloor {
+                from: v("3.5"),
+                to: v("3.4")
+            }
         );
-        let skip = v("3.4").check_change(v("3.6")).unwrap_err();
+        let text = down.to_string();
         assert!(
-            skip.contains("skips a version") && skip.contains("to 3.5 first"),
-            "{skip}"
+            text.contains("downgrading etcd from 3.5 to 3.4 is refused")
+                && text.contains("choose 3.5 or later"),
+            "{text}"
         );
-        assert!(v("3.5").check_change(v("4.0")).is_err());
+        assert!(v("3.7").check_change(v("3.4")).is_err());
+        let major = v("3.5").check_change(v("4.0")).unwrap_err().to_string();
+        assert!(major.contains("one major version"), "{major}");
+
+        assert_eq!(v("3.5").steps_to(v("3.7")), [v("3.6"), v("3.7")]);
+        assert_eq!(v("3.7").steps_to(v("3.5")), [v("3.6"), v("3.5")]);
+        assert_eq!(v("3.4").steps_to(v("3.5")), [v("3.5")]);
+        assert!(v("3.6").steps_to(v("3.6")).is_empty());
+        assert_eq!(v("3.7").next_toward(v("3.5")), Some(v("3.6")));
+        assert_eq!(v("3.6").next_toward(v("3.6")), None);
+    }
+
+    #[test]
+    fn every_supported_version_is_accepted_and_others_are_refused_by_name() {
+        use crate::annotations::ETCD_VERSION;
+        let with = |v: &str| {
+            let mut e = Etcd::new("etcd", Default::default());
+            e.metadata.annotations = Some([(ETCD_VERSION.to_string(), v.to_string())].into());
+            requested(&e)
+        };
+        for (text, want) in [
+            ("3.4", EtcdVersion::V3_4),
+            ("3.5", EtcdVersion::V3_5),
+            ("3.6", EtcdVersion::V3_6),
+            ("3.7", EtcdVersion::V3_7),
+        ] {
+            assert_eq!(with(text), Ok(Some(want)), "{text}");
+        }
+        assert_eq!(requested(&Etcd::new("etcd", Default::default())), Ok(None));
+        for bad in ["3.3", "3.8", "4.0"] {
+            let refused = with(bad).unwrap_err();
+            assert!(
+                refused.contains(&format!("etcd {bad} is not supported"))
+                    && refused.contains("3.4, 3.5, 3.6, 3.7"),
+                "{refused}"
+            );
+        }
+        assert!(with("latest").unwrap_err().contains("3.4, 3.5, 3.6, 3.7"));
+        assert_eq!(EtcdVersion::DEFAULT, EtcdVersion::V3_6);
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub use enums::{
     TrafficDistribution,
 };
 pub use etcd::{Etcd, EtcdSpec, SchedulingConstraints, SharedConfig};
-pub use etcd_version::EtcdVersion;
+pub use etcd_version::{EtcdVersion, VersionChangeRefused};
 pub use manifest::{
     EtcdManifest, ManifestError, ParseError, parse_etcd_manifest, parse_etcd_manifests,
     read_etcd_manifests,

@@ -2,9 +2,9 @@
 //! etcdctl's, and etcd 3.5 replaying and serving the restored data (an upgrade from the 3.4
 //! source, as after a version bump).
 //!
-//! etcd 3.5 is Debian's 3.5.30 where `scripts/install-deps.sh` puts it (see
-//! `quorate_etcd::binaries`); without it the test says so and passes, unless
-//! `QUORATE_REQUIRE_ETCD35` is set (CI sets it).
+//! etcd 3.5 is built by `scripts/install-etcd.sh` (see `quorate_etcd::binaries`); without it
+//! the test says so and passes, unless `QUORATE_REQUIRE_ETCD` names 3.5 (CI does).
+//! `restore_versions.rs` restores a 3.5 backup into 3.5, 3.6 and 3.7.
 
 mod restore_common;
 
@@ -17,17 +17,10 @@ use quorate_testkit::ChildGuard;
 use restore_common::*;
 
 fn etcd35_dir() -> Option<PathBuf> {
-    match quorate_etcd::binaries::EtcdBinaries::default().etcd(quorate_api::EtcdVersion::V3_5) {
-        Ok(etcd) => etcd.parent().map(PathBuf::from),
-        Err(missing) => {
-            assert!(
-                std::env::var_os("QUORATE_REQUIRE_ETCD35").is_none(),
-                "etcd 3.5 is required: {missing}"
-            );
-            eprintln!("SKIPPED: {missing}");
-            None
-        }
-    }
+    let version = quorate_api::EtcdVersion::V3_5;
+    let found = quorate_etcd::binaries::EtcdBinaries::default().etcd(version);
+    quorate_testkit::etcd_of_version_or_skip(version, found)
+        .and_then(|etcd| etcd.parent().map(PathBuf::from))
 }
 
 #[tokio::test]

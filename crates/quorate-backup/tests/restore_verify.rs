@@ -1,6 +1,6 @@
 //! Verification of restored data against etcd's own `HashKV`: the hash quorate computes over a
-//! database file equals what etcd answers for the same revision and compaction (etcd 3.4 and
-//! 3.5, compacted and not yet compacted files), and a restore checks its result against a
+//! database file equals what etcd answers for the same revision and compaction (etcd 3.4 to
+//! 3.7, compacted and not yet compacted files), and a restore checks its result against a
 //! recorded hash: equal is `Verified`, different fails with nothing changed.
 
 mod restore_common;
@@ -99,18 +99,26 @@ async fn the_file_hashes_as_etcd_34_answers() {
     reproduces_etcds_hash(None).await;
 }
 
+async fn the_file_hashes_as_etcd_answers(version: quorate_api::EtcdVersion) {
+    let found = quorate_etcd::binaries::EtcdBinaries::default().etcd(version);
+    if let Some(etcd) = quorate_testkit::etcd_of_version_or_skip(version, found) {
+        reproduces_etcds_hash(Some(etcd)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_file_hashes_as_etcd_35_answers() {
-    match quorate_etcd::binaries::EtcdBinaries::default().etcd(quorate_api::EtcdVersion::V3_5) {
-        Ok(etcd) => reproduces_etcds_hash(Some(etcd)).await,
-        Err(missing) => {
-            assert!(
-                std::env::var_os("QUORATE_REQUIRE_ETCD35").is_none(),
-                "etcd 3.5 is required: {missing}"
-            );
-            eprintln!("SKIPPED: {missing}");
-        }
-    }
+    the_file_hashes_as_etcd_answers(quorate_api::EtcdVersion::V3_5).await;
+}
+
+#[tokio::test]
+async fn the_file_hashes_as_etcd_36_answers() {
+    the_file_hashes_as_etcd_answers(quorate_api::EtcdVersion::V3_6).await;
+}
+
+#[tokio::test]
+async fn the_file_hashes_as_etcd_37_answers() {
+    the_file_hashes_as_etcd_answers(quorate_api::EtcdVersion::V3_7).await;
 }
 
 fn record(revision: i64, (hash, compact_revision): (u32, i64)) -> HashRecord {

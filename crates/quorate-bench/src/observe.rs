@@ -461,6 +461,8 @@ mod tests {
             is_learner: false,
             version: "3.4.23".into(),
             errors: Vec::new(),
+            storage_version: String::new(),
+            downgrade_target: None,
         }
     }
 

@@ -1,47 +1,305 @@
-//! Which etcd version a cluster runs after a change of its `Etcd`: what it asks for
-//! (`quorate.io/etcd-version`) against what its members run now (the version in the
-//! configuration they were last given, the record of an existing cluster).
+//! Which etcd version a cluster's members run after a change of its `Etcd`: what it asks for
+//! (`quorate.io/etcd-version`, the target) against what its members were last configured
+//! with (the current step) and what etcd reports. etcd moves one minor version at a time, so
+//! a request for 3.5 → 3.7 runs as 3.5 → 3.6, then 3.6 → 3.7, and a downgrade 3.7 → 3.5 as
+//! 3.7 → 3.6, then 3.6 → 3.5. Each step is one quorum-aware rolling restart
+//! (`membership::rollout`); the next step starts only when every member's agent publishes
+//! that its etcd runs the step's version and reports it as the cluster version.
 
-use quorate_api::EtcdVersion;
+use quorate_api::{EtcdVersion, VersionChangeRefused};
 
-/// The version to run. A new cluster (`running: None`) gets the requested version or
-/// [`EtcdVersion::DEFAULT`]; an existing one keeps its version unless a one-minor upgrade is
-/// requested. `Err` says why the request is refused; nothing should change then.
+use crate::lease::MemberLease;
+use crate::upgrade::{CLUSTER_VERSION_ANNOTATION, running_version};
+
+/// What one member's agent published about its etcd's versions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberVersions {
+    /// Member name.
+    pub name: String,
+    /// The version of the etcd server it runs (`quorate.io/etcd-version`).
+    pub server: Option<EtcdVersion>,
+    /// The cluster version its etcd reports (`quorate.io/etcd-cluster-version`).
+    pub cluster: Option<EtcdVersion>,
+}
+
+impl MemberVersions {
+    /// The versions `members` (lease names) publish on their leases; a member without a lease
+    /// has published nothing.
+    pub fn from_leases(members: &[String], leases: &[MemberLease]) -> Vec<MemberVersions> {
+        members
+            .iter()
+            .map(|name| {
+                let lease = leases.iter().find(|l| &l.name == name);
+                MemberVersions {
+                    name: name.clone(),
+                    server: lease.and_then(running_version),
+                    cluster: lease
+                        .and_then(|l| l.annotations.get(CLUSTER_VERSION_ANNOTATION))
+                        .and_then(|v| EtcdVersion::parse(v).ok()),
+                }
+            })
+            .collect()
+    }
+}
+
+/// The version the members run, and where a change of it stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionDecision {
+    /// The version to configure the members with now: the current step.
+    pub run: EtcdVersion,
+    /// The version asked for, the end of the chain.
+    pub target: EtcdVersion,
+    /// While a change is under way: which step runs and what it waits for (status).
+    pub progress: Option<String>,
+}
+
+/// Why a member is not yet through step `run`, or `None` when it is: it runs `run` and its
+/// etcd reports `run` as the cluster version.
+fn behind(member: &MemberVersions, run: EtcdVersion) -> Option<String> {
+    let name = &member.name;
+    match (member.server, member.cluster) {
+        (None, _) => Some(format!("{name} has not published its etcd version")),
+        (Some(server), _) if server != run => Some(format!("{name} runs etcd {server}")),
+        (_, None) => Some(format!("{name} has not published etcd's cluster version")),
+        (_, Some(cluster)) if cluster != run => {
+            Some(format!("{name}'s etcd reports cluster version {cluster}"))
+        }
+        _ => None,
+    }
+}
+
+/// Every reason the members are not through step `run`; empty when they all are. No members
+/// known is not evidence of anything.
+fn waiting_for(members: &[MemberVersions], run: EtcdVersion) -> Vec<String> {
+    if members.is_empty() {
+        return vec!["no member has published its versions".to_string()];
+    }
+    members.iter().filter_map(|m| behind(m, run)).collect()
+}
+
+fn direction(from: EtcdVersion, to: EtcdVersion) -> &'static str {
+    if to > from {
+        "upgrade"
+    } else {
+        "downgrade through etcd's downgrade API"
+    }
+}
+
+/// Decides the version the members run. A new cluster (`running: None`) gets the requested
+/// version or [`EtcdVersion::DEFAULT`]. An existing one runs `running` (the version its
+/// members were last configured with) until every member (`members`, from their leases) runs
+/// it and reports it as etcd's cluster version; then, while the request differs, the next
+/// minor version towards it. `Err` when the request is refused; nothing should change then.
 pub fn decide(
     requested: Option<EtcdVersion>,
     running: Option<EtcdVersion>,
-) -> Result<EtcdVersion, String> {
-    match (requested, running) {
-        (requested, None) => Ok(requested.unwrap_or(EtcdVersion::DEFAULT)),
-        (None, Some(running)) => Ok(running),
-        (Some(requested), Some(running)) => running
-            .check_change(requested)
-            .map(|()| requested)
-            .map_err(|why| format!("the cluster runs etcd {running}: {why}")),
+    members: &[MemberVersions],
+) -> Result<VersionDecision, VersionRefused> {
+    let Some(running) = running else {
+        let version = requested.unwrap_or(EtcdVersion::DEFAULT);
+        return Ok(VersionDecision {
+            run: version,
+            target: version,
+            progress: None,
+        });
+    };
+    let target = requested.unwrap_or(running);
+    running
+        .check_change(target)
+        .map_err(|refused| VersionRefused { running, refused })?;
+    let waiting = waiting_for(members, running);
+    let Some(next) = running.next_toward(target) else {
+        // At the target: a step is still under way while a member shows another version.
+        let shows_other = members.iter().any(|m| {
+            m.server.is_some_and(|v| v != running) || m.cluster.is_some_and(|v| v != running)
+        });
+        let progress = (shows_other && !waiting.is_empty()).then(|| {
+            format!(
+                "etcd {running}: the last step waits for every member to run it and etcd to \
+                 report it as the cluster version: {}",
+                waiting.join("; ")
+            )
+        });
+        return Ok(VersionDecision {
+            run: running,
+            target,
+            progress,
+        });
+    };
+    let chain = std::iter::once(running)
+        .chain(running.steps_to(target))
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(" → ");
+    if waiting.is_empty() {
+        let after = if next == target {
+            String::new()
+        } else {
+            format!("; then {}", next.steps_to(target)[0])
+        };
+        return Ok(VersionDecision {
+            run: next,
+            target,
+            progress: Some(format!(
+                "etcd {chain}: step {running} → {next} ({}) starts: every member runs \
+                 {running} and etcd reports it as the cluster version{after}",
+                direction(running, next)
+            )),
+        });
     }
+    Ok(VersionDecision {
+        run: running,
+        target,
+        progress: Some(format!(
+            "etcd {chain}: step to {running} runs; step {running} → {next} ({}) waits for \
+             every member to run {running} and etcd to report it as the cluster version: {}",
+            direction(running, next),
+            waiting.join("; ")
+        )),
+    })
+}
+
+/// A refused change of the etcd version, with the version the cluster runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the cluster runs etcd {running}: {refused}")]
+pub struct VersionRefused {
+    /// The version the members run.
+    pub running: EtcdVersion,
+    /// Why the change is refused.
+    pub refused: VersionChangeRefused,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const V34: EtcdVersion = EtcdVersion::V3_4;
-    const V35: EtcdVersion = EtcdVersion::V3_5;
+    fn v(text: &str) -> EtcdVersion {
+        EtcdVersion::parse(text).unwrap()
+    }
 
-    #[test]
-    fn a_new_cluster_gets_what_it_asks_for_or_the_default() {
-        assert_eq!(decide(None, None), Ok(V35));
-        assert_eq!(decide(Some(V34), None), Ok(V34));
+    /// Three members, each running `server` and reporting `cluster` (`""`: not published).
+    fn members(versions: [(&str, &str); 3]) -> Vec<MemberVersions> {
+        versions
+            .iter()
+            .enumerate()
+            .map(|(i, (server, cluster))| MemberVersions {
+                name: format!("etcd-main-{i}"),
+                server: EtcdVersion::parse(server).ok(),
+                cluster: EtcdVersion::parse(cluster).ok(),
+            })
+            .collect()
+    }
+
+    fn all(version: &str) -> Vec<MemberVersions> {
+        members([(version, version); 3])
     }
 
     #[test]
-    fn an_existing_cluster_keeps_its_version_unless_asked_one_step_up() {
-        assert_eq!(decide(None, Some(V34)), Ok(V34));
-        assert_eq!(decide(Some(V35), Some(V34)), Ok(V35));
-        let refused = decide(Some(V34), Some(V35)).unwrap_err();
+    fn a_new_cluster_gets_what_it_asks_for_or_the_default() {
+        assert_eq!(decide(None, None, &[]).unwrap().run, EtcdVersion::DEFAULT);
+        assert_eq!(decide(Some(v("3.4")), None, &[]).unwrap().run, v("3.4"));
+    }
+
+    #[test]
+    fn an_existing_cluster_keeps_its_version_without_a_request() {
+        let d = decide(None, Some(v("3.4")), &[]).unwrap();
+        assert_eq!((d.run, d.target, d.progress), (v("3.4"), v("3.4"), None));
+        // Missing evidence while nothing changes is no change under way.
+        let d = decide(Some(v("3.5")), Some(v("3.5")), &members([("3.5", ""); 3])).unwrap();
+        assert_eq!(d.progress, None);
+    }
+
+    #[test]
+    fn a_request_two_minors_up_runs_as_two_steps_each_after_etcd_reports_the_last() {
+        let target = Some(v("3.7"));
+        // Settled on 3.5: the first step starts.
+        let d = decide(target, Some(v("3.5")), &all("3.5")).unwrap();
+        assert_eq!((d.run, d.target), (v("3.6"), v("3.7")));
+        let progress = d.progress.unwrap();
         assert!(
-            refused.starts_with("the cluster runs etcd 3.5: downgrading"),
-            "{refused}"
+            progress.contains("3.5 → 3.6 → 3.7")
+                && progress.contains("step 3.5 → 3.6 (upgrade) starts")
+                && progress.contains("then 3.7"),
+            "{progress}"
         );
+        // Mid step: one member restarted, the cluster version is still 3.5.
+        let mid = members([("3.5", "3.5"), ("3.6", "3.5"), ("3.5", "3.5")]);
+        let d = decide(target, Some(v("3.6")), &mid).unwrap();
+        assert_eq!(d.run, v("3.6"), "the step runs on");
+        let progress = d.progress.unwrap();
+        assert!(
+            progress.contains("step 3.6 → 3.7 (upgrade) waits")
+                && progress.contains("etcd-main-0 runs etcd 3.5")
+                && progress.contains("etcd-main-1's etcd reports cluster version 3.5"),
+            "{progress}"
+        );
+        // Every member runs 3.6, but etcd has not moved the cluster version yet.
+        let d = decide(target, Some(v("3.6")), &members([("3.6", "3.5"); 3])).unwrap();
+        assert_eq!(d.run, v("3.6"));
+        // A member that has not published the cluster version is no evidence.
+        let d = decide(
+            target,
+            Some(v("3.6")),
+            &members([("3.6", "3.6"), ("3.6", ""), ("3.6", "3.6")]),
+        )
+        .unwrap();
+        assert_eq!(d.run, v("3.6"));
+        assert!(
+            d.progress
+                .unwrap()
+                .contains("etcd-main-1 has not published")
+        );
+        assert_eq!(decide(target, Some(v("3.6")), &[]).unwrap().run, v("3.6"));
+        // etcd reports 3.6 everywhere: the second step starts.
+        let d = decide(target, Some(v("3.6")), &all("3.6")).unwrap();
+        assert_eq!(d.run, v("3.7"));
+        // The last step under way, then done.
+        let d = decide(target, Some(v("3.7")), &members([("3.7", "3.6"); 3])).unwrap();
+        assert_eq!(d.run, v("3.7"));
+        assert!(d.progress.unwrap().contains("the last step waits"));
+        let d = decide(target, Some(v("3.7")), &all("3.7")).unwrap();
+        assert_eq!((d.run, d.progress), (v("3.7"), None));
+    }
+
+    #[test]
+    fn a_downgrade_runs_one_minor_at_a_time_too() {
+        let target = Some(v("3.5"));
+        let d = decide(target, Some(v("3.7")), &all("3.7")).unwrap();
+        assert_eq!(d.run, v("3.6"));
+        assert!(
+            d.progress
+                .unwrap()
+                .contains("step 3.7 → 3.6 (downgrade through etcd's downgrade API) starts")
+        );
+        // Downgrade enabled: etcd reports the lower cluster version before any restart.
+        let d = decide(target, Some(v("3.6")), &members([("3.7", "3.6"); 3])).unwrap();
+        assert_eq!(d.run, v("3.6"));
+        let d = decide(target, Some(v("3.6")), &all("3.6")).unwrap();
+        assert_eq!(d.run, v("3.5"));
+    }
+
+    #[test]
+    fn a_refused_change_names_the_running_version_and_changes_nothing() {
+        let refused = decide(Some(v("3.4")), Some(v("3.5")), &all("3.5")).unwrap_err();
+        let text = refused.to_string();
+        assert!(
+            text.starts_with("the cluster runs etcd 3.5: downgrading"),
+            "{text}"
+        );
+        // Mid chain the request is judged against the current step.
+        let refused = decide(Some(v("3.4")), Some(v("3.6")), &all("3.5")).unwrap_err();
+        assert_eq!(refused.running, v("3.6"));
+    }
+
+    #[test]
+    fn a_changed_request_mid_chain_turns_back_from_the_current_step() {
+        // 3.5 → 3.7 asked, step 3.6 done; now 3.5 is asked again: one step down.
+        let d = decide(Some(v("3.5")), Some(v("3.6")), &all("3.6")).unwrap();
+        assert_eq!(d.run, v("3.5"));
+        // Asked back to 3.6 while the step to 3.6 still runs: it finishes there.
+        let mid = members([("3.6", "3.5"), ("3.5", "3.5"), ("3.5", "3.5")]);
+        let d = decide(Some(v("3.6")), Some(v("3.6")), &mid).unwrap();
+        assert_eq!(d.run, v("3.6"));
+        assert!(d.progress.unwrap().contains("etcd-main-1 runs etcd 3.5"));
     }
 }

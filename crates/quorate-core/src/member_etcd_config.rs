@@ -249,9 +249,17 @@ impl MemberEtcdConfig {
     }
 }
 
-/// The flags one etcd version needs and the other does not know.
+/// The flags one etcd version needs and another does not know. The same two safety features
+/// on every version from 3.5: 3.5 has them as `--experimental-*` flags, 3.6 maps those to
+/// feature gates (and refuses a flag together with its gate), 3.7 removed the flags and fails
+/// to start on them. `--enable-v2` (gone in 3.6) is never passed, and every other flag quorate
+/// renders exists unchanged from 3.4 to 3.7; `--snapshot-count` is always explicit (see
+/// `quorate_api::defaults`), so the default that fell from 100,000 to 10,000 in 3.6 never
+/// matters.
 fn version_flags(version: EtcdVersion) -> Vec<String> {
-    if version >= EtcdVersion::V3_5 {
+    if version >= EtcdVersion::V3_6 {
+        vec![format!("--feature-gates={}", FEATURE_GATES.join(","))]
+    } else if version >= EtcdVersion::V3_5 {
         vec![
             // Compares the members' hashes after every compaction, so a corrupted member is
             // found while its peers still hold the data (off by default in 3.5).
@@ -267,6 +275,10 @@ fn version_flags(version: EtcdVersion) -> Vec<String> {
         ]
     }
 }
+
+/// The feature gates quorate turns on from etcd 3.6: the gates of the two experimental flags
+/// it sets on 3.5 (`ExperimentalFlagToFeatureMap` in etcd's `server/features`).
+pub const FEATURE_GATES: [&str; 2] = ["CompactHashCheck=true", "StopGRPCServiceOnDefrag=true"];
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -419,6 +431,25 @@ pub(crate) mod tests {
             v34.runtime, v35.runtime,
             "a version change must restart etcd"
         );
+        for version in [EtcdVersion::V3_6, EtcdVersion::V3_7] {
+            c.etcd_version = version;
+            let args = member_etcd_config(&c, "etcd-main-0", "/d", &StartMode::Restart)
+                .unwrap()
+                .to_args();
+            assert!(
+                args.contains(
+                    &"--feature-gates=CompactHashCheck=true,StopGRPCServiceOnDefrag=true"
+                        .to_string()
+                ),
+                "{version}: {args:?}"
+            );
+            assert!(
+                !args
+                    .iter()
+                    .any(|a| a.starts_with("--experimental") || a.starts_with("--enable-v2")),
+                "{version}: {args:?}"
+            );
+        }
     }
 
     #[test]

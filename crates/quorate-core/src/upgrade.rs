@@ -1,6 +1,9 @@
-//! An etcd version upgrade as the members carry it out: each member publishes the etcd version
-//! it runs, and when a store is configured, no member restarts onto the new version before the
-//! backup leader reports a full snapshot taken for it (the state to go back to).
+//! An etcd version change as the members carry it out: each member publishes the etcd version
+//! it runs and the cluster version its etcd reports; when a store is configured, no member
+//! restarts onto another version before the backup leader reports a full snapshot taken for
+//! it (the state to go back to); and a downgrade goes through etcd's downgrade API: the
+//! leader's agent enables it, and a member restarts onto the lower binary only once its etcd
+//! reports the lower cluster version and storage version.
 
 use quorate_api::EtcdVersion;
 
@@ -10,6 +13,94 @@ use crate::lease::MemberLease;
 
 /// Member-lease annotation: the version of the etcd server the member runs (e.g. `3.5.30`).
 pub const RUNNING_VERSION_ANNOTATION: &str = "quorate.io/etcd-version";
+
+/// Member-lease annotation: the cluster version the member's etcd reports (e.g. `3.5`), the
+/// evidence a chained version change waits for before its next step.
+pub const CLUSTER_VERSION_ANNOTATION: &str = "quorate.io/etcd-cluster-version";
+
+/// The cluster version in etcd's `/metrics` text (`etcd_cluster_version{cluster_version="3.6"} 1`,
+/// served by every version quorate runs); `None` when etcd does not report one yet.
+pub fn cluster_version_from_metrics(metrics: &str) -> Option<EtcdVersion> {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("etcd_cluster_version{"))
+        .find_map(|line| {
+            let (_, rest) = line.split_once("cluster_version=\"")?;
+            let (version, value) = rest.split_once('"')?;
+            let value = value.trim().trim_start_matches('}').trim();
+            (value == "1").then(|| EtcdVersion::parse(version).ok())?
+        })
+}
+
+/// What a member's etcd says about a downgrade (its status and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DowngradeEvidence {
+    /// The cluster version it reports.
+    pub cluster: Option<EtcdVersion>,
+    /// The downgrade etcd has enabled (its target), if any (`DowngradeInfo`, 3.6+).
+    pub enabled_target: Option<EtcdVersion>,
+    /// The version of its data (`storageVersion`, 3.6+; `None` when it reports none).
+    pub storage: Option<EtcdVersion>,
+}
+
+/// What the leader's agent asks etcd's downgrade API for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DowngradeAction {
+    /// `downgrade validate` then `downgrade enable` to this version: the members are
+    /// configured one minor below the cluster version.
+    Enable(EtcdVersion),
+    /// `downgrade cancel`: a downgrade is enabled to another version than the members are
+    /// configured with (the request went back up).
+    Cancel,
+}
+
+/// The downgrade call the leader's agent makes for members configured with `configured`,
+/// from its etcd's `evidence`; `None` when there is nothing to ask.
+pub fn downgrade_action(
+    configured: EtcdVersion,
+    evidence: DowngradeEvidence,
+) -> Option<DowngradeAction> {
+    match evidence.enabled_target {
+        Some(target) if target != configured => Some(DowngradeAction::Cancel),
+        Some(_) => None,
+        None => evidence
+            .cluster
+            .filter(|cluster| *cluster > configured)
+            .map(|_| DowngradeAction::Enable(configured)),
+    }
+}
+
+/// Whether a member running `running` may restart onto the lower `configured` version, as far
+/// as etcd's downgrade goes: only once its etcd reports `configured` as the cluster version
+/// (the downgrade is enabled) and its data no newer storage version. `Err` says what it waits
+/// for. An upgrade or no change passes.
+pub fn downgrade_gate(
+    running: EtcdVersion,
+    configured: EtcdVersion,
+    evidence: DowngradeEvidence,
+) -> Result<(), String> {
+    if configured >= running {
+        return Ok(());
+    }
+    match evidence.cluster {
+        Some(cluster) if cluster == configured => {}
+        reported => {
+            let now = reported.map_or_else(|| "none yet".to_string(), |v| v.to_string());
+            return Err(format!(
+                "the downgrade to etcd {configured} waits for etcd to report cluster version \
+                 {configured} (the leader's agent enables it through etcd's downgrade API); it \
+                 reports {now}"
+            ));
+        }
+    }
+    match evidence.storage {
+        Some(storage) if storage > configured => Err(format!(
+            "the downgrade to etcd {configured} waits for etcd to migrate this member's data \
+             from storage version {storage} to {configured}"
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// The snapshot request of an upgrade to `version`: the backup leader reports the full
 /// snapshot it took for it under this name (`quorate.io/final-snapshot`).
@@ -68,7 +159,7 @@ pub fn snapshot_gate(
         })
         .unwrap_or_default();
     Err(format!(
-        "the upgrade to etcd {} waits for the backup leader's full snapshot{failed}",
+        "the change to etcd {} waits for the backup leader's full snapshot{failed}",
         cluster.etcd_version
     ))
 }
@@ -93,6 +184,91 @@ mod tests {
             serde_json::to_string(report).unwrap(),
         );
         lease
+    }
+
+    #[test]
+    fn the_cluster_version_is_read_from_etcds_metrics() {
+        let text = "# HELP etcd_cluster_version Which version is running.\n\
+                    # TYPE etcd_cluster_version gauge\n\
+                    etcd_cluster_version{cluster_version=\"3.6\"} 1\n\
+                    etcd_server_version{server_version=\"3.6.16\"} 1\n";
+        assert_eq!(
+            cluster_version_from_metrics(text),
+            EtcdVersion::parse("3.6").ok()
+        );
+        // An old value etcd keeps at 0 is not the cluster version.
+        let moved = "etcd_cluster_version{cluster_version=\"3.5\"} 0\n\
+                     etcd_cluster_version{cluster_version=\"3.6\"} 1\n";
+        assert_eq!(
+            cluster_version_from_metrics(moved),
+            EtcdVersion::parse("3.6").ok()
+        );
+        assert_eq!(
+            cluster_version_from_metrics("etcd_server_has_leader 1\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_leader_enables_a_downgrade_one_minor_below_and_cancels_a_changed_one() {
+        fn v(s: &str) -> EtcdVersion {
+            EtcdVersion::parse(s).unwrap()
+        }
+        let evidence = |cluster: &str, enabled: Option<&str>| DowngradeEvidence {
+            cluster: EtcdVersion::parse(cluster).ok(),
+            enabled_target: enabled.map(v),
+            storage: None,
+        };
+        assert_eq!(
+            downgrade_action(v("3.6"), evidence("3.7", None)),
+            Some(DowngradeAction::Enable(v("3.6")))
+        );
+        assert_eq!(
+            downgrade_action(v("3.6"), evidence("3.6", Some("3.6"))),
+            None
+        );
+        assert_eq!(downgrade_action(v("3.6"), evidence("3.6", None)), None);
+        assert_eq!(downgrade_action(v("3.7"), evidence("3.7", None)), None);
+        // Asked back up to 3.6 while a downgrade to 3.5 is enabled: cancel it.
+        assert_eq!(
+            downgrade_action(v("3.6"), evidence("3.5", Some("3.5"))),
+            Some(DowngradeAction::Cancel)
+        );
+        // Unknown cluster version: nothing to ask.
+        assert_eq!(downgrade_action(v("3.6"), evidence("", None)), None);
+    }
+
+    #[test]
+    fn a_member_restarts_onto_a_lower_version_only_after_etcd_moved_version_and_data() {
+        let v = |s| EtcdVersion::parse(s).unwrap();
+        let (running, configured) = (v("3.6"), v("3.5"));
+        let mut evidence = DowngradeEvidence {
+            cluster: Some(v("3.6")),
+            enabled_target: None,
+            storage: Some(v("3.6")),
+        };
+        let why = downgrade_gate(running, configured, evidence).unwrap_err();
+        assert!(
+            why.contains("cluster version 3.5") && why.contains("reports 3.6"),
+            "{why}"
+        );
+        evidence.cluster = None;
+        assert!(
+            downgrade_gate(running, configured, evidence)
+                .unwrap_err()
+                .contains("none yet")
+        );
+        evidence.cluster = Some(v("3.5"));
+        evidence.enabled_target = Some(v("3.5"));
+        let why = downgrade_gate(running, configured, evidence).unwrap_err();
+        assert!(why.contains("storage version 3.6 to 3.5"), "{why}");
+        evidence.storage = Some(v("3.5"));
+        assert_eq!(downgrade_gate(running, configured, evidence), Ok(()));
+        // An upgrade is not a downgrade's business.
+        assert_eq!(
+            downgrade_gate(v("3.5"), v("3.6"), DowngradeEvidence::default()),
+            Ok(())
+        );
     }
 
     #[test]

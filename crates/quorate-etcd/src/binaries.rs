@@ -5,7 +5,7 @@
 //! 1. a binary pinned by the caller (`--etcd-binary`, `QUORATE_ETCD_BIN`), for its own version;
 //! 2. `$QUORATE_ETCD_<MAJOR>_<MINOR>_DIR` (e.g. `QUORATE_ETCD_3_5_DIR`);
 //! 3. `/usr/lib/quorate/etcd-<version>/` (the image);
-//! 4. `~/.cache/quorate/etcd-<version>/` (`scripts/install-deps.sh`);
+//! 4. `~/.cache/quorate/etcd-<version>/` (`scripts/install-etcd.sh`, 3.5 to 3.7);
 //! 5. `etcd` on the PATH (Debian's package), when it is that version.
 //!
 //! Every candidate's version is read from `etcd --version`, so a binary is never used for a
@@ -60,8 +60,8 @@ pub struct EtcdBinaries {
 /// No etcd binary of the wanted version was found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "no etcd {version} binary found (looked in: {looked}); run scripts/install-deps.sh, or set \
-     {env} to a directory holding etcd {version}'s `etcd`"
+    "no etcd {version} binary found (looked in: {looked}); run scripts/install-etcd.sh {version} \
+     (or scripts/install-deps.sh), or set {env} to a directory holding etcd {version}'s `etcd`"
 )]
 pub struct MissingEtcd {
     /// The version asked for.
@@ -133,26 +133,31 @@ mod tests {
         assert_eq!(binary_version(&path_etcd), Some(EtcdVersion::V3_4));
         let pinned = EtcdBinaries::with_pinned(Some(path_etcd.clone()));
         assert_eq!(pinned.etcd(EtcdVersion::V3_4).unwrap(), path_etcd);
-        // 3.6 does not exist here: the error names where it looked and what to do.
+        // 3.9 does not exist: the error names where it looked and what to do.
         let missing = pinned
-            .etcd(EtcdVersion { major: 3, minor: 6 })
+            .etcd(EtcdVersion { major: 3, minor: 9 })
             .unwrap_err()
             .to_string();
         assert!(
             missing.contains(&format!("{} is 3.4", path_etcd.display()))
-                && missing.contains("QUORATE_ETCD_3_6_DIR"),
+                && missing.contains("QUORATE_ETCD_3_9_DIR"),
             "{missing}"
         );
     }
 
     #[test]
-    fn installed_etcd_3_5_is_found() {
-        match EtcdBinaries::default().etcd(EtcdVersion::V3_5) {
-            Ok(found) => assert_eq!(binary_version(&found), Some(EtcdVersion::V3_5)),
-            Err(e) => assert!(
-                std::env::var_os("QUORATE_REQUIRE_ETCD35").is_none(),
-                "etcd 3.5 is required: {e}"
-            ),
+    fn installed_etcd_3_5_to_3_7_are_found_as_their_version() {
+        for version in [EtcdVersion::V3_5, EtcdVersion::V3_6, EtcdVersion::V3_7] {
+            let found = EtcdBinaries::default().etcd(version);
+            if let Some(found) = quorate_testkit::etcd_of_version_or_skip(version, found) {
+                assert_eq!(binary_version(&found), Some(version));
+                for tool in ["etcdctl", "etcdutl"] {
+                    assert!(
+                        found.with_file_name(tool).is_file(),
+                        "{tool} beside {found:?}"
+                    );
+                }
+            }
         }
     }
 }

@@ -33,5 +33,6 @@ pub use member::MemberClient;
 pub use retry::{RetryPolicy, retry_while_retryable, retry_with};
 pub use snapshot::SnapshotStream;
 pub use types::{
-    Alarm, AlarmKind, KeySpaceHash, Member, MemberList, MemberStatus, format_id, parse_id,
+    Alarm, AlarmKind, DowngradeCall, KeySpaceHash, Member, MemberList, MemberStatus, format_id,
+    parse_id,
 };

@@ -13,7 +13,8 @@ use crate::config::{EtcdTimeouts, EtcdTls, connect_options};
 use crate::error::{ErrorKind, EtcdError};
 use crate::snapshot::SnapshotStream;
 use crate::types::{
-    Alarm, AlarmKind, KeySpaceHash, Member, MemberList, MemberStatus, format_id, members,
+    Alarm, AlarmKind, DowngradeCall, KeySpaceHash, Member, MemberList, MemberStatus, format_id,
+    members,
 };
 
 /// Client for one member. Cheap to clone; clones share the connections.
@@ -89,6 +90,11 @@ impl MemberClient {
             is_learner: resp.is_learner(),
             version: resp.version().to_string(),
             errors: resp.errors().to_vec(),
+            storage_version: resp.storage_version().to_string(),
+            downgrade_target: resp
+                .downgrade_info()
+                .filter(|d| d.enabled())
+                .map(|d| d.target_version().to_string()),
         })
     }
 
@@ -208,6 +214,35 @@ impl MemberClient {
         )
         .await?;
         Ok(())
+    }
+
+    /// etcd's downgrade API (3.6+, `etcdctl downgrade validate|enable|cancel`): validates or
+    /// enables a downgrade of the cluster to `MAJOR.MINOR`, or cancels the one enabled.
+    /// Returns the cluster version etcd answers with; etcd's refusal is the error.
+    pub async fn downgrade(&self, action: DowngradeCall) -> Result<String, EtcdError> {
+        let mut c = self.client.maintenance_client();
+        let (what, options) = match &action {
+            DowngradeCall::Validate(v) => (
+                format!("downgrade validate {v}"),
+                etcd_client::DowngradeOptions::Validate(v.clone()),
+            ),
+            DowngradeCall::Enable(v) => (
+                format!("downgrade enable {v}"),
+                etcd_client::DowngradeOptions::Enable(v.clone()),
+            ),
+            DowngradeCall::Cancel => (
+                "downgrade cancel".to_string(),
+                etcd_client::DowngradeOptions::Cancel,
+            ),
+        };
+        let resp = self
+            .call(
+                &what,
+                self.unary(),
+                async move { c.downgrade(options).await },
+            )
+            .await?;
+        Ok(resp.version().to_string())
     }
 
     /// Hands leadership to member `to`. Must be sent to the current leader (otherwise

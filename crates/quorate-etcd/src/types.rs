@@ -70,6 +70,11 @@ pub struct MemberStatus {
     pub version: String,
     /// Errors the member reports about itself (e.g. active alarms).
     pub errors: Vec<String>,
+    /// The version of its data (`storageVersion`, etcd 3.6+; empty before).
+    pub storage_version: String,
+    /// The target of the downgrade etcd has enabled (`downgradeInfo`, etcd 3.6+); `None`
+    /// when none is.
+    pub downgrade_target: Option<String>,
 }
 
 impl MemberStatus {
@@ -162,6 +167,8 @@ mod tests {
             is_learner: false,
             version: "3.4.23".into(),
             errors: vec![],
+            storage_version: String::new(),
+            downgrade_target: None,
         };
         assert!(!status.has_leader() && !status.is_leader());
         status.leader_id = 7;
@@ -169,4 +176,16 @@ mod tests {
         status.leader_id = 8;
         assert!(status.has_leader() && !status.is_leader());
     }
+}
+
+/// A call of etcd's downgrade API ([`crate::MemberClient::downgrade`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DowngradeCall {
+    /// `downgrade validate MAJOR.MINOR`: whether etcd would downgrade to it.
+    Validate(String),
+    /// `downgrade enable MAJOR.MINOR`: etcd moves the cluster version (and each member's
+    /// storage version) down, and accepts members of that version.
+    Enable(String),
+    /// `downgrade cancel`: etcd stops the enabled downgrade.
+    Cancel,
 }

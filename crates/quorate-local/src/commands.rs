@@ -67,29 +67,41 @@ pub fn read_manifest(file: &Path) -> Result<Etcd, LocalError> {
     Ok(manifest.etcd)
 }
 
-/// Decides the etcd version `etcd` runs (core `etcd_version::decide`, against the version the
-/// stored object records for an existing cluster), records it in `etcd`'s annotation, and
-/// checks that its binary is here: a refused version change or a missing or mismatched binary
-/// fails before anything is stored or started.
+/// Settles the etcd version `etcd` asks for (its target; without the annotation, the target
+/// the stored object names, or for a new cluster the default), checks it against the version
+/// the members run now (the record's step, core `etcd_version::decide`), records it in
+/// `etcd`'s annotation, and checks that the binary of every step towards it is here: a
+/// refused version change or a missing or mismatched binary fails before anything is stored or
+/// started. The supervisor then moves the members step by step.
 fn settle_etcd_version(
     ctx: &LocalContext,
     dir: &ClusterDir,
     etcd: &mut Etcd,
 ) -> Result<EtcdVersion, LocalError> {
     let name = etcd.metadata.name.clone().unwrap_or_default();
-    let running = dir.manifest().exists().then(|| {
+    let stored_target = dir.manifest().exists().then(|| {
         load_object(dir)
             .ok()
             .and_then(|stored| quorate_api::etcd_version::requested(&stored).ok().flatten())
             .unwrap_or(EtcdVersion::UNRECORDED)
+    });
+    let running = stored_target.map(|target| {
+        load_record(dir)
+            .ok()
+            .and_then(|record| record.etcd_version)
+            .unwrap_or(target)
     });
     let requested =
         quorate_api::etcd_version::requested(etcd).map_err(|reason| LocalError::EtcdVersion {
             name: name.clone(),
             reason,
         })?;
-    let version = quorate_core::etcd_version::decide(requested, running)
-        .map_err(|reason| LocalError::EtcdVersion { name, reason })?;
+    let version = quorate_core::etcd_version::decide(requested.or(stored_target), running, &[])
+        .map_err(|refused| LocalError::EtcdVersion {
+            name,
+            reason: refused.to_string(),
+        })?
+        .target;
     if let Some(pinned) = &ctx.etcd_bin {
         let found = quorate_etcd::binaries::binary_version(pinned);
         if found != Some(version) {
@@ -103,11 +115,14 @@ fn settle_etcd_version(
             });
         }
     }
-    ctx.etcd_binaries()
-        .etcd(version)
-        .map_err(|missing| LocalError::EtcdMissing {
-            path: missing.to_string(),
-        })?;
+    let steps = running.map_or_else(Vec::new, |running| running.steps_to(version));
+    for step in steps.into_iter().chain([version]) {
+        ctx.etcd_binaries()
+            .etcd(step)
+            .map_err(|missing| LocalError::EtcdMissing {
+                path: missing.to_string(),
+            })?;
+    }
     etcd.metadata
         .annotations
         .get_or_insert_with(Default::default)

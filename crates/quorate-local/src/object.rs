@@ -135,7 +135,7 @@ pub fn apply(
     } else {
         None
     };
-    let record = match load_record(dir) {
+    let mut record = match load_record(dir) {
         Ok(record) => record,
         Err(LocalError::NotFound { .. }) => ClusterRecord::new(now, random),
         Err(e) => return Err(e),
@@ -149,6 +149,20 @@ pub fn apply(
         }
         None => (true, true, 1),
     };
+    // The version the members run stays what it was; the supervisor moves it towards the
+    // requested one step by step (core `etcd_version::decide`).
+    if record.etcd_version.is_none() {
+        record.etcd_version = Some(match &existing {
+            Some(old) => quorate_api::etcd_version::requested(old)
+                .ok()
+                .flatten()
+                .unwrap_or(quorate_api::EtcdVersion::UNRECORDED),
+            None => quorate_api::etcd_version::requested(&desired)
+                .ok()
+                .flatten()
+                .unwrap_or(quorate_api::EtcdVersion::DEFAULT),
+        });
+    }
     desired.metadata.uid = Some(record.uid.clone());
     desired.metadata.creation_timestamp = Some(
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(record.created),

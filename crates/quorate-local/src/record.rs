@@ -31,6 +31,11 @@ pub struct ClusterRecord {
     /// Where a requested hibernation (`spec.replicas: 0`) stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hibernation: Option<quorate_core::hibernation::Hibernation>,
+    /// The etcd version the members are configured with: the current step of a version
+    /// change, while the object's `quorate.io/etcd-version` names its target. Absent in a
+    /// record written before chained changes: the object's annotation is then what runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<quorate_api::EtcdVersion>,
 }
 
 impl ClusterRecord {
@@ -44,6 +49,7 @@ impl ClusterRecord {
             snapshot_leases_created: None,
             etcd_members: Vec::new(),
             hibernation: None,
+            etcd_version: None,
         }
     }
 

@@ -83,13 +83,16 @@ pub fn render_cluster_config(
         ),
         cluster_uid: record.uid.clone(),
         leaving,
-        // `quorate up`/`apply` record the decided version in the stored object.
         // Local TLS files are files in the state directory already.
         secret_files: Vec::new(),
-        etcd_version: quorate_api::etcd_version::requested(etcd)
-            .ok()
-            .flatten()
-            .unwrap_or(quorate_api::EtcdVersion::UNRECORDED),
+        // The record keeps the current step of a version change (the supervisor's decision);
+        // a record written before that runs what the object's annotation names.
+        etcd_version: record.etcd_version.unwrap_or_else(|| {
+            quorate_api::etcd_version::requested(etcd)
+                .ok()
+                .flatten()
+                .unwrap_or(quorate_api::EtcdVersion::UNRECORDED)
+        }),
     };
     Ok(assemble(etcd, placement, members))
 }

@@ -46,6 +46,8 @@ pub struct StatusInputs<'a> {
     pub hibernation: Option<&'a quorate_core::hibernation::Hibernation>,
     /// The snapshot leases, when backups are configured.
     pub backup: Option<BackupLeases>,
+    /// The etcd version the members run and where a change of it stands.
+    pub etcd_version: Option<&'a quorate_core::etcd_version::VersionDecision>,
     /// Agents that could not be started in this pass.
     pub start_errors: &'a [String],
     /// Identifier of this supervisor run, for `lastOperation.runID`.
@@ -83,6 +85,7 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         backup: i.backup,
         voters: i.etcd_view.voters(),
         hibernation: i.hibernation.cloned(),
+        etcd_version: i.etcd_version.cloned(),
         outcome: &outcome,
         pass_waits_for_members: false,
         run_id: i.run_id,
@@ -122,6 +125,7 @@ pub fn stopped_status(
         backup,
         voters: None,
         hibernation: hibernation.cloned(),
+        etcd_version: None,
         outcome: &PassOutcome::NotRun,
         pass_waits_for_members: false,
         run_id: &run_id,
@@ -257,6 +261,7 @@ mod tests {
             etcd_view: &EtcdView::default(),
             hibernation: None,
             backup: None,
+            etcd_version: None,
             start_errors,
             run_id: "local-7",
             now: now(),

@@ -16,6 +16,7 @@ use quorate_coord::{Coordination, FileCoordination, json_file};
 use quorate_core::backup_ready::BackupLeases;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::components::cluster_config::annotation;
+use quorate_core::etcd_version::{MemberVersions, VersionDecision};
 use quorate_core::hibernation::{self, Hibernation, HibernationStep};
 use quorate_core::lease::SnapshotLease;
 use std::collections::BTreeMap;
@@ -130,13 +131,14 @@ impl Supervisor {
             record.bootstrap_members = desired.clone();
         }
 
+        let leases = self.coord.member_leases().await?;
+        let version = self.etcd_version_step(&etcd, &mut record, &desired, &leases);
         let config = render_cluster_config(&etcd, &record, &self.dir)?;
         if self.written_config.as_ref() != Some(&config) {
             self.coord.write_cluster_config(&config)?;
             self.written_config = Some(config.clone());
         }
         self.etcd_view.set_config(&config);
-        let leases = self.coord.member_leases().await?;
         if etcd.spec.replicas == 0 {
             Self::hibernate(&etcd, &config, &mut record, &leases);
         }
@@ -179,12 +181,47 @@ impl Supervisor {
             etcd_view: &view,
             hibernation: record.hibernation.as_ref(),
             backup,
+            etcd_version: version.as_ref(),
             start_errors: &start_errors,
             run_id: &self.run_id,
             now: jiff::Timestamp::now(),
         });
         json_file::write_atomic(&self.dir.status(), &self.status)?;
         Ok(())
+    }
+
+    /// The etcd version the members run in this pass (core `etcd_version::decide`): the
+    /// record's step, or the next one towards the object's requested version once every
+    /// member's lease shows etcd through the step; recorded in `record`. A request refused
+    /// now (it was accepted at `apply`) keeps the step and says why.
+    fn etcd_version_step(
+        &self,
+        etcd: &quorate_api::Etcd,
+        record: &mut crate::record::ClusterRecord,
+        desired: &[String],
+        leases: &[quorate_core::lease::MemberLease],
+    ) -> Option<VersionDecision> {
+        let requested = quorate_api::etcd_version::requested(etcd).ok().flatten();
+        let running = record.etcd_version.or(requested);
+        let members = MemberVersions::from_leases(desired, leases);
+        match quorate_core::etcd_version::decide(requested, running, &members) {
+            Ok(decision) => {
+                if record.etcd_version != Some(decision.run) {
+                    tracing::info!(
+                        cluster = %self.dir.root().display(),
+                        version = %decision.run,
+                        progress = decision.progress.as_deref().unwrap_or_default(),
+                        "etcd version step"
+                    );
+                }
+                record.etcd_version = Some(decision.run);
+                Some(decision)
+            }
+            Err(refused) => {
+                tracing::warn!(%refused, "etcd version change refused");
+                None
+            }
+        }
     }
 
     /// A hibernation in progress: the members stop once the backup leader reports the final

@@ -89,6 +89,7 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         backup: i.backup,
         voters: i.scale.and_then(|p| p.voters.clone()),
         hibernation: i.scale.and_then(|p| p.hibernation.clone()),
+        etcd_version: None,
         outcome: i.outcome,
         pass_waits_for_members: true,
         run_id: i.run_id,

@@ -54,6 +54,48 @@ fn is_executable(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Environment variable listing the etcd minor versions whose tests must run rather than skip
+/// when their binaries are missing: `3.5,3.6,3.7`, or `all` (CI sets it after
+/// `scripts/install-etcd.sh`). The older `QUORATE_REQUIRE_ETCD35` still requires 3.5.
+pub const REQUIRE_ETCD_ENV: &str = "QUORATE_REQUIRE_ETCD";
+
+/// Whether tests of etcd `version` must run (their binaries missing is a failure, not a skip).
+pub fn etcd_version_required(version: quorate_api::EtcdVersion) -> bool {
+    if version == quorate_api::EtcdVersion::V3_5
+        && env::var_os("QUORATE_REQUIRE_ETCD35").is_some_and(|v| !v.is_empty())
+    {
+        return true;
+    }
+    let Ok(list) = env::var(REQUIRE_ETCD_ENV) else {
+        return false;
+    };
+    list.split(',').map(str::trim).any(|item| {
+        item == "all"
+            || quorate_api::EtcdVersion::parse(item).is_ok_and(|required| required == version)
+    })
+}
+
+/// The binary of etcd `version` a lookup found, or `None` after saying why the test skips;
+/// panics when that version is required ([`REQUIRE_ETCD_ENV`]), since a skip would prove
+/// nothing there.
+pub fn etcd_of_version_or_skip<E: std::fmt::Display>(
+    version: quorate_api::EtcdVersion,
+    found: Result<PathBuf, E>,
+) -> Option<PathBuf> {
+    match found {
+        Ok(path) => Some(path),
+        Err(missing) => {
+            assert!(
+                !etcd_version_required(version),
+                "etcd {version} is required ({REQUIRE_ETCD_ENV}): {missing}; run \
+                 scripts/install-etcd.sh {version}"
+            );
+            eprintln!("SKIPPED: {missing}");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

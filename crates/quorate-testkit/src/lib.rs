@@ -16,7 +16,9 @@ pub mod tls;
 pub mod wait;
 
 pub use agent_objects::{AgentConfig, create_agent_objects};
-pub use binaries::{etcd_binary, etcdctl_binary};
+pub use binaries::{
+    REQUIRE_ETCD_ENV, etcd_binary, etcd_of_version_or_skip, etcd_version_required, etcdctl_binary,
+};
 pub use child::ChildGuard;
 pub use cluster::{CLUSTER_READY_TIMEOUT, EtcdTestCluster};
 pub use etcd::{

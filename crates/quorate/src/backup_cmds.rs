@@ -2,7 +2,7 @@
 
 use crate::cli::BackupsCommand;
 use quorate_api::tasks::{EtcdCopyBackupsTask, WaitForFinalSnapshotSpec};
-use quorate_api::{BackupSpec, Etcd, StoreSpec};
+use quorate_api::{BackupSpec, Etcd, EtcdVersion, StoreSpec};
 use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
 use quorate_backup::store::{SnapStore, StoreOptions};
 use quorate_backup::store_restore::{StoreRestoreOptions, open_store, restore_from_store};
@@ -291,8 +291,7 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
     }
     let member = quorate_api::names::member_name(&etcd, 0);
     // The restored data is for the version the manifest's cluster will run.
-    let version =
-        quorate_core::etcd_version::decide(quorate_api::etcd_version::requested(&etcd)?, None)?;
+    let version = quorate_api::etcd_version::requested(&etcd)?.unwrap_or(EtcdVersion::DEFAULT);
     let etcd_bin = ctx.etcd_binaries().etcd(version)?;
     let etcdctl = etcd_bin
         .parent()

@@ -256,11 +256,11 @@ fn restore_to_a_revision_gives_the_exact_earlier_state() {
     std::fs::create_dir_all(&check).unwrap();
     let mut config = quorate_testkit::EtcdMemberConfig::new("pit-0", &check);
     config.data_dir = target.clone();
-    // The data was restored for the version the manifest's cluster runs (3.5, the default).
+    // The data was restored for the version the manifest's cluster runs (3.6, the default).
     config.binary = Some(
         quorate_etcd::binaries::EtcdBinaries::default()
-            .etcd(quorate_api::EtcdVersion::V3_5)
-            .expect("etcd 3.5 (scripts/install-deps.sh)"),
+            .etcd(quorate_api::EtcdVersion::V3_6)
+            .expect("etcd 3.6 (scripts/install-etcd.sh)"),
     );
     let member = rt
         .block_on(quorate_testkit::EtcdProcess::start_ready(

@@ -76,7 +76,7 @@ fn interval(o: &DefragOutcome) -> (Timestamp, Timestamp) {
 
 #[test]
 fn on_demand_defragmentation_goes_followers_first_and_the_leader_last_after_a_handover() {
-    on_demand_round("3.5");
+    on_demand_round("3.6");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! etcd versions in local mode, with real etcd 3.4 (Debian bookworm) and 3.5 (Debian sid): a
+//! etcd versions in local mode, with real etcd 3.4 (Debian bookworm) and 3.5 (built from its Go module): a
 //! 3-member 3.4 cluster with backups upgraded to 3.5 under `quorate canary` (one member at a
 //! time, the leader last after a planned handover, after a full snapshot), a downgrade and a
 //! version skip refused before anything restarts, and an upgrade whose first restarted member
@@ -146,12 +146,12 @@ fn three_members_upgrade_from_3_4_to_3_5_under_a_canary_and_lose_nothing() {
 #[test]
 fn a_downgrade_a_skip_and_a_wrong_binary_are_refused_before_anything_restarts() {
     let local = Local::new();
-    // No annotation: a new cluster runs 3.5.
+    // No annotation: a new cluster runs 3.6, the default.
     let text = manifest("keep", 1, "");
     let path = local.manifest("c.yaml", &text);
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     assert!(
-        all_on(&local, "keep", "3.5."),
+        all_on(&local, "keep", "3.6."),
         "{:?}",
         versions(&local, "keep")
     );
@@ -162,15 +162,18 @@ fn a_downgrade_a_skip_and_a_wrong_binary_are_refused_before_anything_restarts() 
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("downgrading etcd from 3.5 to 3.4 is refused")
+        stderr.contains("downgrading etcd from 3.6 to 3.4 is refused")
             && stderr.contains("nothing was changed"),
         "{stderr}"
     );
-    local.manifest("c.yaml", &versioned(&text, "3.7"));
+    local.manifest("c.yaml", &versioned(&text, "3.8"));
     let out = local.quorate(&["apply", "-f", path_str(&path)]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("etcd 3.7 is not supported"), "{stderr}");
+    assert!(
+        stderr.contains("etcd 3.8 is not supported") && stderr.contains("3.4, 3.5, 3.6, 3.7"),
+        "{stderr}"
+    );
 
     // Leaving the annotation out keeps the version the cluster runs.
     local.manifest("c.yaml", &text);
@@ -180,9 +183,9 @@ fn a_downgrade_a_skip_and_a_wrong_binary_are_refused_before_anything_restarts() 
         Some(pid),
         "nothing restarted"
     );
-    assert!(all_on(&local, "keep", "3.5."));
+    assert!(all_on(&local, "keep", "3.6."));
 
-    // A 3.4 binary for a cluster that runs 3.5 would downgrade it: refused before starting.
+    // A 3.4 binary for a cluster that runs 3.6 would downgrade it: refused before starting.
     local.ok(&["down", "keep"]);
     let debian_34 = quorate_testkit::etcd_binary();
     let out = local.quorate(&[
@@ -196,20 +199,22 @@ fn a_downgrade_a_skip_and_a_wrong_binary_are_refused_before_anything_restarts() 
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("is etcd 3.4, but the cluster runs etcd 3.5")
+        stderr.contains("is etcd 3.4, but the cluster runs etcd 3.6")
             && stderr.contains("nothing was started"),
         "{stderr}"
     );
     assert!(local.etcd_pid("keep", "keep-0").is_none());
 }
 
-/// The version skip rule on a 3.4 cluster: 3.6 would skip 3.5 (and is not supported here).
+/// A request two minor versions up is a chain of single steps (3.4 → 3.5 → 3.6), not a
+/// refusal; a downgrade below 3.5 is refused, as etcd refuses it.
 #[test]
-fn a_version_skip_is_named_as_such() {
-    let skip = quorate_api::EtcdVersion::V3_4
-        .check_change(quorate_api::EtcdVersion::parse("3.6").unwrap())
-        .unwrap_err();
-    assert!(skip.contains("skips a version"), "{skip}");
+fn a_skip_is_a_chain_and_a_downgrade_below_3_5_is_refused() {
+    let v = |s| quorate_api::EtcdVersion::parse(s).unwrap();
+    assert!(v("3.4").check_change(v("3.6")).is_ok());
+    assert_eq!(v("3.4").steps_to(v("3.6")), [v("3.5"), v("3.6")]);
+    let down = v("3.6").check_change(v("3.4")).unwrap_err().to_string();
+    assert!(down.contains("reach 3.5 at the lowest"), "{down}");
 }
 
 /// An etcd 3.5 "installation" whose `etcd` runs `--version` but fails to start a member: the

@@ -21,7 +21,7 @@ pub(super) fn check(old: &Etcd, new: &Etcd, p: &mut Problems) {
     {
         p.add(
             format!("metadata.annotations[{}]", crate::annotations::ETCD_VERSION),
-            message,
+            message.to_string(),
         );
     }
     if old.spec.storage_class != new.spec.storage_class {

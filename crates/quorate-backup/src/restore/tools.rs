@@ -1,6 +1,6 @@
 //! etcd's own tools for what no Rust crate does: turning a snapshot file into a member's data
 //! directory (`snapshot restore`) and reading a snapshot's revision (`snapshot status`).
-//! etcd 3.4 has them in `etcdctl`; 3.5 and later in `etcdutl` (etcdctl's are deprecated), so
+//! etcd 3.4 has them in `etcdctl`; 3.5 and later in `etcdutl` (3.6 removed etcdctl's), so
 //! `etcdutl` is used when there is one.
 
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@ mod all_members_ready;
 mod all_members_updated;
 mod certificates;
 mod cluster_id_mismatch;
+mod etcd_version;
 mod last_quorum_recovery;
 mod members_waiting;
 mod ready;
@@ -23,6 +24,7 @@ pub use certificates::{
     CERTIFICATE_EXPIRY_ANNOTATION, CertificateExpiry, WARN_BEFORE, check_certificates,
 };
 pub use cluster_id_mismatch::check_cluster_id_mismatch;
+pub use etcd_version::check_etcd_version;
 pub use last_quorum_recovery::check_last_quorum_recovery;
 pub use members_waiting::check_members_waiting;
 pub use ready::{REASON_ALARM_RAISED, check_ready, check_ready_under_alarms};
@@ -44,6 +46,9 @@ pub const CLUSTER_ID_MISMATCH: &str = "ClusterIDMismatch";
 pub const ALL_MEMBERS_UPDATED: &str = "AllMembersUpdated";
 /// Condition type (quorate's own): members wait for evidence before a decision about data.
 pub const MEMBERS_WAITING: &str = "MembersWaiting";
+/// Condition type (quorate's own): the members run the etcd version the `Etcd` asks for; while
+/// a version change runs, which step runs and what it waits for.
+pub const ETCD_VERSION_CURRENT: &str = "EtcdVersionCurrent";
 /// Condition type (quorate's own): the quorum-loss recovery a member recorded.
 pub const LAST_QUORUM_RECOVERY: &str = "LastQuorumRecovery";
 /// Condition type (quorate's own): no certificate the members use expires within 30 days.

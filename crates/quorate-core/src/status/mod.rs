@@ -49,6 +49,9 @@ pub fn compute_status(o: &ObservedCluster<'_>) -> EtcdStatus {
         check_last_quorum_recovery(&desired_leases(o)),
         check_certificates(&desired_leases(o), o.now),
     ];
+    if let Some(decision) = &o.etcd_version {
+        checks.push(crate::conditions::check_etcd_version(decision));
+    }
     if let Some(backup) = &o.backup {
         checks.push(backup_ready_from_leases(etcd, backup, o.previous, o.now));
     }

@@ -40,6 +40,9 @@ pub struct ObservedCluster<'a> {
     pub voters: Option<Vec<String>>,
     /// Where a requested hibernation stands.
     pub hibernation: Option<crate::hibernation::Hibernation>,
+    /// The etcd version the members run and where a change of it stands (core
+    /// `etcd_version::decide`); `None` when the observer did not decide it.
+    pub etcd_version: Option<crate::etcd_version::VersionDecision>,
     /// What the controller's pass did.
     pub outcome: &'a PassOutcome,
     /// Whether the pass itself waits for the members (the operator's spec flow requeues until

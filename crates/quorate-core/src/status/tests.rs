@@ -83,6 +83,7 @@ fn observe<'a>(
         backup: None,
         voters: None,
         hibernation: None,
+        etcd_version: None,
         outcome,
         pass_waits_for_members: false,
         run_id: "local-1",

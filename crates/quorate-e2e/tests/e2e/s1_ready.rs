@@ -48,10 +48,10 @@ async fn s1_three_members_with_local_backups_become_ready() {
         restarts.push(format!("{name}-{i}={n}"));
     }
     s.measure("pod restarts", restarts.join(" "));
-    // A new cluster that does not choose a version runs etcd 3.5, as every member reports.
+    // A new cluster that does not choose a version runs etcd 3.6, as every member reports.
     let etcds: Api<quorate_api::Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
     let versions = wait_for(
-        "every member reports etcd 3.5 in the status",
+        "every member reports etcd 3.6 in the status",
         Duration::from_secs(60),
         Duration::from_secs(1),
         || async {
@@ -63,7 +63,7 @@ async fn s1_three_members_with_local_backups_become_ready() {
                 .into_iter()
                 .map(|m| m.etcd_version.unwrap_or_default())
                 .collect();
-            if versions.len() == 3 && versions.iter().all(|v| v.starts_with("3.5.")) {
+            if versions.len() == 3 && versions.iter().all(|v| v.starts_with("3.6.")) {
                 Ok(versions)
             } else {
                 Err(format!("{versions:?}"))

@@ -10,6 +10,7 @@ use quorate_api::{Etcd, EtcdVersion};
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::components::ComponentContext;
 use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
+use quorate_core::etcd_version::MemberVersions;
 
 use crate::context::{Context, OperatorSettings};
 use crate::error::Error;
@@ -27,6 +28,9 @@ pub struct References {
     pub local_backup_host_path: Option<String>,
     /// The etcd version the members were last configured with; see [`running_etcd_version`].
     pub running_etcd_version: Option<EtcdVersion>,
+    /// The etcd versions each member's agent publishes on its lease: the evidence a chained
+    /// version change waits for before its next step.
+    pub member_versions: Vec<MemberVersions>,
 }
 
 impl References {
@@ -46,16 +50,24 @@ impl References {
             Some(name) => get::<Secret>(ctx, etcd.namespace(), name).await?,
             None => None,
         };
+        let names = quorate_api::names::member_lease_names(etcd.etcd());
+        let leases: Vec<_> = names
+            .iter()
+            .filter_map(|l| ctx.caches.lease(etcd.namespace(), l))
+            .map(|l| quorate_coord::kube::lease_map::member_lease(&l))
+            .collect();
         Ok(References {
             bootstrap_members: bootstrap_members(config_map.as_ref(), ran_before),
             local_backup_host_path: secret.as_ref().and_then(host_path),
             running_etcd_version: running_etcd_version(config_map.as_ref(), ran_before),
+            member_versions: MemberVersions::from_leases(&names, &leases),
         })
     }
 
     /// The builders' context: the operator's images and settings, these facts, and the etcd
-    /// version the members run after this pass (core `etcd_version::decide`); `Err` when the
-    /// `Etcd` asks for a version change that is refused (a downgrade, a skip).
+    /// version the members run after this pass (core `etcd_version::decide`: the next step of
+    /// a chained change once etcd reports the last one on every member); `Err` when the `Etcd`
+    /// asks for a version change that is refused (a downgrade below 3.5, another major).
     pub fn component_context(
         self,
         etcd: &Etcd,
@@ -64,8 +76,13 @@ impl References {
         let requested = quorate_api::etcd_version::requested(etcd).map_err(Error::EtcdVersion)?;
         let mut ctx =
             ComponentContext::new(settings.images.member.clone(), settings.images.init.clone());
-        ctx.etcd_version = quorate_core::etcd_version::decide(requested, self.running_etcd_version)
-            .map_err(Error::EtcdVersion)?;
+        ctx.etcd_version = quorate_core::etcd_version::decide(
+            requested,
+            self.running_etcd_version,
+            &self.member_versions,
+        )
+        .map_err(|refused| Error::EtcdVersion(refused.to_string()))?
+        .run;
         ctx.disable_service_account_automount = settings.disable_service_account_automount;
         ctx.bootstrap_members = self.bootstrap_members;
         if let Some(path) = &self.local_backup_host_path {

@@ -1,0 +1,94 @@
+//! This member's part in an etcd version change: it reads the cluster version its etcd
+//! reports (for its lease: the evidence a chained change waits for), and while it leads it
+//! asks etcd's downgrade API for what core `upgrade::downgrade_action` says (enable a
+//! downgrade to the configured version, or cancel one the request no longer wants).
+
+use std::time::Duration;
+
+use quorate_api::EtcdVersion;
+use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::upgrade::{
+    DowngradeAction, DowngradeEvidence, cluster_version_from_metrics, downgrade_action,
+};
+use quorate_etcd::{DowngradeCall, MemberClient, MemberStatus};
+
+use crate::state::SharedState;
+
+/// How long reading etcd's metrics may take: it answers from memory.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The cluster version this member's etcd reports on its plain-HTTP metrics listener (every
+/// member has one, `--listen-metrics-urls`); `None` when it cannot be read.
+pub async fn cluster_version(cluster: &ClusterConfig, me: &str) -> Option<EtcdVersion> {
+    let port = cluster.member(me)?.metrics_port?;
+    let host = match cluster.listen_host.as_str() {
+        "0.0.0.0" | "::" | "" => "127.0.0.1",
+        host => host,
+    };
+    let url = format!("http://{host}:{port}/metrics");
+    let client = reqwest::Client::builder()
+        .timeout(METRICS_TIMEOUT)
+        .build()
+        .ok()?;
+    let text = client.get(&url).send().await.ok()?.text().await.ok()?;
+    cluster_version_from_metrics(&text)
+}
+
+/// What this member's etcd says about a downgrade: its status and the cluster version.
+pub fn evidence(status: &MemberStatus, cluster: Option<EtcdVersion>) -> DowngradeEvidence {
+    DowngradeEvidence {
+        cluster,
+        enabled_target: status
+            .downgrade_target
+            .as_deref()
+            .and_then(|v| EtcdVersion::parse(v).ok()),
+        storage: EtcdVersion::parse(&status.storage_version).ok(),
+    }
+}
+
+/// Records the cluster version for the lease and, while this member leads, makes the
+/// downgrade call `latest` needs: validate then enable, or cancel. etcd's refusal is kept as
+/// the member's message (status shows it), and the next check tries again.
+pub async fn check(
+    latest: &ClusterConfig,
+    me: &str,
+    client: &MemberClient,
+    status: &MemberStatus,
+    state: &SharedState,
+) {
+    let cluster = cluster_version(latest, me).await;
+    state.update(|s| s.cluster_version = cluster.map(|v| v.to_string()));
+    if !status.is_leader() {
+        return;
+    }
+    let Some(action) = downgrade_action(latest.etcd_version, evidence(status, cluster)) else {
+        return;
+    };
+    let result = match action {
+        DowngradeAction::Enable(version) => {
+            let target = version.to_string();
+            match client
+                .downgrade(DowngradeCall::Validate(target.clone()))
+                .await
+            {
+                Ok(_) => client.downgrade(DowngradeCall::Enable(target)).await,
+                Err(e) => Err(e),
+            }
+        }
+        DowngradeAction::Cancel => client.downgrade(DowngradeCall::Cancel).await,
+    };
+    match result {
+        Ok(answer) => {
+            tracing::info!(member = %me, ?action, cluster_version = %answer, "etcd downgrade call made");
+        }
+        Err(e) => {
+            tracing::warn!(member = %me, ?action, error = %e, "etcd refused the downgrade call");
+            state.update(|s| {
+                s.message = format!(
+                    "etcd refuses the downgrade call {action:?} for etcd {}: {e}",
+                    latest.etcd_version
+                );
+            });
+        }
+    }
+}

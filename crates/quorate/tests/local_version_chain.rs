@@ -1,0 +1,249 @@
+//! Chained etcd version changes in local mode on real etcd 3.5, 3.6 and 3.7 (built from Go
+//! modules by `scripts/install-etcd.sh`): a 3-member cluster asked once for 3.7 goes
+//! 3.5 → 3.6 → 3.7, then asked once for 3.5 comes back 3.7 → 3.6 → 3.5 through etcd's downgrade
+//! API, all under `quorate canary --write-timeout 5s`: no write fails, every acknowledged key
+//! is on every member, and etcd's cluster version takes each step in order.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::canary::Canary;
+use support::{Local, condition, dump, eventually, manifest, path_str, put_keys, runtime};
+
+/// `manifest` with the `quorate.io/etcd-version` annotation.
+fn versioned(text: &str, version: &str) -> String {
+    text.replace(
+        "  namespace: default\n",
+        &format!(
+            "  namespace: default\n  annotations:\n    quorate.io/etcd-version: \"{version}\"\n"
+        ),
+    )
+}
+
+/// etcd's `/version` answer of the member at `client_url`: (server, cluster); `None` while it
+/// does not answer (restarting).
+fn etcd_versions(client_url: &str) -> Option<(String, String)> {
+    let address = client_url.trim_start_matches("http://");
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address.parse().ok()?, Duration::from_millis(300))
+            .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    stream.write_all(b"GET /version HTTP/1.0\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let body = answer.split("\r\n\r\n").nth(1)?;
+    let json: serde_json::Value = serde_json::from_str(body).ok()?;
+    Some((
+        json["etcdserver"].as_str()?.to_string(),
+        json["etcdcluster"].as_str()?.to_string(),
+    ))
+}
+
+fn minor(version: &str) -> u32 {
+    version
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("not a version: {version:?}"))
+}
+
+/// What a sampler saw: each member's (server, cluster) versions, every 100 ms.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<(Instant, Vec<Option<(String, String)>>)>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(endpoints: &[String]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (s, out, eps) = (stop.clone(), samples.clone(), endpoints.to_vec());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let seen = eps.iter().map(|e| etcd_versions(e)).collect();
+                out.lock().unwrap().push((Instant::now(), seen));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Self {
+            stop,
+            samples,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling. Asserts etcd's invariant at every sample (each answering member runs
+    /// the cluster version or one minor above it) and returns the cluster versions seen, in
+    /// order, each once.
+    fn finish(mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+        let samples = self.samples.lock().unwrap();
+        let mut clusters: Vec<String> = Vec::new();
+        for (_, seen) in samples.iter() {
+            for (server, cluster) in seen.iter().flatten() {
+                let (s, c) = (minor(server), minor(cluster));
+                assert!(
+                    s == c || s == c + 1,
+                    "a member runs etcd {server} under cluster version {cluster}: {seen:?}"
+                );
+                if clusters.last() != Some(cluster) {
+                    clusters.push(cluster.clone());
+                }
+            }
+        }
+        clusters
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Every member answers with etcd `server` and cluster version `cluster`.
+fn all_at(endpoints: &[String], server: &str, cluster: &str) -> bool {
+    endpoints
+        .iter()
+        .all(|e| etcd_versions(e).is_some_and(|(s, c)| s.starts_with(server) && c == cluster))
+}
+
+/// Asks `local`'s cluster `name` for `version`, waits until every member runs it and etcd
+/// reports it, and returns the cluster versions etcd went through.
+fn change_to(local: &Local, path: &std::path::Path, base: &str, version: &str) -> Vec<String> {
+    let endpoints = local.endpoints("chain");
+    let sampler = Sampler::start(&endpoints);
+    local.manifest("c.yaml", &versioned(base, version));
+    local.ok(&["apply", "-f", path_str(path)]);
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    eventually(
+        &format!("every member runs etcd {version} and reports it as the cluster version"),
+        Duration::from_secs(600),
+        || {
+            if let Some((_, message)) = condition(local, "chain", "EtcdVersionCurrent")
+                && steps.last() != Some(&message)
+            {
+                eprintln!("{:>6.1}s {message}", started.elapsed().as_secs_f64());
+                steps.push(message);
+            }
+            all_at(&endpoints, &format!("{version}."), &format!("{version}.0")).then_some(())
+        },
+    );
+    eprintln!(
+        "etcd {version} reached in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    eventually(
+        "EtcdVersionCurrent turns True",
+        Duration::from_secs(60),
+        || {
+            let (status, message) = condition(local, "chain", "EtcdVersionCurrent")?;
+            (status == "True" && message.contains(version)).then_some(())
+        },
+    );
+    assert!(
+        steps.iter().any(|m| m.contains("step")),
+        "status named the steps: {steps:?}"
+    );
+    sampler.finish()
+}
+
+#[test]
+fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
+    let local = Local::new();
+    let base = manifest("chain", 3, "");
+    let path = local.manifest("c.yaml", &versioned(&base, "3.5"));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
+    let endpoints = local.endpoints("chain");
+    assert!(
+        all_at(&endpoints, "3.5.", "3.5.0"),
+        "the cluster starts on 3.5"
+    );
+    let rt = runtime();
+    rt.block_on(put_keys(&endpoints, "k/", 100));
+
+    let canary = Canary::start(&endpoints);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let up = change_to(&local, &path, &base, "3.7");
+    assert_eq!(up, ["3.5.0", "3.6.0", "3.7.0"], "one minor at a time up");
+    let down = change_to(&local, &path, &base, "3.5");
+    assert_eq!(
+        down,
+        ["3.7.0", "3.6.0", "3.5.0"],
+        "one minor at a time down"
+    );
+
+    std::thread::sleep(Duration::from_secs(1));
+    let last = canary.finish();
+    assert_eq!(last["failed"], 0, "no write failed: {last}");
+    assert!(
+        last["longest_wait_ms"].as_u64().unwrap() < 5000,
+        "no write waited 5 s: {last}"
+    );
+    let acked = last["acknowledged_through"].as_u64().unwrap();
+    assert!(acked > 100, "the canary kept writing: {last}");
+    rt.block_on(async {
+        for url in &endpoints {
+            assert_eq!(dump(url, "k/").await.len(), 100, "keys before on {url}");
+            let keys = dump(url, "c/").await;
+            assert!(
+                keys.len() as u64 >= acked,
+                "every acknowledged write is on {url}: {} of {acked}",
+                keys.len()
+            );
+        }
+    });
+    local.ok(&["down", "chain"]);
+}
+
+#[test]
+fn a_downgrade_below_3_5_and_a_missing_step_binary_are_refused_before_anything_restarts() {
+    let local = Local::new();
+    let base = manifest("keep", 1, "");
+    let path = local.manifest("c.yaml", &versioned(&base, "3.6"));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let pid = local.etcd_pid("keep", "keep-0").expect("etcd runs");
+
+    local.manifest("c.yaml", &versioned(&base, "3.4"));
+    let out = local.quorate(&["apply", "-f", path_str(&path)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("downgrading etcd from 3.6 to 3.4 is refused")
+            && stderr.contains("choose 3.5 or later")
+            && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+
+    // An upgrade whose step binary this machine lacks (no etcd 3.7 where quorate looks: an
+    // empty home and version directory) is refused before anything restarts.
+    local.manifest("c.yaml", &versioned(&base, "3.7"));
+    let empty = local.state.path().join("empty-home");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = local
+        .command(&["apply", "-f", path_str(&path)])
+        .env("HOME", &empty)
+        .env("QUORATE_ETCD_3_7_DIR", &empty)
+        .output()
+        .expect("run quorate apply");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no etcd 3.7 binary found") && stderr.contains("QUORATE_ETCD_3_7_DIR"),
+        "{stderr}"
+    );
+    assert_eq!(
+        local.etcd_pid("keep", "keep-0"),
+        Some(pid),
+        "nothing restarted"
+    );
+    local.ok(&["down", "keep"]);
+}
