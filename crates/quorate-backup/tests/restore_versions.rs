@@ -42,16 +42,45 @@ async fn recorded(client: &Client, revision: i64) -> HashRecord {
     }
 }
 
-/// Every lease with its granted TTL, sorted.
-async fn leases(client: &Client) -> Vec<(i64, i64)> {
+/// Every lease with its granted TTL and the keys attached to it, sorted.
+async fn leases(client: &Client) -> Vec<(i64, i64, Vec<Vec<u8>>)> {
     let mut c = client.clone();
     let mut out = Vec::new();
     for lease in c.leases().await.unwrap().leases() {
-        let ttl = c.lease_time_to_live(lease.id(), None).await.unwrap();
-        out.push((lease.id(), ttl.granted_ttl()));
+        let options = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+        let ttl = c
+            .lease_time_to_live(lease.id(), Some(options))
+            .await
+            .unwrap();
+        let mut keys = ttl.keys().to_vec();
+        keys.sort();
+        out.push((lease.id(), ttl.granted_ttl(), keys));
     }
     out.sort();
     out
+}
+
+/// The restored leases are the source's (same ID, TTL and keys), plus possibly leases the
+/// source revoked after the full snapshot, which hold no key: a revocation reaches the deltas
+/// only as the deletions of its keys (etcd's watch has no lease events), as for
+/// etcd-backup-restore, and such a lease expires after its TTL without deleting anything.
+fn assert_same_leases(
+    version: EtcdVersion,
+    restored: &[(i64, i64, Vec<Vec<u8>>)],
+    source: &[(i64, i64, Vec<Vec<u8>>)],
+) {
+    for lease in source {
+        assert!(
+            restored.contains(lease),
+            "{version}: lease {lease:?} of the source is not restored as it was: {restored:?}"
+        );
+    }
+    for lease in restored.iter().filter(|l| !source.contains(l)) {
+        assert!(
+            lease.2.is_empty(),
+            "{version}: restored lease {lease:?} is not the source's and holds keys"
+        );
+    }
 }
 
 /// Starts etcd of `dir` on the restored data of `target`.
@@ -92,7 +121,7 @@ async fn a_35_backup_restores_exactly_into_35_36_and_37() {
     let source_now = source.state(None).await;
     let source_middle = source.state(Some(middle)).await;
     let source_leases = leases(&source.client).await;
-    assert!(!source_leases.is_empty());
+    assert!(source_leases.iter().any(|(_, _, keys)| !keys.is_empty()));
 
     for version in [EtcdVersion::V3_5, EtcdVersion::V3_6, EtcdVersion::V3_7] {
         let Some(dir) = installed(version) else {
@@ -123,7 +152,7 @@ async fn a_35_backup_restores_exactly_into_35_36_and_37() {
             status.version()
         );
         assert_same(&state_of(&restored, None).await, &source_now);
-        assert_eq!(leases(&restored).await, source_leases, "{version}: leases");
+        assert_same_leases(version, &leases(&restored).await, &source_leases);
         let hash = restored.clone().hash_kv(head).await.unwrap();
         assert_eq!(hash.hash(), at_head.hash, "{version}: etcd's own HashKV");
 
