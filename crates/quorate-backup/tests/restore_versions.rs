@@ -4,7 +4,7 @@
 //! every key (value, create and mod revision, version, lease), the head revision and the leases
 //! equal the source's; the recorded HashKV verifies each restore. A point-in-time restore with
 //! the revision raised works on each version too (the raised revision compacted, new writes
-//! above it).
+//! above it), and so does the replay through that version's etcd (one txn per revision).
 //!
 //! 3.5–3.7 come from `scripts/install-etcd.sh`; a missing version skips with a message unless
 //! `QUORATE_REQUIRE_ETCD` names it (CI does).
@@ -155,6 +155,26 @@ async fn a_35_backup_restores_exactly_into_35_36_and_37() {
         assert_same_leases(version, &leases(&restored).await, &source_leases);
         let hash = restored.clone().hash_kv(head).await.unwrap();
         assert_eq!(hash.hash(), at_head.hash, "{version}: etcd's own HashKV");
+
+        // The same through the one-txn-per-revision replay: that version's etcd replays.
+        let target = Target::new();
+        let mut inputs = target.inputs(&full_path, &full_name, deltas(), RestoreTarget::Latest);
+        inputs.tools = tools_in(&dir);
+        inputs.options.hash_record = Some(at_head.clone());
+        inputs.options.replay_method = restore::ReplayMethod::Txn;
+        let report = restore::restore(inputs)
+            .await
+            .unwrap_or_else(|e| panic!("txn replay into {version}: {e}"));
+        assert_eq!(
+            report.verification,
+            Verification::Verified {
+                revision: head,
+                hash: at_head.hash
+            },
+            "{version}: txn replay"
+        );
+        let (_target, _etcd, restored) = serve(target, &dir).await;
+        assert_same(&state_of(&restored, None).await, &source_now);
 
         // A point in time, the revision raised past what the bucket holds.
         let target = Target::new();
