@@ -161,7 +161,7 @@ pub async fn run_backups<C: Coordination>(
                     Err(error) => {
                         tracing::warn!(member = %me, %error, "backups failed; retrying");
                         state.metrics().failure(error.metric_label());
-                        record_final_snapshot(&state, Err(error.to_string()));
+                        record_final_snapshot(&state, Err(&error));
                         leader.record_error(&error.to_string()).await;
                         let _ =
                             tokio::time::timeout(Duration::from_secs(5), shutdown.changed()).await;
@@ -181,7 +181,7 @@ pub async fn run_backups<C: Coordination>(
 
 /// Records the outcome of a final snapshot for the hibernation the configuration asks for (if
 /// one is due): the controller stops the members on the stored revision, and reports failures.
-fn record_final_snapshot(state: &SharedState, outcome: Result<i64, String>) {
+fn record_final_snapshot(state: &SharedState, outcome: Result<i64, &BackupError>) {
     state.update(|s| {
         let Some(request) = s.final_snapshot_due() else {
             return;
@@ -202,7 +202,7 @@ fn record_final_snapshot(state: &SharedState, outcome: Result<i64, String>) {
                 request,
                 revision: None,
                 failures: failures + 1,
-                error: Some(error),
+                error: Some(error.to_string()),
             },
         });
     });

@@ -6,10 +6,11 @@
 
 use std::time::Duration;
 
-use quorate_backup::store::{HashRecord, SnapStore};
+use quorate_backup::store::{HashRecord, SnapStore, StoreError};
 use quorate_core::backup_hash::{HashCandidate, HashOccasion, HashSource, hash_source};
 use quorate_core::cluster_config::ClusterConfig;
-use quorate_etcd::{EtcdTimeouts, MemberClient};
+use quorate_etcd::{EtcdError, EtcdTimeouts, MemberClient};
+use thiserror::Error;
 
 /// How long one recording may take in all (status of every member, the hash, the upload).
 const RECORD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -27,7 +28,7 @@ pub async fn record_hash(
         try_record(cluster, me, store, revision, occasion),
     )
     .await
-    .unwrap_or_else(|_| Err(format!("no answer within {}s", RECORD_TIMEOUT.as_secs())));
+    .unwrap_or(Err(RecordError::Timeout(RECORD_TIMEOUT)));
     match outcome {
         Ok(Some(record)) => {
             tracing::debug!(member = %me, revision, hash = record.hash, by = %record.member, "key-space hash recorded");
@@ -39,13 +40,33 @@ pub async fn record_hash(
     }
 }
 
+/// Why a hash was not recorded (a member that could not be asked is left out before
+/// [`hash_source`] chooses; when it chooses none, nothing is recorded and that is no failure).
+#[derive(Debug, Error)]
+enum RecordError {
+    /// The whole recording took longer than [`RECORD_TIMEOUT`].
+    #[error("no answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+    /// The chosen member did not hash its key space.
+    #[error("{member} did not hash the key space: {source}")]
+    Hash {
+        /// The member asked.
+        member: String,
+        /// etcd's error (its class says whether waiting would help).
+        source: EtcdError,
+    },
+    /// The record could not be stored.
+    #[error("storing the record failed: {0}")]
+    Store(#[from] StoreError),
+}
+
 async fn try_record(
     cluster: &ClusterConfig,
     me: &str,
     store: &SnapStore,
     revision: i64,
     occasion: HashOccasion,
-) -> Result<Option<HashRecord>, String> {
+) -> Result<Option<HashRecord>, RecordError> {
     let tls = quorate_etcd::client_tls(cluster);
     let members: Vec<_> = cluster
         .members
@@ -83,11 +104,14 @@ async fn try_record(
         }
     };
     let (name, client, _) = &answered[index];
-    let answer = client.hash_kv(revision).await.map_err(|e| e.to_string())?;
-    let record = HashRecord::new(answer, name, crate::clock::now().to_string());
-    store
-        .put_hash_record(&record)
+    let answer = client
+        .hash_kv(revision)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| RecordError::Hash {
+            member: name.clone(),
+            source,
+        })?;
+    let record = HashRecord::new(answer, name, crate::clock::now().to_string());
+    store.put_hash_record(&record).await?;
     Ok(Some(record))
 }

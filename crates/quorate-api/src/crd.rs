@@ -35,6 +35,20 @@ pub fn crd_yaml() -> String {
     to_yaml(&Etcd::crd())
 }
 
+/// The `Etcd` CRD's `additionalPrinterColumns`, in order: what `kubectl get etcd` prints, and
+/// what local mode's `quorate get etcd` renders the same way.
+pub fn etcd_printer_columns() -> Vec<
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition,
+>{
+    Etcd::crd()
+        .spec
+        .versions
+        .into_iter()
+        .next()
+        .and_then(|v| v.additional_printer_columns)
+        .unwrap_or_default()
+}
+
 /// Every CRD quorate serves, `Etcd` first.
 pub fn all_crds() -> Vec<CrdFile> {
     vec![

@@ -77,3 +77,61 @@ pub async fn progress(
         Progress::Running { through, waiting }
     })
 }
+
+/// How often [`wait`] reads the members' leases.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Waits for the round for `request` to finish, telling `changed` each new [`Progress`];
+/// returns the members' outcomes, or `None` when `timeout` passed first (the agents go on with
+/// the round).
+pub async fn wait(
+    ctx: &LocalContext,
+    name: &str,
+    request: &str,
+    timeout: std::time::Duration,
+    changed: &mut dyn FnMut(&Progress),
+) -> Result<Option<Vec<(String, DefragOutcome)>>, LocalError> {
+    let started = std::time::Instant::now();
+    let mut last_seen = None;
+    loop {
+        let now = progress(ctx, name, request).await?;
+        if last_seen.as_ref() != Some(&now) {
+            changed(&now);
+        }
+        if let Progress::Done(through) = now {
+            return Ok(Some(through));
+        }
+        if started.elapsed() >= timeout {
+            return Ok(None);
+        }
+        last_seen = Some(now);
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The members' outcomes of a round as a table: database size before and after, time taken,
+/// result.
+pub fn outcome_table(through: &[(String, DefragOutcome)]) -> String {
+    let mut out = format!(
+        "{:<24} {:>12} {:>12} {:>10}  RESULT\n",
+        "MEMBER", "BEFORE", "AFTER", "TOOK"
+    );
+    for (member, o) in through {
+        let result = match (&o.error, o.skipped) {
+            (Some(e), _) => format!("failed: {e}"),
+            (None, true) => "skipped".to_string(),
+            (None, false) => "defragmented".to_string(),
+        };
+        out.push_str(&format!(
+            "{member:<24} {:>12} {:>12} {:>9.1}s  {result}\n",
+            mib(o.size_before),
+            mib(o.size_after),
+            o.millis as f64 / 1000.0
+        ));
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}

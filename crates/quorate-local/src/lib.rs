@@ -15,6 +15,7 @@ pub mod probe;
 pub mod record;
 pub mod recover;
 pub mod render;
+pub mod restore;
 pub mod state_dir;
 pub mod status;
 pub mod supervisor;

@@ -4,49 +4,56 @@
 use quorate_api::Etcd;
 use quorate_api::status::EtcdStatus;
 
-/// Renders `kubectl get etcd` output for `items` at `now`.
+/// Renders `kubectl get etcd` output for `items` at `now`: the CRD's own printer columns
+/// (priority 0, and with `wide` also priority 1), each cell its JSONPath's first match as
+/// kubectl shows it (`<none>` when nothing matches; a date as an age).
 pub fn render(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> String {
-    let mut header = vec![
-        "NAME",
-        "READY",
-        "QUORATE",
-        "ALL MEMBERS READY",
-        "BACKUP READY",
-        "SCALE",
-        "AGE",
+    let columns: Vec<_> = quorate_api::crd::etcd_printer_columns()
+        .into_iter()
+        .filter(|c| wide || c.priority.unwrap_or(0) == 0)
+        .collect();
+    let mut rows: Vec<Vec<String>> = vec![
+        std::iter::once("NAME".to_string())
+            .chain(columns.iter().map(|c| c.name.to_uppercase()))
+            .collect(),
     ];
-    if wide {
-        header.extend(["CLUSTER SIZE", "CURRENT REPLICAS", "READY REPLICAS"]);
-    }
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for etcd in items {
-        let default = EtcdStatus::default();
-        let status = etcd.status.as_ref().unwrap_or(&default);
-        let find = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
-        let condition = |t: &str| find(t).map_or_else(none, |c| c.status.as_str().to_string());
-        let age = etcd.metadata.creation_timestamp.as_ref().map_or_else(
-            || "<unknown>".to_string(),
-            |t| human_duration(now.duration_since(t.0)),
-        );
-        let mut row = vec![
-            etcd.metadata.name.clone().unwrap_or_default(),
-            status.ready.map_or_else(none, |r| r.to_string()),
-            condition("Ready"),
-            condition("AllMembersReady"),
-            condition("BackupReady"),
-            find("ScaleOperationComplete").map_or_else(none, |c| c.reason.clone()),
-            age,
-        ];
-        if wide {
-            row.extend([
-                etcd.spec.replicas.to_string(),
-                status.current_replicas.to_string(),
-                status.ready_replicas.to_string(),
-            ]);
+        let mut value = serde_json::to_value(etcd).unwrap_or_default();
+        if etcd.status.is_none() {
+            // As an object without status shows its zero counts.
+            value["status"] = serde_json::to_value(EtcdStatus::default()).unwrap_or_default();
         }
+        let mut row = vec![etcd.metadata.name.clone().unwrap_or_default()];
+        row.extend(
+            columns
+                .iter()
+                .map(|c| cell(&value, &c.json_path, &c.type_, now)),
+        );
         rows.push(row);
     }
     format_columns(&rows)
+}
+
+/// One cell: the first value `json_path` finds in `object`.
+fn cell(object: &serde_json::Value, json_path: &str, type_: &str, now: jiff::Timestamp) -> String {
+    use jsonpath_rust::JsonPath;
+    let found = object
+        .query(&format!("${json_path}"))
+        .ok()
+        .and_then(|values| values.into_iter().find(|v| !v.is_null()).cloned());
+    match (type_, found) {
+        ("date", found) => found
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map_or_else(
+                || "<unknown>".to_string(),
+                |t| human_duration(now.duration_since(t)),
+            ),
+        (_, None) => none(),
+        (_, Some(serde_json::Value::String(text))) => text,
+        (_, Some(other)) => other.to_string(),
+    }
 }
 
 fn none() -> String {
@@ -121,6 +128,59 @@ mod tests {
                 "{secs}s"
             );
         }
+    }
+
+    #[test]
+    fn the_crds_printer_columns_are_rendered_as_kubectl_shows_them() {
+        use quorate_api::status::{Condition, ConditionStatus};
+        let now: jiff::Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let time =
+            |t: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().unwrap());
+        let condition = |type_: &str, status, reason: &str| Condition {
+            type_: type_.to_string(),
+            status,
+            last_transition_time: time("2026-01-01T00:00:00Z"),
+            last_update_time: time("2026-01-01T00:00:00Z"),
+            reason: reason.to_string(),
+            message: String::new(),
+        };
+        let mut main = Etcd::new("etcd-main", Default::default());
+        main.spec.replicas = 3;
+        main.metadata.creation_timestamp = Some(time("2026-01-01T22:00:00Z"));
+        main.status = Some(EtcdStatus {
+            ready: Some(true),
+            current_replicas: 3,
+            ready_replicas: 2,
+            conditions: vec![
+                condition("Ready", ConditionStatus::True, "Quorate"),
+                condition("AllMembersReady", ConditionStatus::False, "NotAllReady"),
+                condition("ScaleOperationComplete", ConditionStatus::True, "Scaled"),
+            ],
+            ..EtcdStatus::default()
+        });
+        // No status and no creation time.
+        let new = Etcd::new("b", Default::default());
+        let items = [main, new];
+        assert_eq!(
+            render(&items, false, now),
+            "NAME        READY    QUORATE   ALL MEMBERS READY   BACKUP READY   SCALE    AGE\n\
+             etcd-main   true     True      False               <none>         Scaled   120m\n\
+             b           <none>   <none>    <none>              <none>         <none>   <unknown>\n"
+        );
+        let wide = render(&items, true, now);
+        let lines: Vec<&str> = wide.lines().collect();
+        assert!(
+            lines[0].ends_with("AGE         CLUSTER SIZE   CURRENT REPLICAS   READY REPLICAS"),
+            "{wide}"
+        );
+        assert!(
+            lines[1].ends_with("3              3                  2"),
+            "{wide}"
+        );
+        assert!(
+            lines[2].ends_with("0              0                  0"),
+            "{wide}"
+        );
     }
 
     #[test]

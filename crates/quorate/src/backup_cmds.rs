@@ -2,49 +2,14 @@
 
 use crate::cli::BackupsCommand;
 use quorate_api::tasks::{EtcdCopyBackupsTask, WaitForFinalSnapshotSpec};
-use quorate_api::{BackupSpec, Etcd, EtcdVersion, StoreSpec};
-use quorate_backup::restore::{EtcdTools, MemberIdentity, RestoreTarget};
+use quorate_api::{BackupSpec, Etcd, StoreSpec};
 use quorate_backup::store::{SnapStore, StoreOptions};
-use quorate_backup::store_restore::{StoreRestoreOptions, open_store, restore_from_store};
+use quorate_backup::store_restore::open_store;
 use quorate_local::commands::{self, LocalContext};
+use quorate_local::restore::{RestoreRequest, open_cluster_store};
 use std::path::{Path, PathBuf};
 
 type Error = Box<dyn std::error::Error>;
-
-/// The store of `etcd`'s backups as a local cluster at `ctx` would open it, with overrides.
-/// The owner claim is not checked: an explicit restore or listing is the request to read
-/// whoever's bucket it is.
-fn open_cluster_store(
-    ctx: &LocalContext,
-    etcd: &Etcd,
-    secret_dir: Option<PathBuf>,
-    local_root: Option<PathBuf>,
-) -> Result<SnapStore, Error> {
-    let name = etcd.metadata.name.clone().unwrap_or_default();
-    let store = etcd.spec.backup.store.as_ref().ok_or_else(|| {
-        format!("the Etcd {name} has no spec.backup.store; there is no bucket to read")
-    })?;
-    let dir = ctx.cluster(&name);
-    let secret_dir = secret_dir.or_else(|| {
-        store
-            .secret_ref
-            .as_ref()
-            .and_then(|s| s.name.as_ref())
-            .map(|s| dir.root().join("secrets").join(s))
-    });
-    // As the agents do: the keys of the Secret the annotation names, `secrets/<name>/`.
-    let encryption_keys = quorate_api::annotations::backup_encryption_secret(etcd)
-        .map(|secret| dir.root().join("secrets").join(secret));
-    let options = StoreOptions {
-        local_root: match local_root {
-            Some(root) => root,
-            None => quorate_local::bucket::local_backup_root(etcd, &dir)?,
-        },
-        secret_dir,
-        encryption_keys,
-    };
-    Ok(open_store(&etcd.spec.backup, &options)?)
-}
 
 /// An `EtcdCopyBackupsTask` from a manifest file or JSON text, validated as the webhook does.
 fn read_copy_task(file: Option<&Path>, json: Option<&str>) -> Result<EtcdCopyBackupsTask, Error> {
@@ -226,141 +191,18 @@ pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), 
     Ok(())
 }
 
-/// Arguments of `quorate restore`.
-pub struct RestoreArgs {
-    pub file: PathBuf,
-    pub data_dir: Option<PathBuf>,
-    pub up: bool,
-    pub target: RestoreTarget,
-    pub secret_dir: Option<PathBuf>,
-    pub local_root: Option<PathBuf>,
-    pub encryption_key_dir: Option<PathBuf>,
-    pub force: bool,
-    pub keep_revision: bool,
-    pub skip_verification: bool,
-    pub replay_method: quorate_backup::restore::ReplayMethod,
-}
-
-/// Refuses to restore into a directory a running etcd uses, always, and into one that holds
-/// anything unless `force`; with `force` the old content is moved aside (never deleted).
-fn make_room(dir: &Path, force: bool) -> Result<(), Error> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries.count(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("cannot read {}: {e}", dir.display()).into()),
-    };
-    if entries == 0 {
-        return Ok(());
-    }
-    if quorate_etcd::data_dir::in_use(dir) {
-        return Err(format!(
-            "{} is the data directory of a running etcd (it holds the database lock); stop that \
-             member first, or restore into another directory. Nothing was changed",
-            dir.display()
-        )
-        .into());
-    }
-    if !force {
-        return Err(format!(
-            "{} is not empty ({entries} entries); a restore replaces what it holds. Pass --force \
-             to move its content aside (to {}.invalid-<time>) and restore, or choose an empty \
-             directory. Nothing was changed",
-            dir.display(),
-            dir.display()
-        )
-        .into());
-    }
-    let aside = quorate_etcd::data_dir::move_aside(dir, jiff::Timestamp::now().as_second())
-        .map_err(|e| format!("moving {} aside: {e}", dir.display()))?;
-    println!(
-        "moved the old content of {} to {}",
-        dir.display(),
-        aside.display()
-    );
-    Ok(())
-}
-
-/// Runs `quorate restore`.
-pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error> {
-    let etcd = commands::read_manifest(&args.file)?;
-    let name = etcd.metadata.name.clone().unwrap_or_default();
-    let mut store =
-        open_cluster_store(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
-    if let Some(dir) = args.encryption_key_dir.clone() {
-        store = store.with_encryption_keys(dir);
-    }
-    let member = quorate_api::names::member_name(&etcd, 0);
-    // The restored data is for the version the manifest's cluster will run.
-    let version = quorate_api::etcd_version::requested(&etcd)?.unwrap_or(EtcdVersion::DEFAULT);
-    let etcd_bin = ctx.etcd_binaries().etcd(version)?;
-    let etcdctl = etcd_bin
-        .parent()
-        .map(|d| d.join("etcdctl"))
-        .filter(|p| p.is_file())
-        .or_else(|| quorate_etcd::binaries::find_on_path("etcdctl"))
-        .ok_or("etcdctl is needed to restore a snapshot: apt-get install etcd-client")?;
-    let tools = EtcdTools::new(&etcd_bin, etcdctl);
-    let (data_dir, identity) = match (&args.data_dir, args.up) {
-        (Some(dir), false) => {
-            make_room(dir, args.force)?;
-            let peer = format!("http://127.0.0.1:{}", etcd.spec.etcd.server_port());
-            (
-                dir.clone(),
-                identity(&member, &peer, &format!("{name}-restored")),
-            )
-        }
-        (None, true) => {
-            if ctx.cluster(&name).exists() {
-                return Err(format!(
-                    "a local cluster named {name} exists already; `quorate down {name} --purge` it or rename the \
-                     manifest's metadata.name"
-                )
-                .into());
-            }
-            commands::prepare(ctx, etcd.clone())?;
-            let local = commands::local_member(ctx, &name, &member)?;
-            (
-                local.data_dir,
-                identity(&member, &local.peer_url, &local.cluster_token),
-            )
-        }
-        _ => {
-            return Err(
-                "say where to restore: --data-dir DIR, or --up to create the local cluster".into(),
-            );
-        }
-    };
-    println!(
-        "restoring {} from {} ...",
-        data_dir.display(),
-        store.describe()
-    );
+/// Runs `quorate restore` ([`quorate_local::restore`]) with a progress bar, and prints what it
+/// did.
+pub async fn restore(ctx: &LocalContext, request: RestoreRequest) -> Result<(), Error> {
     let progress = crate::progress::RestoreBar::start();
-    let restored = restore_from_store(
-        &store,
-        args.target,
-        identity,
-        &data_dir,
-        tools,
-        StoreRestoreOptions {
-            progress: Some(progress.sink()),
-            keep_revision: args.keep_revision,
-            replay_method: args.replay_method,
-            skip_verification: args.skip_verification,
-        },
-    )
-    .await;
+    let restored =
+        quorate_local::restore::restore(ctx, &request, Some(progress.sink()), &mut |line| {
+            progress.say(&line)
+        })
+        .await;
     drop(progress);
-    let report = match restored {
-        Ok(report) => report,
-        Err(e) => {
-            if args.up {
-                // The cluster was created for this restore only; leave nothing half-made behind.
-                let _ = std::fs::remove_dir_all(ctx.cluster(&name).root());
-            }
-            return Err(e.into());
-        }
-    };
+    let restored = restored?;
+    let report = &restored.report;
     println!(
         "restored revision {} (full snapshot at {}, {} deltas, {} events at {:.0} events/s) in {:.1}s",
         report.restored_revision - report.revision_bumped_by as i64,
@@ -379,27 +221,58 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
             report.revision_bumped_by, report.restored_revision
         );
     }
-    if args.up {
-        guard(&data_dir, ctx, &name, &member)?;
-        commands::spawn_supervisor(ctx, &name)?;
-        commands::wait_until_ready(ctx, &name, 1, std::time::Duration::from_secs(120)).await?;
-        print!("{}", commands::table(ctx, Some(&name), true)?);
+    if let Some(new) = &restored.new_cluster {
+        quorate_local::restore::start_restored(ctx, new).await?;
+        print!("{}", commands::table(ctx, Some(&new.name), true)?);
     }
     Ok(())
 }
 
-fn identity(member: &str, peer: &str, token: &str) -> MemberIdentity {
-    MemberIdentity {
-        name: member.to_string(),
-        peer_urls: vec![peer.to_string()],
-        initial_cluster: format!("{member}={peer}"),
-        cluster_token: token.to_string(),
+/// The restore target the flags name (the latest state without either).
+pub fn restore_target(
+    to_revision: Option<i64>,
+    to_time: Option<jiff::Timestamp>,
+) -> quorate_backup::restore::RestoreTarget {
+    use quorate_backup::restore::RestoreTarget;
+    match (to_revision, to_time) {
+        (Some(rev), _) => RestoreTarget::ToRevision(rev),
+        (None, Some(t)) => RestoreTarget::ToTime(t),
+        (None, None) => RestoreTarget::Latest,
     }
 }
 
-/// Stamps the restored data directory with the cluster's guard, as its agent would.
-fn guard(data_dir: &Path, ctx: &LocalContext, name: &str, member: &str) -> Result<(), Error> {
-    let local = commands::local_member(ctx, name, member)?;
-    quorate_etcd::data_dir::check_guard(data_dir, &local.cluster_token)?;
+/// `quorate snapshot`: saves a full snapshot of one member into `output`, with progress.
+pub async fn snapshot(
+    endpoint: &str,
+    output: &Path,
+    tls: Option<quorate_etcd::EtcdTls>,
+) -> Result<(), Error> {
+    let client = quorate_etcd::MemberClient::connect(
+        endpoint,
+        tls.as_ref(),
+        quorate_etcd::EtcdTimeouts::default(),
+    )
+    .await?;
+    let started = std::time::Instant::now();
+    let part = output.with_file_name(format!(
+        "{}.part",
+        output
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let progress =
+        crate::progress::FileProgress::start("saving snapshot", vec![part, output.to_path_buf()]);
+    let saved = quorate_backup::snapshotter::save_to_file(&client, output).await;
+    drop(progress);
+    let saved = saved?;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "saved {} ({} bytes, revision {}) in {seconds:.2}s, {:.1} MB/s",
+        saved.path.display(),
+        saved.size,
+        saved.revision,
+        saved.size as f64 / 1e6 / seconds.max(1e-9)
+    );
     Ok(())
 }

@@ -178,6 +178,18 @@ pub fn canary_key(prefix: &str, seq: u64) -> String {
     format!("{prefix}{seq:010}")
 }
 
+/// `quorate canary`: runs `plan`; fails the command when a write failed.
+pub async fn run_command(
+    plan: CanaryPlan,
+) -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
+    let totals = run(plan).await?;
+    Ok(if totals.failed == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
 /// Runs the canary until `count` writes are done or SIGINT/SIGTERM arrives; returns the totals
 /// (also printed as the last line, with `done: true`).
 pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, CanaryError> {

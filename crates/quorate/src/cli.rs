@@ -476,3 +476,13 @@ pub enum ReplayArg {
     /// One transaction per revision through a temporary etcd.
     Txn,
 }
+
+impl ReplayArg {
+    /// The restore's replay method.
+    pub fn method(self) -> quorate_backup::restore::ReplayMethod {
+        match self {
+            ReplayArg::Direct => quorate_backup::restore::ReplayMethod::Direct,
+            ReplayArg::Txn => quorate_backup::restore::ReplayMethod::Txn,
+        }
+    }
+}

@@ -68,6 +68,11 @@ impl RestoreBar {
         RestoreBar { bar }
     }
 
+    /// Prints `line` on stdout above the bar (also when the bar is hidden).
+    pub fn say(&self, line: &str) {
+        self.bar.suspend(|| println!("{line}"));
+    }
+
     /// The sink the restore reports to.
     pub fn sink(&self) -> quorate_backup::restore::progress::ProgressSink {
         let bar = self.bar.clone();

@@ -26,11 +26,10 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-use super::apply::{Applier, Landed, Landing, Pending};
+use super::apply::{Applier, Landed, Landing, Pending, ReplayError};
 use super::bolt::{BoltError, BoltReader, BoltWriter, BucketBuilder, BucketRef, KeyValueVisitor};
 use super::finish::verify_file;
 use super::proto::{KeyValue, Lease};
-use super::replay::ReplayError;
 use super::{RestoreError, RestoreOptions, tools};
 use crate::delta::EVENT_DELETE;
 

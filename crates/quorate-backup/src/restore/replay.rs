@@ -21,8 +21,8 @@
 //! etcd-backup-restore uses, kept as a fallback and as the benchmark's baseline).
 
 use jiff::Timestamp;
-use thiserror::Error;
 
+pub use super::apply::ReplayError;
 use super::apply::{Applier, Pending};
 use super::plan::RestoreTarget;
 use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT};
@@ -31,87 +31,6 @@ use crate::delta::{DeltaEvent, EVENT_DELETE, EVENT_PUT};
 /// etcd-backup-restore). One hour: Kubernetes grants event leases for an hour, and shorter-lived
 /// holders renew their leases by ID after the restore anyway.
 pub const DEFAULT_LEASE_TTL: i64 = 3600;
-
-/// The replay could not continue.
-#[derive(Debug, Error)]
-pub enum ReplayError {
-    /// The temporary etcd refused or failed a call.
-    #[error(
-        "{operation} failed while replaying delta snapshot {object} (revision {revision}): \
-         {message}; the restore was abandoned, nothing was changed"
-    )]
-    Etcd {
-        /// The call.
-        operation: &'static str,
-        /// The delta snapshot being applied ("" before the first).
-        object: String,
-        /// The source revision being applied.
-        revision: i64,
-        /// etcd's error.
-        message: String,
-    },
-    /// The head revision after a txn is not the source revision.
-    #[error(
-        "after applying revision {expected} of delta snapshot {object} the restored etcd is at \
-         revision {actual}; the restored data does not match the source (a lease expired during \
-         the replay, or the delta snapshot does not belong to this full snapshot). Nothing was \
-         changed; check that the full snapshot and the delta snapshots come from the same cluster"
-    )]
-    RevisionMismatch {
-        /// The delta snapshot.
-        object: String,
-        /// The source revision.
-        expected: i64,
-        /// What the restored etcd reports.
-        actual: i64,
-    },
-    /// An event does not fit the data it is applied to (written directly, every event is
-    /// checked against the key space).
-    #[error(
-        "delta snapshot {object} does not belong to the restored data: at revision {revision}          key {key:?}: {problem}. Nothing was changed; check that the full snapshot and the          delta snapshots come from the same cluster"
-    )]
-    Diverged {
-        /// The delta snapshot.
-        object: String,
-        /// The source revision.
-        revision: i64,
-        /// The key.
-        key: String,
-        /// What does not fit.
-        problem: String,
-    },
-    /// Events are missing between the head and the next event.
-    #[error(
-        "revisions {missing_from}..={missing_to} are missing: the restored data ends at \
-         {previous} and the next event in delta snapshot {object} is at revision {next}; \
-         restore to revision {previous_revision} at most or recover the delta snapshot covering \
-         the gap"
-    )]
-    Gap {
-        /// The object the head came from (the full snapshot or a delta).
-        previous: String,
-        /// Its last applied revision.
-        previous_revision: i64,
-        /// The delta snapshot with the next event.
-        object: String,
-        /// The next event's revision.
-        next: i64,
-        /// First missing revision.
-        missing_from: i64,
-        /// Last missing revision.
-        missing_to: i64,
-    },
-    /// An event that cannot be applied.
-    #[error("delta snapshot {object} event #{index} cannot be applied: {reason}")]
-    BadEvent {
-        /// The delta snapshot.
-        object: String,
-        /// Index of the event in the object.
-        index: usize,
-        /// What is wrong.
-        reason: String,
-    },
-}
 
 /// What applying one delta snapshot did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,10 +10,9 @@ use std::collections::HashSet;
 use etcd_client::{Client, LeaseGrantOptions, PutOptions, Txn, TxnOp};
 use tokio::io::AsyncWriteExt;
 
-use super::apply::{Applier, Landed, Landing, Pending};
+use super::apply::{Applier, Landed, Landing, Pending, ReplayError};
 use super::finish::{member_db, verify_file};
 use super::leases::LeaseKeepalive;
-use super::replay::ReplayError;
 use super::temp_etcd::{TempEtcd, TempEtcdConfig};
 use super::tools::{self, MemberIdentity};
 use super::{RestoreError, RestoreOptions, swap};
