@@ -51,10 +51,13 @@ fn minor(version: &str) -> u32 {
         .unwrap_or_else(|| panic!("not a version: {version:?}"))
 }
 
-/// What a sampler saw: each member's (server, cluster) versions, every 100 ms.
+/// One sample: each member's (server, cluster) versions, `None` while it does not answer.
+type Sample = Vec<Option<(String, String)>>;
+
+/// What a sampler saw, every 100 ms.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    samples: Arc<Mutex<Vec<(Instant, Vec<Option<(String, String)>>)>>>,
+    samples: Arc<Mutex<Vec<(Instant, Sample)>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -155,7 +158,14 @@ fn change_to(local: &Local, path: &std::path::Path, base: &str, version: &str) -
     sampler.finish()
 }
 
+/// Ignored until the 3.6 → 3.7 step waits for a raft snapshot on every 3.6 member: in the
+/// first run (3.5.30 → 3.6.16 → 3.7.3) the 3.5 → 3.6 step passed under the canary, and the first
+/// member restarted onto 3.7.3 panicked replaying its WAL ("unmarshal should never fail (proto:
+/// cannot parse invalid wire-format data)" in `apply.Apply`): entries written while the cluster
+/// ran 3.5 (v2 requests, which 3.7 no longer parses) were still after the last snapshot. The
+/// chain stopped there, the other two members kept quorum (by the turn rules).
 #[test]
+#[ignore = "3.7 cannot replay 3.5-era WAL entries; the 3.6 -> 3.7 step needs a snapshot gate"]
 fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
     let local = Local::new();
     let base = manifest("chain", 3, "");
