@@ -214,6 +214,44 @@ fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
     local.ok(&["down", "chain"]);
 }
 
+/// One downgrade step through etcd's downgrade API: 3.6 → 3.5 under the canary.
+#[test]
+fn three_members_downgrade_3_6_to_3_5_through_etcds_api_under_a_canary() {
+    let local = Local::new();
+    let base = manifest("chain", 3, "");
+    let path = local.manifest("c.yaml", &versioned(&base, "3.6"));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
+    let endpoints = local.endpoints("chain");
+    assert!(
+        all_at(&endpoints, "3.6.", "3.6.0"),
+        "the cluster starts on 3.6"
+    );
+    let rt = runtime();
+    rt.block_on(put_keys(&endpoints, "k/", 100));
+    let canary = Canary::start(&endpoints);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let down = change_to(&local, &path, &base, "3.5");
+    assert_eq!(down, ["3.6.0", "3.5.0"], "etcd's cluster version went down");
+
+    std::thread::sleep(Duration::from_secs(1));
+    let last = canary.finish();
+    assert_eq!(last["failed"], 0, "no write failed: {last}");
+    let acked = last["acknowledged_through"].as_u64().unwrap();
+    rt.block_on(async {
+        for url in &endpoints {
+            assert_eq!(dump(url, "k/").await.len(), 100, "keys before on {url}");
+            let keys = dump(url, "c/").await;
+            assert!(
+                keys.len() as u64 >= acked,
+                "every acknowledged write is on {url}: {} of {acked}",
+                keys.len()
+            );
+        }
+    });
+    local.ok(&["down", "chain"]);
+}
+
 #[test]
 fn a_downgrade_below_3_5_and_a_missing_step_binary_are_refused_before_anything_restarts() {
     let local = Local::new();
