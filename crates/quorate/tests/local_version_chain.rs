@@ -51,10 +51,13 @@ fn minor(version: &str) -> u32 {
         .unwrap_or_else(|| panic!("not a version: {version:?}"))
 }
 
-/// What a sampler saw: each member's (server, cluster) versions, every 100 ms.
+/// One sample: each member's (server, cluster) versions, `None` while it does not answer.
+type Sample = Vec<Option<(String, String)>>;
+
+/// What a sampler saw, every 100 ms.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    samples: Arc<Mutex<Vec<(Instant, Vec<Option<(String, String)>>)>>>,
+    samples: Arc<Mutex<Vec<(Instant, Sample)>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -155,7 +158,14 @@ fn change_to(local: &Local, path: &std::path::Path, base: &str, version: &str) -
     sampler.finish()
 }
 
+/// Ignored until the 3.6 → 3.7 step waits for a raft snapshot on every 3.6 member: in the
+/// first run (3.5.30 → 3.6.16 → 3.7.3) the 3.5 → 3.6 step passed under the canary, and the first
+/// member restarted onto 3.7.3 panicked replaying its WAL ("unmarshal should never fail (proto:
+/// cannot parse invalid wire-format data)" in `apply.Apply`): entries written while the cluster
+/// ran 3.5 (v2 requests, which 3.7 no longer parses) were still after the last snapshot. The
+/// chain stopped there, the other two members kept quorum (by the turn rules).
 #[test]
+#[ignore = "3.7 cannot replay 3.5-era WAL entries; the 3.6 -> 3.7 step needs a snapshot gate"]
 fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
     let local = Local::new();
     let base = manifest("chain", 3, "");
@@ -190,6 +200,44 @@ fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
     );
     let acked = last["acknowledged_through"].as_u64().unwrap();
     assert!(acked > 100, "the canary kept writing: {last}");
+    rt.block_on(async {
+        for url in &endpoints {
+            assert_eq!(dump(url, "k/").await.len(), 100, "keys before on {url}");
+            let keys = dump(url, "c/").await;
+            assert!(
+                keys.len() as u64 >= acked,
+                "every acknowledged write is on {url}: {} of {acked}",
+                keys.len()
+            );
+        }
+    });
+    local.ok(&["down", "chain"]);
+}
+
+/// One downgrade step through etcd's downgrade API: 3.6 → 3.5 under the canary.
+#[test]
+fn three_members_downgrade_3_6_to_3_5_through_etcds_api_under_a_canary() {
+    let local = Local::new();
+    let base = manifest("chain", 3, "");
+    let path = local.manifest("c.yaml", &versioned(&base, "3.6"));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
+    let endpoints = local.endpoints("chain");
+    assert!(
+        all_at(&endpoints, "3.6.", "3.6.0"),
+        "the cluster starts on 3.6"
+    );
+    let rt = runtime();
+    rt.block_on(put_keys(&endpoints, "k/", 100));
+    let canary = Canary::start(&endpoints);
+    std::thread::sleep(Duration::from_secs(1));
+
+    let down = change_to(&local, &path, &base, "3.5");
+    assert_eq!(down, ["3.6.0", "3.5.0"], "etcd's cluster version went down");
+
+    std::thread::sleep(Duration::from_secs(1));
+    let last = canary.finish();
+    assert_eq!(last["failed"], 0, "no write failed: {last}");
+    let acked = last["acknowledged_through"].as_u64().unwrap();
     rt.block_on(async {
         for url in &endpoints {
             assert_eq!(dump(url, "k/").await.len(), 100, "keys before on {url}");

@@ -237,7 +237,7 @@ mod tests {
         let recorded = quorate_core::components::config_map::build(&etcd, &ctx).unwrap();
         assert_eq!(
             running_etcd_version(Some(&recorded), true),
-            Some(EtcdVersion::V3_5)
+            Some(EtcdVersion::DEFAULT)
         );
         // A downgrade request against it is refused by the pass, naming both versions.
         let mut old = etcd.clone();
