@@ -235,6 +235,7 @@ pub struct RestoreArgs {
     pub secret_dir: Option<PathBuf>,
     pub local_root: Option<PathBuf>,
     pub encryption_key_dir: Option<PathBuf>,
+    pub accept_plaintext_before: Option<jiff::Timestamp>,
     pub force: bool,
     pub keep_revision: bool,
     pub skip_verification: bool,
@@ -288,6 +289,9 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
         open_cluster_store(ctx, &etcd, args.secret_dir.clone(), args.local_root.clone())?;
     if let Some(dir) = args.encryption_key_dir.clone() {
         store = store.with_encryption_keys(dir);
+    }
+    if let Some(before) = args.accept_plaintext_before {
+        store = store.accept_plaintext_before(before);
     }
     let member = quorate_api::names::member_name(&etcd, 0);
     // The restored data is for the version the manifest's cluster will run.
@@ -348,6 +352,10 @@ pub async fn restore(ctx: &LocalContext, args: RestoreArgs) -> Result<(), Error>
             keep_revision: args.keep_revision,
             replay_method: args.replay_method,
             skip_verification: args.skip_verification,
+            limits: quorate_backup::store_restore::SizeLimits::for_cluster(
+                etcd.quota_bytes(),
+                etcd.spec.backup.delta_snapshot_memory_limit_bytes(),
+            ),
         },
     )
     .await;
