@@ -12,7 +12,7 @@ use quorate_backup::layout::SnapshotName;
 use quorate_backup::restore::RestoreTarget;
 use quorate_backup::restore::tools::{ToolError, ToolLimits, snapshot_revision_within};
 use quorate_backup::store::{SnapStore, StoreOptions};
-use quorate_backup::store_restore::{StoreRestoreOptions, restore_from_store};
+use quorate_backup::store_restore::{SizeLimits, StoreRestoreOptions, restore_from_store};
 use restore_common::*;
 
 fn store(root: &Path) -> SnapStore {
@@ -167,4 +167,92 @@ async fn an_object_named_with_a_revision_no_etcd_reaches_is_ignored_and_the_rest
     .unwrap();
     assert_eq!(report.restored_revision, revision);
     assert_eq!(report.revision_bumped_by, 0);
+}
+
+/// `mib` MiB of zeros, which gzip (at quorate's fastest level) packs into about a two-hundredth
+/// of that.
+fn zeros(mib: usize) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin {
+    let chunk = bytes::Bytes::from(vec![0u8; 1 << 20]);
+    futures::stream::iter((0..mib).map(move |_| Ok(chunk.clone())))
+}
+
+#[tokio::test]
+async fn gzip_bombs_are_cut_at_the_bound_while_they_stream() {
+    let source = Source::start().await;
+    let files = tempfile::tempdir().unwrap();
+    workload(&source.client, "k/").await;
+    let (full_path, _, revision) = source.snapshot_file(files.path()).await;
+    let gzip = Some(CompressionPolicy::Gzip);
+    let limits = SizeLimits {
+        full_bytes: 16 << 20,
+        delta_bytes: 1 << 20,
+    };
+    let restore = |store: SnapStore| async move {
+        let target = Target::new();
+        let started = Instant::now();
+        let err = restore_from_store(
+            &store,
+            RestoreTarget::Latest,
+            target.identity(),
+            &target.data_dir(),
+            tools(),
+            StoreRestoreOptions {
+                limits,
+                ..StoreRestoreOptions::default()
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(started.elapsed() < Duration::from_secs(20), "{err}");
+        assert!(
+            listing(&target.data_dir()).is_empty(),
+            "the target was touched"
+        );
+        err
+    };
+
+    // A "full snapshot" of 64 MiB of zeros: cut at 16 MiB, never written whole to disk.
+    let bucket = files.path().join("full-bomb");
+    let bomb = store(&bucket)
+        .upload(
+            &SnapshotName::full(revision, now_unix() - 60, gzip),
+            zeros(64),
+        )
+        .await
+        .unwrap();
+    assert!(bomb.size < 1 << 20, "{} stored bytes", bomb.size);
+    let err = restore(store(&bucket)).await;
+    assert!(
+        err.contains(&bomb.path) && err.contains("decompresses to more than 16777216 bytes"),
+        "{err}"
+    );
+
+    // A real full snapshot and a "delta" of 64 MiB of zeros: cut at 1 MiB, so the delta held
+    // in memory stays within its bound.
+    let bucket = files.path().join("delta-bomb");
+    let store_ = store(&bucket);
+    store_
+        .upload(
+            &SnapshotName::full(revision, now_unix() - 60, gzip),
+            bytes_body(std::fs::read(&full_path).unwrap()),
+        )
+        .await
+        .unwrap();
+    let bomb = store_
+        .upload(
+            &SnapshotName::incr(revision + 1, revision + 5, now_unix() - 30, gzip),
+            zeros(64),
+        )
+        .await
+        .unwrap();
+    let before = peak_rss();
+    let err = restore(store_).await;
+    assert!(
+        err.contains(&bomb.name.file_name())
+            && err.contains("decompresses to more than 1048576 bytes"),
+        "{err}"
+    );
+    let grown = peak_rss().saturating_sub(before);
+    assert!(grown < 128 << 20, "peak memory grew by {grown} bytes");
 }
