@@ -60,6 +60,7 @@ pub async fn serve<C: Coordination + Clone>(
         state: state.clone(),
         backups,
         coord: coord.clone(),
+        guard: http::Guard::default(),
     });
     let backup_loop = tokio::spawn(backup::run_backups(
         coord.clone(),

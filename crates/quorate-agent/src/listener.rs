@@ -1,17 +1,22 @@
 //! The agent's listener: each connection is served plain or with TLS as the newest cluster
 //! configuration the member read says (`agentTls`, from `spec.backup.tls`). The TLS
-//! configuration is built from the files when the connection comes, so a rotated certificate
-//! counts from the next connection on, and every request carries whether its connection
+//! configuration is built from the files and kept while their sizes and modification times stay
+//! the same, so a rotated certificate counts from the next connection on without every
+//! connection reading and parsing them; a handshake has [`TLS_HANDSHAKE_TIMEOUT`] to finish.
+//! Every request carries whether its connection
 //! presented a client certificate the CA verified ([`VerifiedClient`]), for `http.rs` to
 //! decide on.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use axum::{Extension, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
-use quorate_coord::agent_tls::{self, VerifiedClient};
+use quorate_coord::agent_tls::{self, AgentTlsError, VerifiedClient};
+use quorate_core::cluster_config::TlsFiles;
+use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
@@ -21,6 +26,45 @@ use crate::state::SharedState;
 /// Path label under which failed TLS handshakes are counted as refused requests.
 pub const TLS_HANDSHAKE: &str = "(tls handshake)";
 
+/// How long a client has to finish the TLS handshake; a connection that stalls is closed and
+/// counted as refused.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What identifies the files' content without reading them: each file's size and time.
+type FilesStamp = (TlsFiles, [Option<(u64, SystemTime)>; 3]);
+
+/// The server configuration of the files last used, and what they were.
+#[derive(Default)]
+struct ConfigCache(Mutex<Option<(FilesStamp, Arc<ServerConfig>)>>);
+
+impl ConfigCache {
+    /// The configuration for `files`, built again only when one of them changed.
+    fn get(&self, files: &TlsFiles) -> Result<Arc<ServerConfig>, AgentTlsError> {
+        let stat = |path: &str| {
+            std::fs::metadata(path)
+                .ok()
+                .and_then(|m| Some((m.len(), m.modified().ok()?)))
+        };
+        let stamp = (
+            files.clone(),
+            [
+                stat(&files.ca_file),
+                stat(&files.cert_file),
+                stat(&files.key_file),
+            ],
+        );
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, config)) = cached.as_ref()
+            && *at == stamp
+        {
+            return Ok(config.clone());
+        }
+        let config = Arc::new(agent_tls::server_config(files)?);
+        *cached = Some((stamp, config.clone()));
+        Ok(config)
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
@@ -28,6 +72,7 @@ pub async fn serve(
     state: SharedState,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let configs = Arc::new(ConfigCache::default());
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -40,20 +85,27 @@ pub async fn serve(
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
         let tls = state.get().agent_tls;
-        let (app, state) = (app.clone(), state.clone());
+        let (app, state, configs) = (app.clone(), state.clone(), configs.clone());
         tokio::spawn(async move {
             let Some(files) = tls else {
                 return serve_connection(TokioIo::new(stream), app, VerifiedClient(false)).await;
             };
-            let config = match agent_tls::server_config(&files) {
+            let config = match configs.get(&files) {
                 Ok(config) => config,
                 Err(e) => {
                     tracing::warn!(error = %e, "the agent's TLS files cannot be used; connection closed");
                     return;
                 }
             };
-            match TlsAcceptor::from(Arc::new(config)).accept(stream).await {
-                Ok(tls) => {
+            let handshake = TlsAcceptor::from(config).accept(stream);
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
+                Err(_) => {
+                    state.metrics().refused(TLS_HANDSHAKE);
+                    tracing::debug!(
+                        "TLS handshake not finished within {TLS_HANDSHAKE_TIMEOUT:?}; connection closed"
+                    );
+                }
+                Ok(Ok(tls)) => {
                     let verified = tls
                         .get_ref()
                         .1
@@ -61,7 +113,7 @@ pub async fn serve(
                         .is_some_and(|c| !c.is_empty());
                     serve_connection(TokioIo::new(tls), app, VerifiedClient(verified)).await;
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     state.metrics().refused(TLS_HANDSHAKE);
                     tracing::debug!(error = %e, "TLS handshake refused");
                 }

@@ -241,6 +241,10 @@ async fn restore_from_bucket(
         tools,
         StoreRestoreOptions {
             progress: Some(progress_log(&me.name, state)),
+            limits: quorate_backup::store_restore::SizeLimits::for_cluster(
+                cluster.etcd.quota_backend_bytes,
+                backup.spec.delta_snapshot_memory_limit_bytes(),
+            ),
             ..StoreRestoreOptions::default()
         },
     )

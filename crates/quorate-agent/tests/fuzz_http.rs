@@ -71,6 +71,7 @@ async fn answer(case: &Case) -> Option<(StatusCode, Option<String>, Vec<u8>)> {
         state,
         backups: tx,
         coord: FileCoordination::new(dir.path()),
+        guard: Default::default(),
     };
     let uri: Uri = case.path.parse().ok()?;
     let mut request = Request::builder().method(case.method.clone()).uri(uri);

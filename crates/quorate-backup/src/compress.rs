@@ -75,6 +75,34 @@ where
     }
 }
 
+/// `input` cut off with the error `too_large(limit)` as soon as it has yielded more than
+/// `limit` bytes: a decompression bomb stops at the bound, checked chunk by chunk while it
+/// streams, instead of filling memory or the disk.
+pub fn bounded<'a>(
+    input: ByteStream<'a>,
+    limit: u64,
+    too_large: impl Fn(u64) -> io::Error + Send + 'a,
+) -> ByteStream<'a> {
+    let mut seen = 0u64;
+    let mut failed = false;
+    input
+        .map(move |chunk| {
+            let chunk = chunk?;
+            seen = seen.saturating_add(chunk.len() as u64);
+            if seen > limit {
+                return Err(too_large(limit));
+            }
+            Ok(chunk)
+        })
+        .take_while(move |item| {
+            // Ends the stream after the first error, so nothing more is decompressed.
+            let go = !failed;
+            failed |= item.is_err();
+            futures::future::ready(go)
+        })
+        .boxed()
+}
+
 /// An error of the compressed input itself (e.g. the network), as opposed to bad data.
 #[derive(Debug)]
 struct Upstream(io::Error);

@@ -102,6 +102,21 @@ pub enum LayoutError {
         /// The text found.
         value: String,
     },
+    /// A revision no etcd reaches: arithmetic on it (the next revision, a restore's bump) could
+    /// overflow, so the name is refused.
+    #[error(
+        "{name:?}: {field} {value} is beyond the largest revision quorate accepts from a name \
+         ({MAX_NAMED_REVISION}); no etcd writes it, so the object was not written by a backup \
+         and is ignored"
+    )]
+    RevisionTooLarge {
+        /// The offending name.
+        name: String,
+        /// `start revision` or `last revision`.
+        field: &'static str,
+        /// The revision found.
+        value: i64,
+    },
     /// The start revision is after the last revision.
     #[error("{name:?}: start revision {start} is after last revision {last}")]
     Range {
@@ -195,8 +210,19 @@ impl SnapshotName {
                 value: value.to_string(),
             })
         };
-        let start_revision = number("start revision", start)?;
-        let last_revision = number("last revision", last)?;
+        let revision = |field: &'static str, value: &str| {
+            let n = number(field, value)?;
+            if n > MAX_NAMED_REVISION {
+                return Err(LayoutError::RevisionTooLarge {
+                    name: file_name.to_string(),
+                    field,
+                    value: n,
+                });
+            }
+            Ok(n)
+        };
+        let start_revision = revision("start revision", start)?;
+        let last_revision = revision("last revision", last)?;
         if start_revision > last_revision {
             return Err(LayoutError::Range {
                 name: file_name.to_string(),
@@ -356,6 +382,11 @@ pub fn join_key(segments: &[&str]) -> String {
         .join("/")
 }
 
+/// The largest revision taken from an object's name (2⁶⁰, about 10¹⁸: a million revisions a
+/// second for 36,000 years). Anything above is hostile or damaged; the bound leaves room for
+/// `revision + 1` and a restore's revision bump without overflow.
+pub const MAX_NAMED_REVISION: i64 = 1 << 60;
+
 /// A non-negative decimal number of plain ASCII digits (no sign, no spaces).
 fn parse_decimal(text: &str) -> Option<i64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
@@ -385,6 +416,31 @@ mod tests {
         // Revisions wider than eight digits are written in full.
         let big = SnapshotName::incr(123456789, 1234567890, 1, Some(CompressionPolicy::Zlib));
         assert_eq!(big.file_name(), "Incr-123456789-1234567890-1.zlib");
+    }
+
+    #[test]
+    fn a_name_with_a_revision_no_etcd_reaches_is_refused() {
+        let e = SnapshotName::parse("Incr-00000001-9223372036854775807-1700000000.gz").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LayoutError::RevisionTooLarge {
+                    field: "last revision",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("beyond the largest revision"), "{e}");
+        let at_bound = format!("Full-00000000-{MAX_NAMED_REVISION}-1700000000.gz");
+        assert!(SnapshotName::parse(&at_bound).is_ok());
+        assert!(matches!(
+            classify_key(
+                "p",
+                "p/v2/Incr-9223372036854775807-9223372036854775807-5.gz"
+            ),
+            KeyKind::Malformed(LayoutError::RevisionTooLarge { .. })
+        ));
     }
 
     #[test]
@@ -493,8 +549,8 @@ mod tests {
     fn any_name() -> impl Strategy<Value = SnapshotName> {
         (
             prop_oneof![Just(SnapshotKind::Full), Just(SnapshotKind::Incr)],
-            0i64..i64::MAX,
-            0i64..i64::MAX,
+            0i64..=MAX_NAMED_REVISION,
+            0i64..=MAX_NAMED_REVISION,
             0i64..i64::MAX,
             prop_oneof![
                 Just(None),

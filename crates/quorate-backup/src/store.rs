@@ -87,6 +87,7 @@ pub struct SnapStore {
     description: String,
     part_size: usize,
     encryption_keys: Option<PathBuf>,
+    plaintext_before: Option<jiff::Timestamp>,
 }
 
 impl std::fmt::Debug for SnapStore {
@@ -111,6 +112,7 @@ impl SnapStore {
             description: b.description,
             part_size: MIN_PART_SIZE,
             encryption_keys: opts.encryption_keys.clone(),
+            plaintext_before: None,
         })
     }
 
@@ -128,6 +130,7 @@ impl SnapStore {
             description: description.to_string(),
             part_size: MIN_PART_SIZE,
             encryption_keys: None,
+            plaintext_before: None,
         }
     }
 
@@ -135,6 +138,42 @@ impl SnapStore {
     pub fn with_encryption_keys(mut self, dir: PathBuf) -> SnapStore {
         self.encryption_keys = Some(dir);
         self
+    }
+
+    /// Accepts clear objects whose names say they were written before `before` although keys
+    /// are configured: the migration window of a bucket whose encryption was turned on at that
+    /// time. Without it a clear object in an encrypting store is refused
+    /// ([`EncryptionError::Plaintext`]), so a writer of the bucket cannot slip in its own.
+    pub fn accept_plaintext_before(mut self, before: jiff::Timestamp) -> SnapStore {
+        self.plaintext_before = Some(before);
+        self
+    }
+
+    /// Refuses clear `s` when keys are configured, unless the migration window accepts it.
+    fn check_encrypted(&self, s: &StoredSnapshot) -> Result<(), StoreError> {
+        let Some(dir) = &self.encryption_keys else {
+            return Ok(());
+        };
+        if s.name.encrypted
+            || self
+                .plaintext_before
+                .is_some_and(|before| s.name.created_unix < before.as_second())
+        {
+            return Ok(());
+        }
+        Err(StoreError::Encryption(EncryptionError::Plaintext {
+            object: s.path.clone(),
+            dir: dir.display().to_string(),
+            window: match self.plaintext_before {
+                Some(before) => format!(
+                    "; clear objects are accepted only if written before {before}, this one \
+                     says {}",
+                    jiff::Timestamp::from_second(s.name.created_unix)
+                        .map_or_else(|_| s.name.created_unix.to_string(), |t| t.to_string())
+                ),
+                None => String::new(),
+            },
+        }))
     }
 
     /// The keys, read now (so a rotated Secret counts at once); `None` when not configured.
@@ -265,6 +304,7 @@ impl SnapStore {
         &self,
         s: &StoredSnapshot,
     ) -> Result<BoxStream<'static, io::Result<Bytes>>, StoreError> {
+        self.check_encrypted(s)?;
         let mut raw = self.stored_bytes(s).await?;
         if s.name.encrypted {
             raw = encryption::decrypt(self.keyring()?, s.path.clone(), s.name.file_name(), raw);
@@ -295,6 +335,31 @@ impl SnapStore {
                 )
             })
             .boxed())
+    }
+
+    /// [`SnapStore::download`], refused with [`StoreError::Corrupt`] as soon as more than
+    /// `limit` decompressed bytes have come: `what` says where the bound comes from.
+    pub async fn download_bounded(
+        &self,
+        s: &StoredSnapshot,
+        limit: u64,
+        what: &'static str,
+    ) -> Result<BoxStream<'static, io::Result<Bytes>>, StoreError> {
+        let body = self.download(s).await?;
+        let (store, path) = (self.description.clone(), s.path.clone());
+        Ok(compress::bounded(body, limit, move |limit| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                StoreError::Corrupt {
+                    store: store.clone(),
+                    path: path.clone(),
+                    detail: format!(
+                        "it decompresses to more than {limit} bytes, {what}: a decompression \
+                         bomb or not a snapshot; it was not read further"
+                    ),
+                },
+            )
+        }))
     }
 
     /// The stored (still compressed) bytes of `s`, with store errors classified.

@@ -172,7 +172,12 @@ async fn restore_planned(
 ) -> Result<RestoreReport, StoreRestoreError> {
     let revision_bump = match options.replay_method {
         ReplayMethod::Direct if !options.keep_revision => {
-            crate::restore::plan::revision_bump(plan, listed)
+            crate::restore::plan::revision_bump(plan, listed).map_err(|source| {
+                StoreRestoreError::Plan {
+                    store: store.describe(),
+                    source,
+                }
+            })?
         }
         _ => None,
     };
@@ -187,7 +192,14 @@ async fn restore_planned(
     let sizes: Vec<u64> = std::iter::once(full.size)
         .chain(plan.deltas.iter().map(|d| d.snapshot.size))
         .collect();
-    let full_stream = store.download(full).await?;
+    let limits = options.limits;
+    let full_stream = store
+        .download_bounded(
+            full,
+            limits.full_bytes,
+            "the bound for a full snapshot (the quota)",
+        )
+        .await?;
     let deltas: Vec<_> = plan.deltas.iter().map(|d| d.snapshot.clone()).collect();
     let store = store.clone();
     let delta_stream = futures::stream::iter(deltas)
@@ -200,10 +212,14 @@ async fn restore_planned(
                     source: e.into(),
                 };
                 let mut body = store
-                    .download(&snapshot)
+                    .download_bounded(
+                        &snapshot,
+                        limits.delta_bytes,
+                        "the bound for a delta (twice the delta memory limit)",
+                    )
                     .await
                     .map_err(|e| fail(e.to_string()))?;
-                let mut bytes = Vec::with_capacity(snapshot.size as usize);
+                let mut bytes = Vec::with_capacity(snapshot.size.min(limits.delta_bytes) as usize);
                 while let Some(chunk) = body.next().await {
                     bytes.extend_from_slice(&chunk.map_err(|e| fail(e.to_string()))?);
                 }
@@ -250,6 +266,42 @@ pub struct StoreRestoreOptions {
     /// Do not compare the restored key space with etcd's hash recorded at backup time
     /// ([`crate::restore::verify`]).
     pub skip_verification: bool,
+    /// How large decompressed objects may be.
+    pub limits: SizeLimits,
+}
+
+/// Bounds on what an object from the bucket may decompress to, checked while it streams: a
+/// full snapshot is at most the cluster's database (its quota), a delta at most what the
+/// snapshotter holds in memory before it cuts one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeLimits {
+    /// Bytes of a full snapshot (the database file).
+    pub full_bytes: u64,
+    /// Bytes of a delta (its encoded events).
+    pub delta_bytes: u64,
+}
+
+impl SizeLimits {
+    /// For a cluster with backend quota `quota_bytes` and `deltaSnapshotMemoryLimit`
+    /// `delta_memory_bytes`: the database may exceed its quota by the writes in flight when
+    /// the alarm is raised (a quarter more is allowed), and a delta its memory limit by the
+    /// event that crossed it and its encoding (twice is allowed).
+    pub fn for_cluster(quota_bytes: u64, delta_memory_bytes: u64) -> SizeLimits {
+        SizeLimits {
+            full_bytes: quota_bytes.saturating_add(quota_bytes / 4),
+            delta_bytes: delta_memory_bytes.saturating_mul(2),
+        }
+    }
+}
+
+impl Default for SizeLimits {
+    /// etcd's largest recommended quota (8 GiB) and druid's default delta memory limit.
+    fn default() -> SizeLimits {
+        SizeLimits::for_cluster(
+            crate::restore::DEFAULT_QUOTA_BACKEND_BYTES,
+            quorate_api::defaults::DEFAULT_DELTA_SNAPSHOT_MEMORY_LIMIT_BYTES,
+        )
+    }
 }
 
 /// `sink` with the plan's objects and stored bytes filled in: the restore reports how many

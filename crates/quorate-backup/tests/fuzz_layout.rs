@@ -4,7 +4,9 @@
 
 use proptest::prelude::*;
 use quorate_api::CompressionPolicy;
-use quorate_backup::layout::{KeyKind, LayoutError, SnapshotKind, SnapshotName, classify_key};
+use quorate_backup::layout::{
+    KeyKind, LayoutError, MAX_NAMED_REVISION, SnapshotKind, SnapshotName, classify_key,
+};
 
 fn check_name(text: &str) {
     match SnapshotName::parse(text) {
@@ -37,11 +39,16 @@ fn policy() -> impl Strategy<Value = Option<CompressionPolicy>> {
     proptest::option::of(proptest::sample::select(CompressionPolicy::ALL.to_vec()))
 }
 
+/// Mostly revisions quorate takes from a name, some beyond its bound.
+fn revision() -> impl Strategy<Value = i64> {
+    prop_oneof![4 => 0i64..=MAX_NAMED_REVISION, 1 => 0i64..=i64::MAX]
+}
+
 fn name() -> impl Strategy<Value = SnapshotName> {
     (
         any::<bool>(),
-        0i64..=i64::MAX,
-        0i64..=i64::MAX,
+        revision(),
+        revision(),
         0i64..=i64::MAX,
         policy(),
         any::<bool>(),
@@ -124,7 +131,16 @@ proptest! {
 
     #[test]
     fn parse_of_file_name_is_identity(name in name()) {
-        prop_assert_eq!(SnapshotName::parse(&name.file_name()), Ok(name));
+        let parsed = SnapshotName::parse(&name.file_name());
+        if name.last_revision > MAX_NAMED_REVISION {
+            prop_assert!(
+                matches!(parsed, Err(LayoutError::RevisionTooLarge { .. })),
+                "{:?}",
+                parsed
+            );
+        } else {
+            prop_assert_eq!(parsed, Ok(name));
+        }
     }
 
     #[test]

@@ -14,6 +14,10 @@ use quorate_backup::store_restore::{StoreRestoreOptions, restore_from_store};
 use restore_common::*;
 
 fn store(root: &Path, keys: &Path) -> SnapStore {
+    store_with(root, Some(keys))
+}
+
+fn store_with(root: &Path, keys: Option<&Path>) -> SnapStore {
     let spec = StoreSpec {
         container: Some("bucket".into()),
         endpoint_override: None,
@@ -24,7 +28,7 @@ fn store(root: &Path, keys: &Path) -> SnapStore {
     let opts = StoreOptions {
         local_root: root.to_path_buf(),
         secret_dir: None,
-        encryption_keys: Some(keys.to_path_buf()),
+        encryption_keys: keys.map(Path::to_path_buf),
     };
     SnapStore::open(&spec, &opts).unwrap()
 }
@@ -145,6 +149,48 @@ async fn an_encrypted_bucket_restores_exactly_and_refuses_tampering_and_wrong_ke
         err.contains("another key") && err.contains("\"k1\""),
         "{err}"
     );
+
+    // A clear delta continuing the chain, slipped in by a writer of the bucket: refused before
+    // it is read, naming it, and nothing is restored.
+    let clear = store_with(&bucket, None);
+    let slipped = clear
+        .upload(
+            &SnapshotName::incr(head + 1, head + 1, now_unix() - 10, gzip),
+            bytes_body(quorate_backup::delta::encode(&events_in(
+                &events,
+                head + 1,
+                head + 1,
+            ))),
+        )
+        .await
+        .unwrap();
+    assert!(!slipped.name.encrypted);
+    let err = refused_restore(&store).await;
+    assert!(
+        err.contains(&slipped.path) && err.contains("is not encrypted"),
+        "{err}"
+    );
+    // A migration window covering its creation time accepts it; one ending before does not.
+    let after = jiff::Timestamp::from_second(now_unix() + 60).unwrap();
+    assert!(
+        store
+            .clone()
+            .accept_plaintext_before(after)
+            .download(&slipped)
+            .await
+            .is_ok()
+    );
+    let before = jiff::Timestamp::from_second(now_unix() - 3600).unwrap();
+    let err = store
+        .clone()
+        .accept_plaintext_before(before)
+        .download(&slipped)
+        .await
+        .err()
+        .expect("outside the window")
+        .to_string();
+    assert!(err.contains("accepted only if written before"), "{err}");
+    std::fs::remove_file(bucket.join("bucket").join(&slipped.path)).unwrap();
 
     // One byte of the second delta changed in the bucket.
     let victim = bucket.join("bucket").join(&deltas[1].path);

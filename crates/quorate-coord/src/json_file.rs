@@ -5,9 +5,11 @@ use crate::CoordError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
-/// Writes `value` as pretty JSON to `path`, replacing it atomically.
+/// Writes `value` as pretty JSON to `path`, replacing it atomically. The file is created 0600
+/// and a missing directory 0700: coordination state (members, tokens, ports) is its owner's.
 pub fn write_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), CoordError> {
     let io = |action, source| CoordError::Io {
         action,
@@ -15,11 +17,21 @@ pub fn write_atomic<T: Serialize>(path: &Path, value: &T) -> Result<(), CoordErr
         source,
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| io("create directory for", e))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| io("create directory for", e))?;
     }
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let body = serde_json::to_vec_pretty(value).expect("coordination types always serialize");
-    let mut file = std::fs::File::create(&tmp).map_err(|e| io("create", e))?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| io("create", e))?;
     file.write_all(&body).map_err(|e| io("write", e))?;
     file.sync_all().map_err(|e| io("sync", e))?;
     std::fs::rename(&tmp, path).map_err(|e| io("replace", e))

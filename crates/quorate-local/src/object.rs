@@ -21,12 +21,22 @@ pub fn load_object(dir: &ClusterDir) -> Result<Etcd, LocalError> {
     )?)
 }
 
-/// Writes the object.
+/// Writes the object, in the cluster's directory made private first
+/// ([`crate::state_dir::make_private`]).
 pub fn store_object(dir: &ClusterDir, etcd: &Etcd) -> Result<(), LocalError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.manifest();
     let text = serde_saphyr::to_string(etcd).expect("Etcd always serializes");
-    std::fs::create_dir_all(dir.root())
-        .and_then(|()| std::fs::write(path.with_extension("yaml.tmp"), text))
+    crate::state_dir::make_private(dir.root())
+        .and_then(|()| {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path.with_extension("yaml.tmp"))?;
+            std::io::Write::write_all(&mut file, text.as_bytes())
+        })
         .and_then(|()| std::fs::rename(path.with_extension("yaml.tmp"), &path))
         .map_err(|source| LocalError::Io {
             action: "write",

@@ -109,6 +109,9 @@ pub struct RestoreRequest {
     pub local_root: Option<PathBuf>,
     /// The directory holding the backup encryption keys.
     pub encryption_key_dir: Option<PathBuf>,
+    /// With encryption keys: accept clear objects written before this instant (the migration
+    /// window of a bucket that turned encryption on); any other clear object is refused.
+    pub accept_plaintext_before: Option<jiff::Timestamp>,
     /// Move a non-empty target directory's content aside instead of refusing.
     pub force: bool,
     /// Keep the restored revision even when the bucket holds newer ones.
@@ -252,6 +255,9 @@ pub async fn restore(
     if let Some(dir) = request.encryption_key_dir.clone() {
         store = store.with_encryption_keys(dir);
     }
+    if let Some(before) = request.accept_plaintext_before {
+        store = store.accept_plaintext_before(before);
+    }
     let member = quorate_api::names::member_name(&etcd, 0);
     let tools = restore_tools(ctx, &etcd)?;
     let (data_dir, identity) = match (&request.data_dir, request.up) {
@@ -298,6 +304,10 @@ pub async fn restore(
             keep_revision: request.keep_revision,
             replay_method: request.replay_method,
             skip_verification: request.skip_verification,
+            limits: quorate_backup::store_restore::SizeLimits::for_cluster(
+                etcd.quota_bytes(),
+                etcd.spec.backup.delta_snapshot_memory_limit_bytes(),
+            ),
         },
     )
     .await;

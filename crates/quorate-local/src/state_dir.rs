@@ -19,6 +19,26 @@ pub fn default_state_dir() -> PathBuf {
     home.join(".local/state/quorate")
 }
 
+/// Makes what this process and its children create readable by their user only (umask 077):
+/// a local cluster's state (manifest, records, logs, TLS keys, etcd's data, the `Full-*.gz`
+/// backups of a bucket in the state directory) is a copy of the whole key space, even when the
+/// cluster requires client certificates. Existing files and directories keep their modes, so a
+/// `hostPath` bucket keeps the permissions its operator chose; only new files are private.
+pub fn private_umask() {
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+}
+
+/// Creates `dir` (and missing parents) 0700, and makes an existing `dir` 0700: a cluster's
+/// directory is quorate's own, so one created by an older version is tightened too.
+pub fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Paths of one local cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterDir {

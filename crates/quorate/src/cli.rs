@@ -228,6 +228,11 @@ pub enum Command {
         /// `secrets/<name>` of the annotation quorate.io/backup-encryption-secret).
         #[arg(long)]
         encryption_key_dir: Option<PathBuf>,
+        /// With encryption keys: also accept clear (unencrypted) objects written before this
+        /// instant (RFC 3339), the migration window of a bucket whose encryption was turned on
+        /// then. Without it a clear object in an encrypted bucket is refused.
+        #[arg(long)]
+        accept_plaintext_before: Option<jiff::Timestamp>,
         /// Keep the restored revision as the source had it. By default a restore to a point
         /// older than the bucket's newest revision raises the revision past it and marks it
         /// compacted, so Kubernetes watchers relist instead of missing events.

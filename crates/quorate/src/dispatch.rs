@@ -11,6 +11,11 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Runs one command; `Err` is printed as `error: ...`.
 pub async fn run(cli: Cli) -> Result<ExitCode> {
+    // Local state and one-shot restores are their user's alone; an agent started by a local
+    // supervisor inherits this, one in a pod keeps its container's umask.
+    if !matches!(cli.command, Command::Agent(_) | Command::Operator(_)) {
+        quorate_local::state_dir::private_umask();
+    }
     let state_dir = cli.state_dir.clone();
     let ctx = || context(state_dir.clone(), None);
     let done = |r: Result<()>| r.map(|()| ExitCode::SUCCESS);
@@ -88,6 +93,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             secret_dir,
             local_root,
             encryption_key_dir,
+            accept_plaintext_before,
             keep_revision,
             replay,
             no_verify,
@@ -100,6 +106,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
                 secret_dir,
                 local_root,
                 encryption_key_dir,
+                accept_plaintext_before,
                 force,
                 keep_revision,
                 skip_verification: no_verify,

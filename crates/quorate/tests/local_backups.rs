@@ -977,3 +977,81 @@ fn a_host_path_bucket_outside_the_state_directory_survives_purge_and_restores() 
     let keys = rt.block_on(dump(&local.endpoints("far")[0], "k/"));
     assert_eq!(keys.len(), 20, "every key is back: {keys:?}");
 }
+
+/// A fresh local cluster's state (manifest, records, logs, TLS keys, etcd's data and the
+/// `Full-*.gz` backups of its bucket, a readable copy of the key space) is its user's alone:
+/// every file and directory quorate, its agents and etcd create has no group or other bits,
+/// and, run as root, another user (`nobody`) cannot read the manifest, a log or a backup.
+#[test]
+fn a_fresh_local_clusters_state_is_not_readable_by_another_user() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let local = Local::new();
+    // The state directory itself open to all: only quorate's own modes protect what is in it.
+    std::fs::set_permissions(local.state.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = local.manifest("own.yaml", &with_backups("own", 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let v2 = local.cluster_dir("own").join("backups/bucket/main/v2");
+    let full = eventually(
+        "a full snapshot in the bucket",
+        Duration::from_secs(90),
+        || {
+            std::fs::read_dir(&v2)
+                .ok()?
+                .map(|e| e.unwrap().path())
+                .find(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with("Full-")
+                })
+        },
+    );
+    let clusters = local.state.path().join("clusters");
+    let mut open = Vec::new();
+    let mut seen = 0;
+    let mut stack = vec![clusters.clone()];
+    while let Some(dir) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        seen += 1;
+        if meta.permissions().mode() & 0o077 != 0 {
+            open.push(format!("{} {:o}", dir.display(), meta.permissions().mode()));
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap();
+                if entry.file_type().unwrap().is_symlink() {
+                    continue;
+                }
+                stack.push(entry.path());
+            }
+        }
+    }
+    assert!(seen > 20, "the walk saw the state: {seen} entries");
+    assert!(open.is_empty(), "readable by others: {open:#?}");
+    if nix::unistd::geteuid().is_root() {
+        let as_nobody = |file: &std::path::Path| {
+            std::process::Command::new("cat")
+                .arg(file)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .uid(65534)
+                .gid(65534)
+                .status()
+                .unwrap()
+                .success()
+        };
+        // The check can fail: nobody reads the manifest the test wrote with default modes.
+        assert!(as_nobody(&path), "nobody reads a world-readable file");
+        let cluster = local.cluster_dir("own");
+        for file in [
+            cluster.join("etcd.yaml"),
+            cluster.join("cluster.json"),
+            cluster.join("supervisor.log"),
+            full,
+        ] {
+            assert!(file.is_file(), "{}", file.display());
+            assert!(!as_nobody(&file), "nobody reads {}", file.display());
+        }
+    }
+}

@@ -7,14 +7,22 @@
 //!
 //! | bytes | what |
 //! |---|---|
-//! | 8 | magic `QRTENC\0\x01` (format version 1) |
+//! | 8 | magic `QRTENC\0\x02` (format version 2; version 1 ends in `\x01`) |
 //! | 1 + n | the key ID's length and the key ID (≤ 64 bytes of UTF-8) |
 //! | 8 | the key's fingerprint ([`Key::fingerprint`]): a wrong key under the right ID is named |
 //! | 4 | plaintext bytes per chunk, big-endian |
-//! | 7 | a random nonce prefix, new for every object |
+//! | 32 | a random salt, new for every object (version 1: a 7-byte random nonce prefix) |
 //! | … | the chunks: each chunk's ciphertext followed by its 16-byte tag |
 //!
-//! Chunk *i*'s nonce is the prefix, *i* as 4 bytes big-endian and a last-chunk flag (the STREAM
+//! Version 2 encrypts every object under its own key, HKDF-SHA256 of the configured key with
+//! the object's salt (info `quorate backup object v2`), so nonces never repeat under one AES key
+//! however many objects a key encrypts (a 256-bit salt collides after about 2¹²⁸ objects).
+//! Version 1 used the configured key directly with a 56-bit random nonce prefix per object,
+//! whose collision bound (2⁻³²) is passed after about 5,800 objects; it is still read, never
+//! written.
+//!
+//! Chunk *i*'s nonce is the prefix (zero in version 2), *i* as 4 bytes big-endian and a
+//! last-chunk flag (the STREAM
 //! construction of Hoang, Reyhanitabar, Rogaway and Vizár), and every chunk authenticates the
 //! header and the object's file name as associated data. So a chunk that is altered, moved,
 //! dropped or cut off, an object truncated at a chunk boundary, a header edited to name another
@@ -28,6 +36,7 @@ use std::io;
 use bytes::{Buf, Bytes, BytesMut};
 use futures::stream::{self, StreamExt};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
 use thiserror::Error;
 
@@ -37,8 +46,14 @@ use crate::compress::ByteStream;
 
 /// Suffix of an encrypted object's name, after the compression suffix.
 pub const ENCRYPTED_SUFFIX: &str = ".enc";
-/// First bytes of every encrypted object.
-const MAGIC: &[u8; 8] = b"QRTENC\x00\x01";
+/// First bytes of every encrypted object but the version byte.
+const MAGIC_BASE: &[u8; 7] = b"QRTENC\x00";
+/// Bytes of the magic, version byte included.
+const MAGIC_LEN: usize = 8;
+/// Bytes of a version 2 object's salt.
+const SALT: usize = 32;
+/// HKDF's info for a version 2 object's key.
+const OBJECT_KEY_INFO: &[u8] = b"quorate backup object v2";
 /// Plaintext bytes per chunk written.
 const CHUNK: usize = 64 * 1024;
 /// Bytes of an AES-GCM tag.
@@ -112,6 +127,22 @@ pub enum EncryptionError {
         /// Index of the chunk that failed.
         chunk: u32,
     },
+    /// A clear object where keys are configured: whoever can write to the bucket could have
+    /// put it there, so it is refused unless accepted for a migration window.
+    #[error(
+        "{object} is not encrypted, but encryption keys are configured ({dir}): anyone who can \
+         write to the bucket could have put it there, so it is not used; if it is a backup made \
+         before encryption was turned on, accept clear objects written before that time for \
+         the migration (--accept-plaintext-before <time>){window}"
+    )]
+    Plaintext {
+        /// The object key.
+        object: String,
+        /// The key directory.
+        dir: String,
+        /// The window in force, if any, as a sentence tail.
+        window: String,
+    },
     /// Not an object of this format (no or a damaged header).
     #[error("{object} is named as encrypted but {detail}; it cannot be used")]
     Malformed {
@@ -131,9 +162,9 @@ impl EncryptionError {
                 "BackupKeyMissing"
             }
             EncryptionError::WrongKey { .. } => "BackupKeyWrong",
-            EncryptionError::Tampered { .. } | EncryptionError::Malformed { .. } => {
-                "SnapshotTampered"
-            }
+            EncryptionError::Tampered { .. }
+            | EncryptionError::Malformed { .. }
+            | EncryptionError::Plaintext { .. } => "SnapshotTampered",
         }
     }
 
@@ -151,9 +182,46 @@ struct ChunkCipher {
     next: u32,
 }
 
+/// Where an object's nonces come from, by format version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seed {
+    /// Version 1: the configured key, this random nonce prefix.
+    Prefix([u8; PREFIX]),
+    /// Version 2: a key derived from the configured one with this salt, a zero prefix.
+    Salt([u8; SALT]),
+}
+
+impl Seed {
+    fn version(&self) -> u8 {
+        match self {
+            Seed::Prefix(_) => 1,
+            Seed::Salt(_) => 2,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Seed::Prefix(p) => p,
+            Seed::Salt(s) => s,
+        }
+    }
+}
+
 impl ChunkCipher {
-    fn new(key: &Key, prefix: [u8; PREFIX], header: &[u8], file_name: &str) -> ChunkCipher {
-        let unbound = UnboundKey::new(&AES_256_GCM, key.bytes()).expect("a 32-byte AES-256 key");
+    fn new(key: &Key, seed: Seed, header: &[u8], file_name: &str) -> ChunkCipher {
+        let (unbound, prefix) = match seed {
+            Seed::Prefix(prefix) => (
+                UnboundKey::new(&AES_256_GCM, key.bytes()).expect("a 32-byte AES-256 key"),
+                prefix,
+            ),
+            Seed::Salt(salt) => {
+                let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &salt).extract(key.bytes());
+                let okm = prk
+                    .expand(&[OBJECT_KEY_INFO], &AES_256_GCM)
+                    .expect("32 bytes are within HKDF-SHA256's output");
+                (UnboundKey::from(okm), [0u8; PREFIX])
+            }
+        };
         let mut aad = header.to_vec();
         aad.extend_from_slice(file_name.as_bytes());
         ChunkCipher {
@@ -200,32 +268,35 @@ impl ChunkCipher {
     }
 }
 
-/// The header of an object encrypted with `key_id`/`key` under `prefix`.
-fn header(key_id: &str, key: &Key, chunk: usize, prefix: &[u8; PREFIX]) -> Vec<u8> {
-    let mut h = Vec::with_capacity(MAGIC.len() + 1 + key_id.len() + 8 + 4 + PREFIX);
-    h.extend_from_slice(MAGIC);
+/// The header of an object encrypted with `key_id`/`key` from `seed`.
+fn header(key_id: &str, key: &Key, chunk: usize, seed: &Seed) -> Vec<u8> {
+    let mut h = Vec::with_capacity(MAGIC_LEN + 1 + key_id.len() + 8 + 4 + SALT);
+    h.extend_from_slice(MAGIC_BASE);
+    h.push(seed.version());
     h.push(u8::try_from(key_id.len()).expect("key IDs are at most 64 bytes"));
     h.extend_from_slice(key_id.as_bytes());
     h.extend_from_slice(&key.fingerprint());
     h.extend_from_slice(&u32::try_from(chunk).expect("chunk fits u32").to_be_bytes());
-    h.extend_from_slice(prefix);
+    h.extend_from_slice(seed.bytes());
     h
 }
 
 /// Encrypts `input` (already compressed) as object `file_name` with the keyring's active key.
 pub fn encrypt<'a>(keys: &Keyring, file_name: &str, input: ByteStream<'a>) -> ByteStream<'a> {
-    encrypt_in_chunks(keys, file_name, input, CHUNK)
+    encrypt_in_chunks(keys, file_name, input, CHUNK, 2)
 }
 
+/// Writes format `version` (2; 1 only for tests of the reader).
 fn encrypt_in_chunks<'a>(
     keys: &Keyring,
     file_name: &str,
     input: ByteStream<'a>,
     chunk: usize,
+    version: u8,
 ) -> ByteStream<'a> {
     let (key_id, key) = keys.active();
-    let mut prefix = [0u8; PREFIX];
-    if SystemRandom::new().fill(&mut prefix).is_err() {
+    let mut random = [0u8; SALT];
+    if SystemRandom::new().fill(&mut random).is_err() {
         return stream::once(async {
             Err(io::Error::other(
                 "no randomness for an encryption nonce from the operating system",
@@ -233,8 +304,13 @@ fn encrypt_in_chunks<'a>(
         })
         .boxed();
     }
-    let head = header(key_id, key, chunk, &prefix);
-    let cipher = ChunkCipher::new(key, prefix, &head, file_name);
+    let seed = if version == 1 {
+        Seed::Prefix(random[..PREFIX].try_into().expect("7 bytes"))
+    } else {
+        Seed::Salt(random)
+    };
+    let head = header(key_id, key, chunk, &seed);
+    let cipher = ChunkCipher::new(key, seed, &head, file_name);
     struct State<'a> {
         input: ByteStream<'a>,
         buf: BytesMut,
@@ -284,20 +360,31 @@ struct Header {
     key_id: String,
     fingerprint: [u8; 8],
     chunk: usize,
-    prefix: [u8; PREFIX],
+    seed: Seed,
 }
 
 /// Parses the header at the start of `buf`: `Ok(None)` when more bytes are needed.
 fn parse_header(buf: &[u8]) -> Result<Option<Header>, String> {
-    let id_at = MAGIC.len() + 1;
+    let id_at = MAGIC_LEN + 1;
     if buf.len() < id_at {
         return Ok(None);
     }
-    if &buf[..MAGIC.len()] != MAGIC {
+    if &buf[..MAGIC_BASE.len()] != MAGIC_BASE {
         return Err("does not start with quorate's encryption header".to_string());
     }
-    let id_len = usize::from(buf[MAGIC.len()]);
-    let len = id_at + id_len + 8 + 4 + PREFIX;
+    let version = buf[MAGIC_BASE.len()];
+    let seed_len = match version {
+        1 => PREFIX,
+        2 => SALT,
+        other => {
+            return Err(format!(
+                "its header says format version {other}, which this quorate does not read \
+                 (versions 1 and 2); restore with a newer quorate"
+            ));
+        }
+    };
+    let id_len = usize::from(buf[MAGIC_LEN]);
+    let len = id_at + id_len + 8 + 4 + seed_len;
     if buf.len() < len {
         return Ok(None);
     }
@@ -313,14 +400,17 @@ fn parse_header(buf: &[u8]) -> Result<Option<Header>, String> {
     if chunk == 0 || chunk > MAX_CHUNK {
         return Err(format!("its header's chunk size {chunk} is out of range"));
     }
-    let mut prefix = [0u8; PREFIX];
-    prefix.copy_from_slice(&buf[at..at + PREFIX]);
+    let seed = if version == 1 {
+        Seed::Prefix(buf[at..at + PREFIX].try_into().expect("7 bytes"))
+    } else {
+        Seed::Salt(buf[at..at + SALT].try_into().expect("32 bytes"))
+    };
     Ok(Some(Header {
         len,
         key_id,
         fingerprint,
         chunk,
-        prefix,
+        seed,
     }))
 }
 
@@ -447,7 +537,7 @@ fn open_with(
             found: keyring::hex(&key.fingerprint()),
         });
     }
-    Ok(ChunkCipher::new(key, h.prefix, &raw[..h.len], file_name))
+    Ok(ChunkCipher::new(key, h.seed, &raw[..h.len], file_name))
 }
 
 #[cfg(test)]
@@ -474,7 +564,11 @@ mod tests {
     }
 
     fn sealed(keys: &Keyring, name: &str, data: &[u8], chunk: usize) -> Vec<u8> {
-        collect(encrypt_in_chunks(keys, name, pieces(data, 7), chunk)).unwrap()
+        collect(encrypt_in_chunks(keys, name, pieces(data, 7), chunk, 2)).unwrap()
+    }
+
+    fn sealed_v1(keys: &Keyring, name: &str, data: &[u8], chunk: usize) -> Vec<u8> {
+        collect(encrypt_in_chunks(keys, name, pieces(data, 7), chunk, 1)).unwrap()
     }
 
     fn opened(keys: Option<Keyring>, name: &str, object: &[u8]) -> Result<Vec<u8>, String> {
@@ -495,9 +589,13 @@ mod tests {
             data in proptest::collection::vec(any::<u8>(), 0..300),
             chunk in 1usize..40,
             piece in 1usize..50,
+            version in 1u8..=2,
         ) {
             let keys = ring("k1", 1);
-            let object = collect(encrypt_in_chunks(&keys, NAME, pieces(&data, piece), chunk)).unwrap();
+            let object =
+                collect(encrypt_in_chunks(&keys, NAME, pieces(&data, piece), chunk, version))
+                    .unwrap();
+            prop_assert_eq!(object[7], version);
             prop_assert_eq!(opened(Some(keys), NAME, &object).unwrap(), data);
         }
     }
@@ -516,9 +614,36 @@ mod tests {
     fn every_altered_byte_and_every_cut_is_refused_naming_object_and_key() {
         let keys = ring("k1", 1);
         let data: Vec<u8> = (0..100u8).collect();
-        let object = sealed(&keys, NAME, &data, 16);
+        every_alteration_is_refused(&keys, &sealed(&keys, NAME, &data, 16));
+        every_alteration_is_refused(&keys, &sealed_v1(&keys, NAME, &data, 16));
+    }
+
+    #[test]
+    fn version_2_objects_have_their_own_key_and_version_1_objects_still_read() {
+        let keys = ring("k1", 1);
+        let v2 = sealed(&keys, NAME, b"data", 16);
+        assert_eq!(&v2[..8], b"QRTENC\x00\x02");
+        // magic, key ID length and "k1", fingerprint, chunk size, 32-byte salt, one chunk.
+        assert_eq!(v2.len(), 8 + 1 + 2 + 8 + 4 + 32 + 4 + TAG);
+        // The chunk is not sealed under the configured key with a zero prefix: opening it as
+        // version 1 with that prefix fails.
+        let mut as_v1 = v2[..8 + 1 + 2 + 8 + 4].to_vec();
+        as_v1[7] = 1;
+        as_v1.extend_from_slice(&[0u8; PREFIX]);
+        as_v1.extend_from_slice(&v2[8 + 1 + 2 + 8 + 4 + 32..]);
+        assert!(opened(Some(keys.clone()), NAME, &as_v1).is_err());
+        let v1 = sealed_v1(&keys, NAME, b"data", 16);
+        assert_eq!(&v1[..8], b"QRTENC\x00\x01");
+        assert_eq!(opened(Some(keys.clone()), NAME, &v1).unwrap(), b"data");
+        let mut v3 = v2.clone();
+        v3[7] = 3;
+        let err = opened(Some(keys), NAME, &v3).unwrap_err();
+        assert!(err.contains("format version 3"), "{err}");
+    }
+
+    fn every_alteration_is_refused(keys: &Keyring, object: &[u8]) {
         for at in 0..object.len() {
-            let mut bad = object.clone();
+            let mut bad = object.to_vec();
             bad[at] ^= 0x01;
             let err = opened(Some(keys.clone()), NAME, &bad).unwrap_err();
             assert!(err.contains("p/v2/Full-"), "byte {at}: {err}");
@@ -530,7 +655,7 @@ mod tests {
                 "cut at {cut}: {err}"
             );
         }
-        let mut longer = object.clone();
+        let mut longer = object.to_vec();
         longer.extend_from_slice(&[0; 20]);
         assert!(opened(Some(keys.clone()), NAME, &longer).is_err());
     }

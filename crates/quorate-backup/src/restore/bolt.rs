@@ -16,6 +16,13 @@
 //! transaction ID, FNV-1a checksum); the one with the higher transaction ID counts. A bucket's
 //! value is its root page ID and sequence, or, when the root is 0, the bucket's single page
 //! inline after them.
+//!
+//! A snapshot is input from the bucket, so the reader trusts none of it: every page reference
+//! is checked against the meta page's page count and the file's size (with the pages it spans),
+//! a page reached twice (a cycle or a shared subtree) and a tree deeper than [`MAX_DEPTH`] are
+//! refused, and the walk keeps its own stack instead of recursing, so no file can make it
+//! allocate beyond the file's size or overflow the thread's stack. [`check`] walks a whole file
+//! that way before etcd's tools see it.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -33,6 +40,9 @@ const FREELIST: u16 = 0x10;
 const BUCKET_FLAG: u32 = 0x01;
 const MAGIC: u32 = 0xED0C_DAED;
 const VERSION: u32 = 2;
+/// Levels a tree may have: a B+tree of etcd's largest database (8 GiB in 4 KiB pages) has
+/// fewer than 10, even at two elements a branch page it has 22.
+pub const MAX_DEPTH: usize = 64;
 
 /// The file is not a bbolt database quorate can read, or could not be written.
 #[derive(Debug, Error)]
@@ -48,7 +58,7 @@ pub enum BoltError {
         source: std::io::Error,
     },
     /// The content is not a valid database.
-    #[error("{path} is not a valid etcd database: {problem}")]
+    #[error("{path} is not a valid etcd database: {problem}; it cannot be used")]
     Invalid {
         /// The file.
         path: String,
@@ -83,26 +93,47 @@ enum Root {
 pub struct BoltReader {
     file: File,
     path: PathBuf,
+    /// How errors name the file (the object it came from, or its path).
+    label: String,
     page_size: usize,
     pages: u64,
     root: u64,
+    freelist: u64,
 }
 
 impl BoltReader {
     /// Opens `path` and reads its newest valid meta page.
     pub fn open(path: &Path) -> Result<BoltReader, BoltError> {
+        BoltReader::open_as(path, &path.display().to_string())
+    }
+
+    /// Opens `path`, naming it `label` (e.g. the object it was downloaded from) in errors.
+    pub fn open_as(path: &Path, label: &str) -> Result<BoltReader, BoltError> {
         let file = File::open(path).map_err(|source| BoltError::Io {
-            path: path.display().to_string(),
+            path: label.to_string(),
             what: "open",
             source,
         })?;
+        let len = file
+            .metadata()
+            .map_err(|source| BoltError::Io {
+                path: label.to_string(),
+                what: "stat",
+                source,
+            })?
+            .len();
         let mut reader = BoltReader {
             file,
             path: path.to_path_buf(),
+            label: label.to_string(),
             page_size: 4096,
             pages: 0,
             root: 0,
+            freelist: 0,
         };
+        if len < 2 * (PAGE_HEADER as u64 + 64) {
+            return Err(reader.invalid(format!("it holds {len} bytes, less than two meta pages")));
+        }
         // Page 0's meta says the page size; page 1 sits one page size further.
         let mut first = vec![0u8; PAGE_HEADER + 64];
         reader.read_at(&mut first, 0)?;
@@ -122,8 +153,17 @@ impl BoltReader {
             }
         }
         let meta = best.ok_or_else(|| reader.invalid("no valid meta page".to_string()))?;
+        let needed = meta.pages.checked_mul(page_size as u64);
+        if meta.pages < 3 || needed.is_none_or(|needed| needed > len) {
+            return Err(reader.invalid(format!(
+                "its meta page counts {} pages of {page_size} bytes, but the file holds {len} \
+                 bytes (it is truncated or the meta page is forged)",
+                meta.pages
+            )));
+        }
         reader.pages = meta.pages;
         reader.root = meta.root;
+        reader.freelist = meta.freelist;
         Ok(reader)
     }
 
@@ -177,35 +217,92 @@ impl BoltReader {
     }
 
     fn walk(&self, root: &Root, f: &mut ElementVisitor<'_>) -> Result<(), BoltError> {
+        let mut seen = PageSet::new(self.pages);
         match root {
-            Root::Inline(page) => self.visit(page, 0, f),
-            Root::Page(id) => self.visit_page(*id, f),
+            Root::Inline(page) => {
+                // An inline bucket is one leaf page; a branch there would point anywhere.
+                if page.len() >= PAGE_HEADER && u16_at(page, 8) & LEAF == 0 {
+                    return Err(self.invalid("an inline bucket page is not a leaf".to_string()));
+                }
+                self.visit(page, 0, &mut Vec::new(), f)
+            }
+            Root::Page(id) => {
+                // Depth-first with an explicit stack: children pushed last-first, so leaves are
+                // visited in key order and no file can drive a recursion.
+                let mut stack = vec![(*id, 1usize)];
+                let mut children = Vec::new();
+                while let Some((id, depth)) = stack.pop() {
+                    if depth > MAX_DEPTH {
+                        return Err(self.invalid(format!(
+                            "page {id} lies {depth} levels deep, more than any etcd database \
+                             ({MAX_DEPTH})"
+                        )));
+                    }
+                    let page = self.page(id, &mut seen)?;
+                    children.clear();
+                    self.visit(&page, id, &mut children, f)?;
+                    stack.extend(children.iter().rev().map(|child| (*child, depth + 1)));
+                }
+                Ok(())
+            }
         }
     }
 
-    fn visit_page(&self, id: u64, f: &mut ElementVisitor<'_>) -> Result<(), BoltError> {
+    /// Reads page `id` with the pages it spans, after checking it lies within the file and
+    /// was not reached before.
+    fn page(&self, id: u64, seen: &mut PageSet) -> Result<Vec<u8>, BoltError> {
+        self.check_range(id, 0)?;
+        if !seen.insert(id) {
+            return Err(self.invalid(format!(
+                "page {id} is reached twice (a cycle or a shared subtree)"
+            )));
+        }
+        let mut header = [0u8; PAGE_HEADER];
+        self.read_at(&mut header, id * self.page_size as u64)?;
+        let overflow = u64::from(u32_at(&header, 12));
+        self.check_range(id, overflow)?;
+        if u64_at(&header, 0) != id {
+            return Err(self.invalid(format!("page {id} says it is page {}", u64_at(&header, 0))));
+        }
+        // Within the file (checked above), so the allocation is bounded by its size.
+        let mut page = vec![0u8; (1 + overflow as usize) * self.page_size];
+        self.read_at(&mut page, id * self.page_size as u64)?;
+        Ok(page)
+    }
+
+    /// Page `id` and the `overflow` pages after it lie within the meta page's page count.
+    fn check_range(&self, id: u64, overflow: u64) -> Result<(), BoltError> {
         if id < 2 || id >= self.pages {
             return Err(self.invalid(format!(
                 "page {id} is outside the file's {} pages",
                 self.pages
             )));
         }
-        let mut header = [0u8; PAGE_HEADER];
-        self.read_at(&mut header, id * self.page_size as u64)?;
-        let overflow = u32_at(&header, 12) as u64;
-        let mut page = vec![0u8; (1 + overflow as usize) * self.page_size];
-        self.read_at(&mut page, id * self.page_size as u64)?;
-        self.visit(&page, id, f)
+        if id.checked_add(overflow).is_none_or(|end| end >= self.pages) {
+            return Err(self.invalid(format!(
+                "page {id} spans {overflow} overflow pages, past the file's {} pages",
+                self.pages
+            )));
+        }
+        Ok(())
     }
 
-    fn visit(&self, page: &[u8], id: u64, f: &mut ElementVisitor<'_>) -> Result<(), BoltError> {
+    /// Calls `f` with a leaf page's elements, or collects a branch page's children.
+    fn visit(
+        &self,
+        page: &[u8],
+        id: u64,
+        children: &mut Vec<u64>,
+        f: &mut ElementVisitor<'_>,
+    ) -> Result<(), BoltError> {
         if page.len() < PAGE_HEADER {
             return Err(self.invalid(format!("page {id} is shorter than its header")));
         }
         let flags = u16_at(page, 8);
         let count = u16_at(page, 10) as usize;
         let slice = |from: usize, len: usize| -> Result<&[u8], BoltError> {
-            page.get(from..from + len)
+            from.checked_add(len)
+                .and_then(|end| page.get(from..end))
                 .ok_or_else(|| self.invalid(format!("page {id}: an element runs past the page")))
         };
         for i in 0..count {
@@ -223,8 +320,7 @@ impl BoltReader {
                 f(eflags, key, value)
                     .map_err(|problem| self.invalid(format!("page {id}: {problem}")))?;
             } else if flags & BRANCH != 0 {
-                let child = u64_at(element, 8);
-                self.visit_page(child, f)?;
+                children.push(u64_at(element, 8));
             } else {
                 return Err(
                     self.invalid(format!("page {id} has flags {flags:#x}, not a tree page"))
@@ -234,11 +330,29 @@ impl BoltReader {
         Ok(())
     }
 
+    /// Checks the freelist page's place and span (its content is not used).
+    fn check_freelist(&self) -> Result<(), BoltError> {
+        if self.freelist == u64::MAX {
+            // bbolt's "no freelist synced" marker.
+            return Ok(());
+        }
+        self.check_range(self.freelist, 0)?;
+        let mut header = [0u8; PAGE_HEADER];
+        self.read_at(&mut header, self.freelist * self.page_size as u64)?;
+        if u16_at(&header, 8) & FREELIST == 0 {
+            return Err(self.invalid(format!(
+                "the meta page's freelist page {} is not a freelist page",
+                self.freelist
+            )));
+        }
+        self.check_range(self.freelist, u64::from(u32_at(&header, 12)))
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), BoltError> {
         self.file
             .read_exact_at(buf, offset)
             .map_err(|source| BoltError::Io {
-                path: self.path.display().to_string(),
+                path: format!("{} ({})", self.label, self.path.display()),
                 what: "read",
                 source,
             })
@@ -246,14 +360,51 @@ impl BoltReader {
 
     fn invalid(&self, problem: String) -> BoltError {
         BoltError::Invalid {
-            path: self.path.display().to_string(),
+            path: self.label.clone(),
             problem,
         }
     }
 }
 
+/// Pages reached in one walk: one bit a page, so bounded by the file's size.
+struct PageSet(Vec<u64>);
+
+impl PageSet {
+    fn new(pages: u64) -> PageSet {
+        PageSet(vec![0; pages.div_ceil(64) as usize])
+    }
+
+    /// Marks `id` (in range); false when it was marked before.
+    fn insert(&mut self, id: u64) -> bool {
+        let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
+        let fresh = self.0[word] & bit == 0;
+        self.0[word] |= bit;
+        fresh
+    }
+}
+
+/// Walks every page of database `path` (downloaded as `object`) the way a restore reads it:
+/// the meta pages, the freelist page's span, and each bucket's tree with every reference
+/// checked. A file that passes cannot make quorate's reader, or send etcd's tools, past the
+/// file's own pages.
+pub fn check(path: &Path, object: &str) -> Result<(), BoltError> {
+    let reader = BoltReader::open_as(path, object)?;
+    reader.check_freelist()?;
+    for bucket in reader.buckets()? {
+        let name = String::from_utf8_lossy(&bucket.name).into_owned();
+        reader.walk(&bucket.root, &mut |flags, _, _| {
+            if flags & BUCKET_FLAG != 0 {
+                return Err(format!("bucket {name} holds a nested bucket"));
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 struct Meta {
     root: u64,
+    freelist: u64,
     pages: u64,
     txid: u64,
 }
@@ -270,6 +421,7 @@ impl Meta {
         }
         Some(Meta {
             root: u64_at(m, 16),
+            freelist: u64_at(m, 32),
             pages: u64_at(m, 40),
             txid: u64_at(m, 48),
         })
@@ -351,19 +503,7 @@ impl BoltWriter {
             source: e.into_error(),
         })?;
         for id in 0..2u64 {
-            let mut page = vec![0u8; self.page_size];
-            page[..8].copy_from_slice(&id.to_le_bytes());
-            page[8..10].copy_from_slice(&META.to_le_bytes());
-            let m = &mut page[PAGE_HEADER..PAGE_HEADER + 64];
-            m[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-            m[4..8].copy_from_slice(&VERSION.to_le_bytes());
-            m[8..12].copy_from_slice(&(self.page_size as u32).to_le_bytes());
-            m[16..24].copy_from_slice(&root.to_le_bytes());
-            m[32..40].copy_from_slice(&2u64.to_le_bytes());
-            m[40..48].copy_from_slice(&self.next_page.to_le_bytes());
-            m[48..56].copy_from_slice(&(txid + id).to_le_bytes());
-            let sum = fnv1a64(&m[..56]);
-            m[56..64].copy_from_slice(&sum.to_le_bytes());
+            let page = meta_page(self.page_size, id, root, self.next_page, txid + id);
             file.write_all_at(&page, id * self.page_size as u64)
                 .map_err(io("write meta"))?;
         }
@@ -527,6 +667,24 @@ impl BucketBuilder {
     }
 }
 
+/// Meta page `id` of a database of `pages` pages whose root bucket is at page `root`.
+fn meta_page(page_size: usize, id: u64, root: u64, pages: u64, txid: u64) -> Vec<u8> {
+    let mut page = vec![0u8; page_size];
+    page[..8].copy_from_slice(&id.to_le_bytes());
+    page[8..10].copy_from_slice(&META.to_le_bytes());
+    let m = &mut page[PAGE_HEADER..PAGE_HEADER + 64];
+    m[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    m[4..8].copy_from_slice(&VERSION.to_le_bytes());
+    m[8..12].copy_from_slice(&(page_size as u32).to_le_bytes());
+    m[16..24].copy_from_slice(&root.to_le_bytes());
+    m[32..40].copy_from_slice(&2u64.to_le_bytes());
+    m[40..48].copy_from_slice(&pages.to_le_bytes());
+    m[48..56].copy_from_slice(&txid.to_le_bytes());
+    let sum = fnv1a64(&m[..56]);
+    m[56..64].copy_from_slice(&sum.to_le_bytes());
+    page
+}
+
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
 }
@@ -551,6 +709,148 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PS: usize = 4096;
+
+    /// A page `id` with `flags` and one element per `(key, value_or_child)`.
+    fn raw_page(id: u64, flags: u16, elements: &[(&[u8], u64)]) -> Vec<u8> {
+        let mut page = vec![0u8; PS];
+        page[..8].copy_from_slice(&id.to_le_bytes());
+        page[8..10].copy_from_slice(&flags.to_le_bytes());
+        page[10..12].copy_from_slice(&(elements.len() as u16).to_le_bytes());
+        let mut off = PAGE_HEADER + elements.len() * ELEMENT;
+        for (i, (key, n)) in elements.iter().enumerate() {
+            let at = PAGE_HEADER + i * ELEMENT;
+            let pos = (off - at) as u32;
+            if flags == LEAF {
+                // A bucket element: its value is the root page and a sequence.
+                page[at..at + 4].copy_from_slice(&BUCKET_FLAG.to_le_bytes());
+                page[at + 4..at + 8].copy_from_slice(&pos.to_le_bytes());
+                page[at + 8..at + 12].copy_from_slice(&(key.len() as u32).to_le_bytes());
+                page[at + 12..at + 16].copy_from_slice(&16u32.to_le_bytes());
+                page[off..off + key.len()].copy_from_slice(key);
+                page[off + key.len()..off + key.len() + 8].copy_from_slice(&n.to_le_bytes());
+                off += key.len() + 16;
+            } else {
+                page[at..at + 4].copy_from_slice(&pos.to_le_bytes());
+                page[at + 4..at + 8].copy_from_slice(&(key.len() as u32).to_le_bytes());
+                page[at + 8..at + 16].copy_from_slice(&n.to_le_bytes());
+                page[off..off + key.len()].copy_from_slice(key);
+                off += key.len();
+            }
+        }
+        page
+    }
+
+    /// A database whose root bucket (page 3) holds bucket `key` rooted at page 4, followed by
+    /// `pages` (from page 4 on).
+    fn raw_db(dir: &Path, pages: &[Vec<u8>]) -> PathBuf {
+        let path = dir.join("raw.db");
+        let count = 4 + pages.len() as u64;
+        let mut bytes = meta_page(PS, 0, 3, count, 10);
+        bytes.extend(meta_page(PS, 1, 3, count, 11));
+        bytes.extend(raw_page(2, FREELIST, &[]));
+        bytes.extend(raw_page(3, LEAF, &[(b"key", 4)]));
+        for page in pages {
+            bytes.extend_from_slice(page);
+        }
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// A chain of `depth` branch pages from page 4, each with one child, ending in an empty
+    /// leaf.
+    fn chain(depth: u64) -> Vec<Vec<u8>> {
+        let mut pages: Vec<Vec<u8>> = (0..depth)
+            .map(|i| raw_page(4 + i, BRANCH, &[(b"a", 5 + i)]))
+            .collect();
+        pages.push(raw_page(4 + depth, LEAF, &[]));
+        pages
+    }
+
+    fn refused(path: &Path) -> String {
+        let started = std::time::Instant::now();
+        let err = check(path, "p/v2/Full-00000000-00000009-1.gz").unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let text = err.to_string();
+        assert!(text.contains("p/v2/Full-00000000-00000009-1.gz"), "{text}");
+        text
+    }
+
+    #[test]
+    fn hand_built_trees_within_the_depth_bound_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = raw_db(dir.path(), &chain(20));
+        check(&path, "obj").unwrap();
+        let r = BoltReader::open(&path).unwrap();
+        let buckets = r.buckets().unwrap();
+        let mut n = 0;
+        r.for_each(&buckets[0], &mut |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn a_page_cycle_is_refused_naming_the_page_without_recursing() {
+        let dir = tempfile::tempdir().unwrap();
+        // Page 5 points back to page 4; page 6 to itself.
+        let looped = vec![
+            raw_page(4, BRANCH, &[(b"a", 5)]),
+            raw_page(5, BRANCH, &[(b"a", 4)]),
+        ];
+        let err = refused(&raw_db(dir.path(), &looped));
+        assert!(err.contains("page 4 is reached twice"), "{err}");
+        let own = vec![raw_page(4, BRANCH, &[(b"a", 4), (b"b", 4)])];
+        let err = refused(&raw_db(dir.path(), &own));
+        assert!(err.contains("page 4 is reached twice"), "{err}");
+    }
+
+    #[test]
+    fn a_tree_deeper_than_any_etcd_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = refused(&raw_db(dir.path(), &chain(MAX_DEPTH as u64 + 5)));
+        assert!(err.contains("levels deep"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_pages_overflow_and_forged_page_counts_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let far = vec![raw_page(4, BRANCH, &[(b"a", 1_000_000)])];
+        let err = refused(&raw_db(dir.path(), &far));
+        assert!(
+            err.contains("page 1000000 is outside the file's 5 pages"),
+            "{err}"
+        );
+        let meta = vec![raw_page(4, BRANCH, &[(b"a", 0)])];
+        assert!(refused(&raw_db(dir.path(), &meta)).contains("page 0 is outside"));
+        let mut huge = raw_page(4, LEAF, &[]);
+        huge[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        let err = refused(&raw_db(dir.path(), &[huge]));
+        assert!(
+            err.contains("page 4 spans 4294967295 overflow pages"),
+            "{err}"
+        );
+        let mut liar = raw_page(4, LEAF, &[]);
+        liar[..8].copy_from_slice(&7u64.to_le_bytes());
+        let err = refused(&raw_db(dir.path(), &[liar]));
+        assert!(err.contains("page 4 says it is page 7"), "{err}");
+        // A meta page counting more pages than the file holds (checksum recomputed).
+        let path = raw_db(dir.path(), &chain(1));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..PS].copy_from_slice(&meta_page(PS, 0, 3, u64::MAX / 2, 20));
+        std::fs::write(&path, &bytes).unwrap();
+        let err = refused(&path);
+        assert!(err.contains("but the file holds"), "{err}");
+        // A freelist page overflowing past the end.
+        let path = raw_db(dir.path(), &chain(1));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[2 * PS + 12..2 * PS + 16].copy_from_slice(&1000u32.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(refused(&path).contains("page 2 spans 1000 overflow pages"));
+    }
 
     #[test]
     fn a_written_database_reads_back_in_order_across_levels_and_overflow_pages() {

@@ -110,18 +110,31 @@ impl<T> RestorePlan<'_, T> {
 /// restore guides use).
 pub const BUMP_MARGIN: u64 = 1_000_000_000;
 
+/// The largest revision bump a restore makes (2⁴⁰, about 10¹²: a year and more of 10,000
+/// revisions a second beyond the full snapshot, plus [`BUMP_MARGIN`]). A larger one comes from a
+/// name no etcd wrote and is refused rather than pushing the restored revision towards the end
+/// of etcd's range.
+pub const MAX_BUMP: u64 = 1 << 40;
+
 /// How far to raise the restored revision (and mark it compacted) for `plan`: `None` when the
 /// restore ends at the newest state the bucket holds, else past every revision the bucket has
 /// seen plus [`BUMP_MARGIN`], so no revision a client of the source saw is handed out again
 /// with other content. A time target counts as older unless the plan reaches the newest
 /// revision and the newest object was written by then (its events are all before that time).
-pub fn revision_bump<T: Listed>(plan: &RestorePlan<'_, T>, listed: &[T]) -> Option<u64> {
-    let newest = listed
+/// Checked arithmetic: a bump above [`MAX_BUMP`] (a hostile or damaged name) is an error.
+pub fn revision_bump<T: Listed>(
+    plan: &RestorePlan<'_, T>,
+    listed: &[T],
+) -> Result<Option<u64>, PlanError> {
+    let Some(newest_name) = listed
         .iter()
         .map(|s| s.snapshot_name())
         .filter(|n| !plan.passed_over.contains(&n.file_name()))
-        .map(|n| n.last_revision)
-        .max()?;
+        .max_by_key(|n| n.last_revision)
+    else {
+        return Ok(None);
+    };
+    let newest = newest_name.last_revision;
     let planned_last = plan
         .deltas
         .last()
@@ -134,8 +147,25 @@ pub fn revision_bump<T: Listed>(plan: &RestorePlan<'_, T>, listed: &[T]) -> Opti
             planned_last.last_revision < newest || planned_last.created_unix > t.as_second()
         }
     };
+    if !older {
+        return Ok(None);
+    }
     let full_revision = plan.full.snapshot_name().last_revision;
-    older.then(|| (newest - full_revision).max(0) as u64 + BUMP_MARGIN)
+    let bump = u64::try_from(newest.saturating_sub(full_revision).max(0))
+        .ok()
+        .and_then(|ahead| ahead.checked_add(BUMP_MARGIN))
+        .filter(|bump| *bump <= MAX_BUMP)
+        .and_then(|bump| {
+            // The restored head must stay a revision too.
+            full_revision
+                .checked_add(i64::try_from(bump).ok()?)
+                .map(|_| bump)
+        });
+    bump.map(Some).ok_or_else(|| PlanError::BumpTooLarge {
+        newest: newest_name.file_name(),
+        newest_revision: newest,
+        full_revision,
+    })
 }
 
 /// Why no restore plan exists.
@@ -184,6 +214,21 @@ pub enum PlanError {
         reachable: i64,
         /// The object reaching it.
         last: String,
+    },
+    /// The revision bump the newest name asks for is beyond [`MAX_BUMP`].
+    #[error(
+        "object {newest} says the bucket reached revision {newest_revision}, so this restore \
+         (from revision {full_revision}) would raise the revision by more than {MAX_BUMP}; no \
+         etcd writes that far: delete or move the object if it is not a real backup, or restore \
+         the latest state"
+    )]
+    BumpTooLarge {
+        /// The object with the newest revision.
+        newest: String,
+        /// Its last revision.
+        newest_revision: i64,
+        /// The full snapshot's revision.
+        full_revision: i64,
     },
     /// A negative revision as target.
     #[error("target revision {0} is not a revision; etcd revisions start at 1")]
@@ -257,7 +302,7 @@ fn plan_among<'a, T: Listed>(
         let next = remaining
             .iter()
             .copied()
-            .filter(|s| s.snapshot_name().start_revision <= head + 1)
+            .filter(|s| s.snapshot_name().start_revision <= head.saturating_add(1))
             .max_by(|a, b| {
                 let (a, b) = (a.snapshot_name(), b.snapshot_name());
                 a.last_revision
@@ -273,7 +318,7 @@ fn plan_among<'a, T: Listed>(
                 return Err(PlanError::Gap {
                     before: head_object,
                     after: after.file_name(),
-                    missing_from: head + 1,
+                    missing_from: head.saturating_add(1),
                     missing_to: after.start_revision - 1,
                     reachable: head,
                 });
@@ -384,9 +429,38 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_revision_in_a_name_is_refused_not_wrapped() {
+        // Names as a hostile writer could list them (parsing refuses them; the plan must not
+        // rely on it).
+        let listing = vec![full(10, 1000), incr(11, 20, 1020), incr(21, i64::MAX, 1030)];
+        let plan = plan_restore(&listing, RestoreTarget::ToRevision(15)).unwrap();
+        let err = revision_bump(&plan, &listing).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Incr-00000021-9223372036854775807-1030")
+                && err.to_string().contains("delete or move the object"),
+            "{err}"
+        );
+        // The chain continues past i64::MAX - 1 without overflow and ends there.
+        let top = vec![full(i64::MAX, 1000), incr(i64::MAX, i64::MAX, 1001)];
+        let plan = plan_restore(&top, RestoreTarget::Latest).unwrap();
+        assert_eq!(plan.reaches_revision, i64::MAX);
+        assert_eq!(revision_bump(&plan, &top).unwrap(), None);
+        // A bump just within the bound is made, one beyond is refused.
+        let within = MAX_BUMP - BUMP_MARGIN;
+        let edge = vec![full(10, 1000), incr(11, 10 + within as i64, 1020)];
+        let plan = plan_restore(&edge, RestoreTarget::ToRevision(10)).unwrap();
+        assert_eq!(revision_bump(&plan, &edge).unwrap(), Some(MAX_BUMP));
+        let beyond = vec![full(10, 1000), incr(11, 11 + within as i64, 1020)];
+        let plan = plan_restore(&beyond, RestoreTarget::ToRevision(10)).unwrap();
+        assert!(revision_bump(&plan, &beyond).is_err());
+    }
+
+    #[test]
     fn only_a_restore_older_than_the_bucket_raises_the_revision() {
         let listing = vec![full(10, 1000), incr(11, 20, 1020), incr(21, 30, 1030)];
-        let bump = |target| revision_bump(&plan_restore(&listing, target).unwrap(), &listing);
+        let bump =
+            |target| revision_bump(&plan_restore(&listing, target).unwrap(), &listing).unwrap();
         assert_eq!(bump(RestoreTarget::Latest), None);
         assert_eq!(bump(RestoreTarget::ToRevision(30)), None);
         assert_eq!(bump(RestoreTarget::ToRevision(25)), Some(20 + BUMP_MARGIN));

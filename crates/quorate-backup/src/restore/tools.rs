@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::process::Command;
@@ -105,6 +106,33 @@ impl MemberIdentity {
     }
 }
 
+/// Bounds of one run of an etcd tool on a snapshot from the bucket, which anyone who can write
+/// to the bucket may have crafted: past `timeout` the tool is killed, and its private memory
+/// (`RLIMIT_DATA`: Go's heap, not bbolt's mapping of the file) is capped at `memory` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// How long the tool may run.
+    pub timeout: Duration,
+    /// Private writable memory the tool may map, in bytes.
+    pub memory: u64,
+}
+
+impl ToolLimits {
+    /// For a database of `db_len` bytes: a minute plus a second per 10 MB (etcd's tools read and
+    /// hash it a few times), and 1 GiB plus twice its size of heap.
+    pub fn for_database(db_len: u64) -> ToolLimits {
+        ToolLimits {
+            timeout: Duration::from_secs(60 + db_len / 10_000_000),
+            memory: (1u64 << 30).saturating_add(db_len.saturating_mul(2)),
+        }
+    }
+
+    /// For a database file at `db` (its size; the smallest limits when it cannot be read).
+    fn for_file(db: &Path) -> ToolLimits {
+        ToolLimits::for_database(std::fs::metadata(db).map_or(0, |m| m.len()))
+    }
+}
+
 /// An etcd tool failed.
 #[derive(Debug, Error)]
 pub enum ToolError {
@@ -133,6 +161,22 @@ pub enum ToolError {
         /// The end of its error output.
         stderr: String,
     },
+    /// The tool ran past its time limit and was killed.
+    #[error(
+        "`{tool} snapshot {command}` on full snapshot {object} ran past {seconds} s and was \
+         stopped; a snapshot of that size takes far less, so the object is damaged or crafted: \
+         restore from another full snapshot"
+    )]
+    TimedOut {
+        /// The binary.
+        tool: String,
+        /// `restore` or `status`.
+        command: &'static str,
+        /// The snapshot object.
+        object: String,
+        /// The limit.
+        seconds: u64,
+    },
     /// Output that could not be understood.
     #[error(
         "`{tool} snapshot status` of full snapshot {object} printed {output:?}, not JSON with a revision"
@@ -147,14 +191,25 @@ pub enum ToolError {
     },
 }
 
-/// The revision stored in snapshot file `db` (of object `object`).
+/// The revision stored in snapshot file `db` (of object `object`), read within the limits for
+/// its size ([`ToolLimits::for_database`]).
 pub async fn snapshot_revision(
     tools: &EtcdTools,
     db: &Path,
     object: &str,
 ) -> Result<i64, ToolError> {
+    snapshot_revision_within(tools, db, object, ToolLimits::for_file(db)).await
+}
+
+/// [`snapshot_revision`] within `limits`.
+pub async fn snapshot_revision_within(
+    tools: &EtcdTools,
+    db: &Path,
+    object: &str,
+    limits: ToolLimits,
+) -> Result<i64, ToolError> {
     let tool = tools.snapshot_tool();
-    let output = run(
+    let output = run_limited(
         tool,
         &[
             "snapshot".into(),
@@ -162,6 +217,7 @@ pub async fn snapshot_revision(
             db.display().to_string(),
             "--write-out=json".into(),
         ],
+        ("status", object, limits),
     )
     .await?;
     check(tool, "status", object, &output)?;
@@ -203,24 +259,64 @@ pub async fn snapshot_restore(
     if skip_hash_check {
         args.push("--skip-hash-check".to_string());
     }
-    let output = run(tool, &args).await?;
+    let limits = ToolLimits::for_file(db);
+    let output = run_limited(tool, &args, ("restore", object, limits)).await?;
     check(tool, "restore", object, &output)
 }
 
 async fn run(tool: &Path, args: &[String]) -> Result<Output, ToolError> {
-    Command::new(tool)
-        .args(args)
-        .stdin(Stdio::null())
-        // ETCDCTL_* variables act as flags (ETCDCTL_API=2 would even change the command set).
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .kill_on_drop(true)
+    command(tool, args)
         .output()
         .await
         .map_err(|source| ToolError::Spawn {
             tool: tool.display().to_string(),
             source,
         })
+}
+
+fn command(tool: &Path, args: &[String]) -> Command {
+    let mut command = Command::new(tool);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        // ETCDCTL_* variables act as flags (ETCDCTL_API=2 would even change the command set).
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `tool` on a snapshot from the bucket within `limits`; `what` is the command and the
+/// object, for errors.
+async fn run_limited(
+    tool: &Path,
+    args: &[String],
+    (command_name, object, limits): (&'static str, &str, ToolLimits),
+) -> Result<Output, ToolError> {
+    let mut command = command(tool, args);
+    // Go collects garbage harder as it nears this, before the hard limit below fails it.
+    command.env("GOMEMLIMIT", (limits.memory / 4 * 3).to_string());
+    let memory = limits.memory;
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_DATA, memory, memory)
+                .map_err(std::io::Error::from)
+        });
+    }
+    // Dropping the running `output()` kills the child (kill_on_drop), and tokio reaps it.
+    match tokio::time::timeout(limits.timeout, command.output()).await {
+        Ok(output) => output.map_err(|source| ToolError::Spawn {
+            tool: tool.display().to_string(),
+            source,
+        }),
+        Err(_) => Err(ToolError::TimedOut {
+            tool: tool.display().to_string(),
+            command: command_name,
+            object: object.to_string(),
+            seconds: limits.timeout.as_secs(),
+        }),
+    }
 }
 
 fn check(
