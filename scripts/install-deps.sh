@@ -87,6 +87,10 @@ bash "$(dirname "$0")/install-mdbook.sh"
 # prometheus package into ~/.cache/quorate/prometheus, not installed).
 bash "$(dirname "$0")/install-promtool.sh"
 
+# history-check, the porcupine-based second checker of the fault suite's histories (built from
+# tools/history-check into ~/.cache/quorate/bin).
+bash "$(dirname "$0")/build-history-check.sh"
+
 # A real Kubernetes control plane for the tests that need a kube-apiserver: kube-apiserver and
 # kubectl v1.20.2, built once from Debian's `kubernetes` source package by scripts/k8s/build.sh
 # into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin (about 10 minutes on 2 cores, the first time).

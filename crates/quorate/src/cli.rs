@@ -50,7 +50,7 @@ pub enum Command {
         #[arg(long, default_value = "120s", value_parser = parse_duration)]
         timeout: std::time::Duration,
         /// An etcd binary for the version the cluster runs; it must be that version (default:
-        /// found per version, see docs/operations/upgrading-etcd.md).
+        /// found per version, see docs/operations/etcd-upgrades.md).
         #[arg(long)]
         etcd_binary: Option<PathBuf>,
     },
@@ -324,7 +324,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub etcd_log: Option<PathBuf>,
     /// An etcd binary to run for its own version (read from `etcd --version`); other versions
-    /// are looked up in the standard places (docs/operations/upgrading-etcd.md).
+    /// are looked up in the standard places (docs/operations/etcd-upgrades.md).
     #[arg(long)]
     pub etcd_binary: Option<PathBuf>,
 }
