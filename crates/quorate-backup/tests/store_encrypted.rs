@@ -104,7 +104,7 @@ async fn a_directory_holds_only_ciphertext_and_everything_comes_back() {
     for (s, data) in &stored {
         let file = std::fs::read(tmp.path().join("backups").join(&s.path)).unwrap();
         assert!(
-            file.starts_with(b"QRTENC\0\x01\x02k1"),
+            file.starts_with(b"QRTENC\0\x02\x02k1"),
             "{}: header",
             s.path
         );
@@ -197,7 +197,8 @@ async fn keys_rotate_and_each_key_problem_is_named() {
         .await
         .unwrap();
     let file = std::fs::read(tmp.path().join("backups").join(&new.path)).unwrap();
-    assert!(file.starts_with(b"QRTENC\0\x01\x02k2"));
+    // Format version 2 (a key per object from a random salt), then the key ID "k2".
+    assert!(file.starts_with(b"QRTENC\0\x02\x02k2"));
     for (s, data) in [(&old, &b"old data"[..]), (&new, &b"new data"[..])] {
         assert_eq!(
             read_all(store.download(s).await.unwrap()).await.unwrap(),
