@@ -234,18 +234,11 @@ impl<C: Coordination> Leader<'_, C> {
     }
 
     async fn member_client(&self) -> Result<MemberClient, BackupError> {
-        let url = self
-            .cluster
-            .member(self.me)
-            .map(|m| m.client_url.clone())
-            .unwrap_or_default();
-        MemberClient::connect(
-            &url,
-            quorate_etcd::client_tls(self.cluster).as_ref(),
-            EtcdTimeouts::default(),
-        )
-        .await
-        .map_err(|e| BackupError::Etcd(e.to_string()))
+        // Over loopback: a stopping pod's last delta does not wait on cluster DNS.
+        let (url, tls) = crate::member::own_etcd(self.cluster, self.me);
+        MemberClient::connect(&url, tls.as_ref(), EtcdTimeouts::default())
+            .await
+            .map_err(|e| BackupError::Etcd(e.to_string()))
     }
 
     fn compression(&self) -> Option<quorate_api::CompressionPolicy> {

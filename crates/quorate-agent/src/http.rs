@@ -1,5 +1,5 @@
 //! The agent's HTTP endpoints, as etcd-backup-restore serves them: `/healthz` (200 only while
-//! etcd serves with a leader), `/metrics` ([`crate::metrics`]), `/initialization/status`, `/config`, `/member`, and the
+//! this member serves linearizable reads as a voter, the pod's readiness), `/metrics` ([`crate::metrics`]), `/initialization/status`, `/config`, `/member`, and the
 //! on-demand snapshots `/snapshot/full[?final=true]`, `/snapshot/delta`, `/snapshot/latest`,
 //! which any member answers (a member that is not the backup leader forwards to the one that
 //! is). The two that take snapshots need a credential: with `spec.backup.tls` and a client
@@ -185,7 +185,7 @@ pub fn router<C: Coordination + Clone>(http: Http<C>) -> Router {
 }
 
 async fn healthz<C>(State(http): State<Http<C>>) -> impl IntoResponse {
-    let healthy = http.state.get().healthy;
+    let healthy = http.state.get().ready();
     let code = if healthy {
         StatusCode::OK
     } else {

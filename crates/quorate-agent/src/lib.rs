@@ -30,7 +30,7 @@ pub use member::{AgentError, AgentExit, AgentOptions, run_agent};
 pub use state::SharedState;
 
 use quorate_coord::Coordination;
-use quorate_core::agent_exit::AGENT_EXIT_REMOVED;
+use quorate_core::agent_exit::{AGENT_EXIT_REMOVED, LAST_DELTA_SECONDS};
 use std::net::SocketAddr;
 use tokio::sync::watch;
 
@@ -69,16 +69,55 @@ pub async fn serve<C: Coordination + Clone>(
         requests,
         shutdown.clone(),
     ));
+    let backups = backup_loop.abort_handle();
     let server = tokio::spawn(listener::serve(
         listener,
         app,
         state.clone(),
         shutdown.clone(),
     ));
-    let result = run_agent(coord, opts, state, shutdown).await;
+    let etcd_stop = stop_etcd_after_last_delta(shutdown, backup_loop, opts.member.clone());
+    let result = run_agent(coord, opts, state, etcd_stop).await;
     server.abort();
-    backup_loop.abort();
+    backups.abort();
     Ok(result?)
+}
+
+/// The member loop's stop signal: on `shutdown`, the backup loop first takes its last delta
+/// (it stops its capture, which catches up with etcd once more and uploads what it holds)
+/// within [`LAST_DELTA_SECONDS`]; only then is etcd stopped. A member that does not lead
+/// backs nothing up, so its loop ends at once and etcd stops without delay.
+fn stop_etcd_after_last_delta(
+    mut shutdown: watch::Receiver<bool>,
+    backup_loop: tokio::task::JoinHandle<()>,
+    member: String,
+) -> watch::Receiver<bool> {
+    let (stop, stopping) = watch::channel(false);
+    tokio::spawn(async move {
+        // A closed channel stops too, as it always did.
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        let started = std::time::Instant::now();
+        let backups = backup_loop.abort_handle();
+        let bound = std::time::Duration::from_secs(LAST_DELTA_SECONDS);
+        match tokio::time::timeout(bound, backup_loop).await {
+            Ok(_) => tracing::info!(
+                %member,
+                took_ms = started.elapsed().as_millis() as u64,
+                "stopping: backups ended; stopping etcd"
+            ),
+            Err(_) => {
+                backups.abort();
+                tracing::warn!(
+                    %member,
+                    bound_s = LAST_DELTA_SECONDS,
+                    "stopping: the last delta did not finish in time; stopping etcd anyway"
+                );
+            }
+        }
+        // Sent, then dropped, as the signal handler does: every wait on it ends at once.
+        let _ = stop.send(true);
+    });
+    stopping
 }
 
 impl AgentExit {

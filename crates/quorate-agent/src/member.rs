@@ -366,11 +366,7 @@ async fn run_etcd<C: Coordination>(
         s.message = String::new();
         s.etcd_args = args.clone();
     });
-    let endpoint = cluster
-        .member(me)
-        .map(|m| m.client_url.clone())
-        .unwrap_or_default();
-    let tls = quorate_etcd::client_tls(cluster);
+    let (endpoint, tls) = own_etcd(cluster, me);
     let mut member_client: Option<MemberClient> = None;
     let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
     let mut last_publish: Option<Instant> = None;
@@ -408,7 +404,9 @@ async fn run_etcd<C: Coordination>(
                 return Ok(removal(coord, cluster, me, state).await.unwrap_or(RunEnd::Exited(why)));
             }
             _ = shutdown.changed() => {
-                process.stop(Duration::from_secs(10)).await;
+                let grace = Duration::from_secs(quorate_core::agent_exit::ETCD_STOP_SECONDS);
+                process.stop(grace).await;
+                tracing::info!(member = %me, "stopping: etcd stopped");
                 state.update(|s| s.healthy = false);
                 return Ok(RunEnd::Shutdown);
             }
@@ -520,6 +518,11 @@ async fn run_etcd<C: Coordination>(
                 let Some(client) = &member_client else { continue };
                 match client.status().await {
                     Ok(st) => {
+                        // Readiness asks for a linearizable read as a voter; a learner or a
+                        // member without a leader is not asked (it cannot serve one).
+                        let read = !st.is_learner
+                            && st.leader_id != 0
+                            && client.linearizable_read().await.is_ok();
                         if recorded_ids != Some((st.cluster_id, st.member_id)) {
                             facts::store(&opts.data_dir, st.cluster_id, st.member_id, st.revision);
                             crate::restore::continue_chain_after_restore(cluster, &opts.data_dir, st.cluster_id).await;
@@ -532,6 +535,7 @@ async fn run_etcd<C: Coordination>(
                             s.is_leader = st.leader_id == st.member_id;
                             s.etcd_version = Some(st.version.clone());
                             s.healthy = st.leader_id != 0;
+                            s.linearizable_read = read;
                             if s.healthy && s.message_is_quorum_wait {
                                 s.message.clear();
                                 s.message_is_quorum_wait = false;
@@ -589,6 +593,23 @@ async fn run_etcd<C: Coordination>(
             }
         }
     }
+}
+
+/// The URL and client TLS with which member `me`'s agent reaches its own etcd: loopback, not
+/// the client URL's DNS name (core `own_client_endpoint`), the certificate still verified
+/// against that name.
+pub(crate) fn own_etcd(
+    cluster: &ClusterConfig,
+    me: &str,
+) -> (String, Option<quorate_etcd::EtcdTls>) {
+    let Some(own) = cluster.own_client_endpoint(me) else {
+        return (String::new(), quorate_etcd::client_tls(cluster));
+    };
+    let tls = quorate_etcd::client_tls(cluster).map(|tls| quorate_etcd::EtcdTls {
+        domain_name: own.server_name.clone(),
+        ..tls
+    });
+    (own.url, tls)
 }
 
 /// A one-member cluster with backups: its data is compared with the bucket before it serves.

@@ -40,6 +40,9 @@ pub struct MemberState {
     pub is_leader: bool,
     /// Whether etcd answered its last health probe with a leader present.
     pub healthy: bool,
+    /// Whether a linearizable read through this member completed at its last health probe
+    /// (never for a learner): with `healthy` and `is_learner`, what `/healthz` reports.
+    pub linearizable_read: bool,
     /// Why the member is waiting or what last went wrong.
     pub message: String,
     /// The etcd command line in use.
@@ -102,6 +105,20 @@ impl MemberState {
                 .registered_peer_urls
                 .iter()
                 .all(|u| u.starts_with("https://"))
+    }
+}
+
+impl MemberState {
+    /// Whether the member is ready for client traffic (core `readiness`): a voter with a
+    /// leader whose linearizable read completed. What `/healthz` and the pod's readiness report.
+    pub fn ready(&self) -> bool {
+        quorate_core::membership::readiness::is_ready(
+            quorate_core::membership::readiness::ReadinessEvidence {
+                has_leader: self.healthy,
+                is_learner: self.is_learner,
+                linearizable_read: self.linearizable_read,
+            },
+        )
     }
 }
 

@@ -159,7 +159,51 @@ pub struct BackupConfig {
     pub encryption_key_dir: Option<String>,
 }
 
+/// How a member's own agent reaches its etcd (see [`ClusterConfig::own_client_endpoint`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnClientEndpoint {
+    /// The URL to connect to: the loopback address (or the address etcd listens on).
+    pub url: String,
+    /// The name the server certificate is verified against: the client URL's DNS name, when
+    /// the URL names one; `None` when it is an address.
+    pub server_name: Option<String>,
+}
+
 impl ClusterConfig {
+    /// How member `name`'s own agent reaches its etcd: on loopback when etcd listens on every
+    /// address (in a pod), else on the address it listens on; never through the client URL's
+    /// DNS name, so its stops and starts do not wait on cluster DNS (which may be gone while
+    /// a cluster is deleted). TLS still verifies the certificate against that DNS name.
+    pub fn own_client_endpoint(&self, name: &str) -> Option<OwnClientEndpoint> {
+        let member = self.member(name)?;
+        let scheme = member
+            .client_url
+            .split_once("://")
+            .map_or("http", |(s, _)| s);
+        let host = match self.listen_host.as_str() {
+            "0.0.0.0" | "" => "127.0.0.1".to_string(),
+            "::" | "[::]" => "[::1]".to_string(),
+            h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+            h => h.to_string(),
+        };
+        let url_host = member
+            .client_url
+            .split_once("://")
+            .map(|(_, rest)| rest.split('/').next().unwrap_or(rest))
+            .map(|authority| authority.rsplit_once(':').map_or(authority, |(h, _)| h));
+        let server_name = url_host
+            .filter(|h| {
+                h.trim_matches(['[', ']'])
+                    .parse::<std::net::IpAddr>()
+                    .is_err()
+            })
+            .map(str::to_string);
+        Some(OwnClientEndpoint {
+            url: format!("{scheme}://{host}:{}", member.client_port),
+            server_name,
+        })
+    }
+
     /// The endpoints of the member called `name`, if it runs (desired or leaving).
     pub fn member(&self, name: &str) -> Option<&MemberEndpoints> {
         self.members.iter().find(|m| m.name == name)
@@ -295,4 +339,38 @@ pub struct SecretFiles {
     pub secret: String,
     /// The directory its keys go to.
     pub dir: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::member_etcd_config::tests::three_members;
+
+    #[test]
+    fn a_pods_agent_reaches_its_etcd_on_loopback_and_verifies_the_dns_name() {
+        let mut config = three_members();
+        config.listen_host = "0.0.0.0".into();
+        config.members[1].client_url = "https://etcd-main-1.etcd-main-peer.ns.svc:2389".into();
+        let own = config.own_client_endpoint("etcd-main-1").unwrap();
+        assert_eq!(own.url, "https://127.0.0.1:2389");
+        assert_eq!(
+            own.server_name.as_deref(),
+            Some("etcd-main-1.etcd-main-peer.ns.svc")
+        );
+        assert!(config.own_client_endpoint("etcd-main-9").is_none());
+    }
+
+    #[test]
+    fn a_specific_listen_address_is_used_and_an_address_url_needs_no_server_name() {
+        let mut config = three_members();
+        config.listen_host = "10.0.0.7".into();
+        config.members[0].client_url = "http://10.0.0.7:2379".into();
+        let own = config.own_client_endpoint("etcd-main-0").unwrap();
+        assert_eq!(own.url, "http://10.0.0.7:2379");
+        assert_eq!(own.server_name, None);
+        config.listen_host = "::".into();
+        assert_eq!(
+            config.own_client_endpoint("etcd-main-0").unwrap().url,
+            "http://[::1]:2379"
+        );
+    }
 }

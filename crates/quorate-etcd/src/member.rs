@@ -118,13 +118,21 @@ impl MemberClient {
                 ),
             ));
         }
+        self.linearizable_read().await?;
+        Ok(status)
+    }
+
+    /// A linearizable (quorum) read through this member, counting one key: it completes only
+    /// while the member is a voter in a cluster with a leader, which is what a member's
+    /// readiness asks.
+    pub async fn linearizable_read(&self) -> Result<(), EtcdError> {
         let mut c = self.leader_client.clone();
         self.call("linearizable read", self.unary(), async move {
             c.get("health", Some(GetOptions::new().with_count_only()))
                 .await
         })
         .await?;
-        Ok(status)
+        Ok(())
     }
 
     /// True when [`MemberClient::check_health`] succeeds.

@@ -26,14 +26,22 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match runtime.block_on(dispatch::run(cli)) {
+    let code = match runtime.block_on(dispatch::run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Dropping the runtime would wait for every blocking task without bound (a DNS lookup
+    // of a name whose Service is gone, on a member pod being deleted): the work is done, so
+    // the exit waits for none of them longer than this.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
 }
+
+/// How long the exit waits for blocking tasks still running once the command is done.
+const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A command whose output is piped into `head` ends silently when the reader goes away, as
 /// every Unix tool does, instead of panicking in `println!` ("failed printing to stdout").

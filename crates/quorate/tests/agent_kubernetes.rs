@@ -22,6 +22,11 @@ const POD: &str = "etcd-main-0";
 
 /// One member, backups to a `Local` bucket with a delta every second.
 fn etcd(namespace: &str) -> Etcd {
+    etcd_with_delta_period(namespace, "1s")
+}
+
+/// One member, backups to a `Local` bucket with a delta every `period`.
+fn etcd_with_delta_period(namespace: &str, period: &str) -> Etcd {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "druid.gardener.cloud/v1alpha1",
         "kind": "Etcd",
@@ -36,7 +41,7 @@ fn etcd(namespace: &str) -> Etcd {
             "etcd": {},
             "backup": {
                 "store": {"provider": "Local", "container": "bucket", "prefix": NAME},
-                "deltaSnapshotPeriod": "1s",
+                "deltaSnapshotPeriod": period,
             },
         },
     }))
@@ -265,5 +270,122 @@ async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases
         "member lease {expected} renewed {t1} -> {t2}; full snapshot at {full}, delta at \
          {delta}; agent log:\n{}",
         tail(&log, 25)
+    );
+}
+
+/// What a member pod's container runtime does on delete: SIGTERM to the agent alone (it is
+/// the container's PID 1; etcd, its child, gets no signal from the runtime). The agent takes
+/// its last delta first (the writes made after the full snapshot, with no periodic delta due
+/// for a minute, reach the bucket), then stops etcd and exits 0, well inside the pod's
+/// `terminationGracePeriodSeconds`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_grace() {
+    let Some(server) = KubeApiServer::shared_or_skip(
+        "agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_grace",
+    )
+    .await
+    else {
+        return;
+    };
+    let admin = server.client().await.expect("admin client");
+    let namespace = server
+        .create_namespace(&admin, "agent-stop")
+        .await
+        .expect("namespace");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let local_root = dir.path().join("buckets");
+    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
+    let etcd = etcd_with_delta_period(&namespace, "60s");
+    let config = loopback_config(&etcd, &local_root);
+    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
+    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
+    let mut agent = start_agent(&namespace, &kubeconfig, dir.path());
+    let log = dir.path().join("agent.log");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
+
+    let endpoint = config.members[0].client_url.clone();
+    let mut etcd_client = eventually("etcd to answer", &log, Duration::from_secs(30), || {
+        let endpoint = endpoint.clone();
+        async move {
+            let mut c = etcd_client::Client::connect([endpoint], None).await.ok()?;
+            c.status().await.ok()?;
+            Some(c)
+        }
+    })
+    .await;
+    let full = eventually(
+        "the full-snapshot lease to record a revision",
+        &log,
+        Duration::from_secs(30),
+        || async { revision(&leases.get("etcd-main-full-snap").await.ok()?) },
+    )
+    .await;
+    let mut written = 0;
+    for i in 0..20 {
+        written = etcd_client
+            .put(format!("/last-delta/{i}"), format!("value-{i}"), None)
+            .await
+            .expect("put")
+            .header()
+            .expect("header")
+            .revision();
+    }
+    assert!(written > full, "writes after the full snapshot at {full}");
+    drop(etcd_client);
+
+    let signalled = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM to the agent");
+    let grace = Duration::from_secs(quorate_core::agent_exit::termination_grace_seconds());
+    let status = tokio::task::block_in_place(|| agent.wait_timeout(grace + grace))
+        .expect("wait for the agent");
+    let took = signalled.elapsed();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "the agent did not exit within {:?} of SIGTERM; its log:\n{}",
+            grace + grace,
+            tail(&log, 40)
+        )
+    });
+    assert!(status.success(), "exit {status}; log:\n{}", tail(&log, 40));
+    assert!(
+        took < grace,
+        "SIGTERM -> exit took {took:?}, more than the pod's grace {grace:?}; log:\n{}",
+        tail(&log, 40)
+    );
+    // Its etcd is gone with it: nothing answers on the client port.
+    assert!(
+        std::net::TcpStream::connect_timeout(
+            &format!("127.0.0.1:{}", config.members[0].client_port)
+                .parse()
+                .expect("address"),
+            Duration::from_millis(500),
+        )
+        .is_err(),
+        "etcd still listens after the agent exited"
+    );
+    let delta = revision(
+        &leases
+            .get("etcd-main-delta-snap")
+            .await
+            .expect("delta lease"),
+    )
+    .unwrap_or(0);
+    assert!(
+        delta >= written,
+        "the last delta reaches revision {delta}, not the last write {written}; log:\n{}",
+        tail(&log, 40)
+    );
+    let deltas: Vec<String> = std::fs::read_dir(local_root.join("bucket").join(NAME).join("v2"))
+        .expect("the bucket has a v2 directory")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("Incr-"))
+        .collect();
+    assert!(!deltas.is_empty(), "a delta object in the bucket");
+    eprintln!(
+        "SIGTERM -> exit 0 in {took:?} (grace {grace:?}); last delta through {delta}, deltas {deltas:?}"
     );
 }

@@ -68,6 +68,11 @@ pub fn build(
         init_containers: (!init.is_empty()).then_some(init),
         containers: vec![member_container::build(etcd, &id.name, ctx, volumes.mounts)],
         volumes: (!volumes.volumes.is_empty()).then_some(volumes.volumes),
+        // Exactly what the agent's stop takes at most (last delta, etcd's stop, exit), not
+        // the kubelet's default 30 s.
+        termination_grace_period_seconds: Some(
+            crate::agent_exit::termination_grace_seconds() as i64
+        ),
         ..PodSpec::default()
     };
     Ok(StatefulSet {
@@ -176,6 +181,7 @@ mod tests {
         );
         let pod = pod_spec(&sts);
         assert_eq!(pod.service_account_name.as_deref(), Some("etcd-main"));
+        assert_eq!(pod.termination_grace_period_seconds, Some(25));
         assert_eq!(pod.containers.len(), 1);
         assert!(pod.init_containers.is_none());
         let volumes: Vec<&str> = pod

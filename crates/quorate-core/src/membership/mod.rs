@@ -13,6 +13,7 @@ pub mod data_state;
 pub mod join;
 pub mod planner;
 pub mod published;
+pub mod readiness;
 pub mod recovery;
 pub mod rollout;
 pub mod scale_in;
