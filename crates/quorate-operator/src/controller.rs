@@ -2,8 +2,15 @@
 //! managed-by label), the controller over all `Etcd` objects, and the PDB API probe. Every
 //! cached object is trimmed ([`crate::trim`]) before it enters its store.
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
+use quorate_api::names::{LABEL_PART_OF, delta_snapshot_lease_name, full_snapshot_lease_name};
+use quorate_core::status::triggers::{self, LeaseKind};
 
 use futures::StreamExt;
 use kube::runtime::controller::Controller;
@@ -83,7 +90,7 @@ fn cache<K>(
     trim: fn(&mut K),
 ) -> (
     Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 )
 where
     K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
@@ -104,9 +111,129 @@ where
     let stream = watcher(api, config)
         .default_backoff()
         .modify(trim)
-        .reflect(writer)
-        .touched_objects();
+        .reflect(writer);
     (store, stream)
+}
+
+/// The objects of `events` whose fingerprint changed (core `status::triggers`), and every
+/// deleted one: what starts a pass of their `Etcd`. An object first seen counts as changed
+/// from `blank` (so a lease or pod just created starts none); one whose fingerprint is `None`
+/// starts none. The initial listing records fingerprints without starting passes (every
+/// `Etcd` gets its first pass anyway), except for objects that changed while the watch was
+/// down.
+fn changed_objects<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    fingerprint: impl Fn(&K) -> Option<u64>,
+    blank: impl Fn(&K) -> u64,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>>
+where
+    K: kube::Resource,
+{
+    let mut seen: HashMap<(Option<String>, String), u64> = HashMap::new();
+    let key = |k: &K| {
+        (
+            k.meta().namespace.clone(),
+            k.meta().name.clone().unwrap_or_default(),
+        )
+    };
+    events.filter_map(move |event| {
+        let out = match event {
+            Err(e) => Some(Err(e)),
+            Ok(watcher::Event::Apply(object)) => {
+                let now = fingerprint(&object);
+                let before = match now {
+                    Some(now) => seen.insert(key(&object), now),
+                    None => seen.remove(&key(&object)),
+                };
+                let before = before.or_else(|| Some(blank(&object)));
+                (now.is_some() && before != now).then_some(Ok(object))
+            }
+            Ok(watcher::Event::InitApply(object)) => {
+                let now = fingerprint(&object);
+                let before = match now {
+                    Some(now) => seen.insert(key(&object), now),
+                    None => seen.remove(&key(&object)),
+                };
+                (now.is_some() && before.is_some() && before != now).then_some(Ok(object))
+            }
+            Ok(watcher::Event::Delete(object)) => {
+                seen.remove(&key(&object));
+                fingerprint(&object).map(|_| Ok(object))
+            }
+            Ok(watcher::Event::Init) | Ok(watcher::Event::InitDone) => None,
+        };
+        futures::future::ready(out)
+    })
+}
+
+/// Polls `stream` in a task of its own (so the cache it fills is ready before the controller
+/// runs) and hands its items over. Unbounded: a bounded hand-over would stop the cache from
+/// filling while the controller has not started; the controller takes them as they come.
+fn pump<K: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> (
+    tokio::task::JoinHandle<()>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if tx.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    let triggers = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (task, triggers)
+}
+
+/// The `Etcd` a pod or lease belongs to: its part-of label, in its namespace.
+fn owning_etcd<K: kube::Resource>(object: &K) -> Option<ObjectRef<Etcd>> {
+    let meta = object.meta();
+    let name = meta.labels.as_ref()?.get(LABEL_PART_OF)?;
+    Some(ObjectRef::new(name).within(meta.namespace.as_deref()?))
+}
+
+/// A lease's fingerprint: member leases and the two snapshot leases of its `Etcd`.
+fn lease_fingerprint(lease: &Lease) -> Option<u64> {
+    let kind = lease_kind(lease)?;
+    let spec = lease.spec.as_ref();
+    Some(triggers::lease_fingerprint(
+        kind,
+        spec.and_then(|s| s.holder_identity.as_deref()),
+        spec.is_some_and(|s| s.renew_time.is_some()),
+        &lease.metadata.annotations.clone().unwrap_or_default(),
+    ))
+}
+
+fn lease_kind(lease: &Lease) -> Option<LeaseKind> {
+    let etcd = owning_etcd(lease)?.name;
+    let name = lease.metadata.name.as_deref()?;
+    Some(
+        if name == full_snapshot_lease_name(&etcd) || name == delta_snapshot_lease_name(&etcd) {
+            LeaseKind::Snapshot
+        } else {
+            LeaseKind::Member
+        },
+    )
+}
+
+/// A member pod's fingerprint: its Ready condition and whether it is being deleted.
+fn pod_fingerprint(pod: &Pod) -> Option<u64> {
+    owning_etcd(pod)?;
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.as_str());
+    Some(triggers::pod_fingerprint(
+        ready,
+        pod.metadata.deletion_timestamp.is_some(),
+    ))
 }
 
 /// What of an `Etcd` a change must touch to start a pass: its generation (the spec), its
@@ -147,9 +274,19 @@ pub async fn run(
     let (statefulsets, sts_stream) = cache(&client, namespace, trim::statefulset);
     let (leases, lease_stream) = cache(&client, namespace, trim::lease);
     let (pods, pod_stream) = cache(&client, namespace, trim::pod);
-    // Leases and pods only fill caches; StatefulSet changes also trigger their Etcd's pass.
-    let drain_leases = tokio::spawn(lease_stream.for_each(|_| async {}));
-    let drain_pods = tokio::spawn(pod_stream.for_each(|_| async {}));
+    // Every StatefulSet change starts its Etcd's pass; a lease or a pod only when what the
+    // status reads of it changed (core `status::triggers`), not on every lease renewal.
+    let sts_stream = sts_stream.touched_objects();
+    let lease_stream = changed_objects(lease_stream, lease_fingerprint, |lease| {
+        triggers::blank_lease_fingerprint(lease_kind(lease).unwrap_or(LeaseKind::Member))
+    });
+    let pod_stream = changed_objects(pod_stream, pod_fingerprint, |_| {
+        triggers::blank_pod_fingerprint()
+    });
+    // The caches fill while their streams are polled, before the controller runs (it starts
+    // once they are ready): pumps poll them and hand the triggers over.
+    let (lease_pump, lease_triggers) = pump(lease_stream);
+    let (pod_pump, pod_triggers) = pump(pod_stream);
     let workers = settings.workers.max(1);
     let (client_for_tasks, settings_for_tasks) = (client.clone(), settings.clone());
     let context = Arc::new(Context {
@@ -194,6 +331,8 @@ pub async fn run(
     ));
     Controller::for_stream(etcd_stream, etcd_store)
         .owns_stream(sts_stream)
+        .watches_stream(lease_triggers, |lease| owning_etcd(&lease))
+        .watches_stream(pod_triggers, |pod| owning_etcd(&pod))
         .with_config(kube::runtime::controller::Config::default().concurrency(workers))
         .graceful_shutdown_on(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
@@ -201,8 +340,8 @@ pub async fn run(
         .run(reconcile, error_policy, context)
         .for_each(|_| async {})
         .await;
-    drain_leases.abort();
-    drain_pods.abort();
+    lease_pump.abort();
+    pod_pump.abort();
     let _ = task_controllers.await;
     Ok(())
 }

@@ -28,8 +28,9 @@ use crate::spec_flow;
 use crate::status::{PassOutcome, StatusInputs, compute_status, needs_write, status_patch};
 use crate::validated::ValidatedEtcd;
 
-/// How soon a deletion that is still removing components looks again.
-const DELETE_RECHECK: Duration = Duration::from_secs(5);
+/// How soon a deletion that is still removing components looks again if no watch event
+/// (the StatefulSet's, a member pod's) started a pass before: a safety net, not the pace.
+const DELETE_RECHECK: Duration = Duration::from_secs(30);
 
 /// The controller's reconcile function.
 pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, StepError> {

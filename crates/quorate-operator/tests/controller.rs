@@ -55,6 +55,41 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// A controller whose periodic passes are an hour apart: every pass it makes within a
+    /// test was started by a watch event. `metrics` counts them.
+    fn start_event_driven(client: &Client, namespace: &str, metrics: Metrics) -> Operator {
+        let settings = OperatorSettings {
+            auto_reconcile: true,
+            status_sync_period: Duration::from_secs(3600),
+            wait_period: Duration::from_secs(3600),
+            ..OperatorSettings::default()
+        };
+        let (shutdown, stopped) = watch::channel(false);
+        let scope = Scope {
+            namespace: Some(namespace.to_string()),
+            identity: format!("test-{namespace}"),
+        };
+        let client = client.clone();
+        let task = tokio::spawn(async move {
+            run_controller(client, settings, metrics, scope, stopped)
+                .await
+                .expect("the controller starts");
+        });
+        Operator { shutdown, task }
+    }
+}
+
+/// Reconcile passes counted so far (every result).
+fn passes(metrics: &Metrics) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("quorate_operator_reconciles_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
@@ -1178,4 +1213,188 @@ async fn a_template_change_replaces_one_member_pod_at_a_time_the_leader_last() {
     })
     .await;
     assert_eq!(etcd.status.unwrap().observed_generation, Some(2));
+}
+
+/// The delete flow in order: the StatefulSet and its member pods first; the objects the pods
+/// use while they stop (ConfigMap, leases, RBAC, Services) only once no pod is left; the pass
+/// that finishes is started by the pod's deletion, not by the safety recheck (30 s).
+#[tokio::test]
+async fn a_delete_removes_the_statefulset_and_its_pods_before_what_they_use() {
+    let Some((client, ns)) = setup("delete_order").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, false);
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    // A member pod as the StatefulSet controller makes it; the finalizer holds it the way a
+    // kubelet does while the pod's containers stop.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "etcd-main-0",
+            "labels": {
+                "app.kubernetes.io/managed-by": "etcd-druid",
+                "app.kubernetes.io/part-of": "etcd-main",
+            },
+            "finalizers": ["quorate.io/test-kubelet"],
+        },
+        "spec": {
+            "serviceAccountName": "etcd-main",
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "etcd", "image": "quorate:test"}],
+        },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    api.delete("etcd-main", &DeleteParams::default())
+        .await
+        .unwrap();
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "the StatefulSet to be gone and its pod to be deleted",
+        WAIT,
+        || async {
+            let sts_gone = statefulsets.get_opt("etcd-main").await.ok()?.is_none();
+            let terminating = pods
+                .get_opt("etcd-main-0")
+                .await
+                .ok()??
+                .metadata
+                .deletion_timestamp
+                .is_some();
+            (sts_gone && terminating).then_some(())
+        },
+    )
+    .await;
+    // While the pod stops, what it uses is still there, and so is the Etcd.
+    let lp = ListParams::default().labels("app.kubernetes.io/part-of=etcd-main");
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .len();
+    let leases = Api::<Lease>::namespaced(client.clone(), &ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .len();
+    let roles = Api::<Role>::namespaced(client.clone(), &ns)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .len();
+    assert!(
+        configmaps > 0 && leases > 0 && roles > 0,
+        "configmaps {configmaps}, leases {leases}, roles {roles} while a member pod stops"
+    );
+    assert!(api.get_opt("etcd-main").await.unwrap().is_some());
+
+    // The pod's containers have stopped: the kubelet lets it go.
+    let released = std::time::Instant::now();
+    pods.patch(
+        "etcd-main-0",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("the Etcd to be gone", WAIT, || async {
+        matches!(api.get_opt("etcd-main").await, Ok(None)).then_some(())
+    })
+    .await;
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the pod's deletion event starts the pass that finishes; took {took:?}"
+    );
+    for kind in ["ConfigMap", "Lease", "Role"] {
+        let left = match kind {
+            "ConfigMap" => Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .len(),
+            "Lease" => Api::<Lease>::namespaced(client.clone(), &ns)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .len(),
+            _ => Api::<Role>::namespaced(client.clone(), &ns)
+                .list(&lp)
+                .await
+                .unwrap()
+                .items
+                .len(),
+        };
+        assert_eq!(left, 0, "{kind} left after delete");
+    }
+}
+
+/// The status follows the leases: a member lease changing its role starts a pass at once
+/// (the periodic pass is an hour away), while renewals that change nothing the status reads
+/// start none.
+#[tokio::test]
+async fn a_lease_changing_role_starts_a_status_pass_and_renewals_do_not() {
+    let Some((client, ns)) = setup("lease_triggers").await else {
+        return;
+    };
+    let metrics = Metrics::default();
+    let _operator = Operator::start_event_driven(&client, &ns, metrics.clone());
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    for i in 0..3 {
+        let role = if i == 0 { "Leader" } else { "Member" };
+        renew(&client, &ns, &format!("etcd-main-{i}"), role, false).await;
+    }
+    eventually("the status to show the leader", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        let members = &etcd.status.as_ref()?.members;
+        (members.len() == 3
+            && members
+                .iter()
+                .any(|m| m.name == "etcd-main-0" && format!("{:?}", m.role) == "Some(Leader)"))
+        .then_some(())
+    })
+    .await;
+
+    let before = passes(&metrics);
+    const RENEWALS: u64 = 20;
+    for _ in 0..RENEWALS {
+        for i in 0..3 {
+            let role = if i == 0 { "Leader" } else { "Member" };
+            renew(&client, &ns, &format!("etcd-main-{i}"), role, false).await;
+        }
+    }
+    // Leadership moves: etcd-main-1 leads now.
+    let moved = std::time::Instant::now();
+    renew(&client, &ns, "etcd-main-0", "Member", false).await;
+    renew(&client, &ns, "etcd-main-1", "Leader", false).await;
+    eventually("the status to show the new leader", WAIT, || async {
+        let etcd = api.get("etcd-main").await.ok()?;
+        let members = &etcd.status.as_ref()?.members;
+        members
+            .iter()
+            .any(|m| m.name == "etcd-main-1" && format!("{:?}", m.role) == "Some(Leader)")
+            .then_some(())
+    })
+    .await;
+    let took = moved.elapsed();
+    let during = passes(&metrics) - before;
+    assert!(
+        took < Duration::from_secs(10),
+        "a role change starts a pass at once; took {took:?}"
+    );
+    // Passes started before the renewals (the StatefulSet's own events) may still end in this
+    // window, and the role change takes one or two: far fewer than one per renewal.
+    assert!(
+        during <= 5,
+        "{during} passes for {} renewals and one role change",
+        RENEWALS * 3
+    );
 }

@@ -11,6 +11,7 @@ mod config_rollout;
 mod members;
 mod observed;
 mod outcome;
+pub mod triggers;
 
 pub use config_rollout::rollout_from_config_hashes;
 pub use members::{REASON_MEMBER_NEVER_STARTED, REASON_MEMBER_STOPPED, observed_members};
