@@ -145,6 +145,27 @@ write_benchmark() {
       }' "$BENCH"
     echo
     echo "etcd-druid restarts the first member twice for the same change (DEP-03); quorate restarts it once."
+    echo
+    echo "Issue 33's targets, each from the same run (a row without a value: its scenario did not pass or"
+    echo "did not run). The rolling update is set against the StatefulSet controller's RollingUpdate of the"
+    echo "same change in the same run (s9b, as \`docs/benchmarks/rollout.md\` details)."
+    echo
+    echo "| measurement | seconds | target |"
+    echo "|---|---:|---|"
+    awk -F'\t' '
+      { v[$1 "/" $2] = $3 }
+      function row(label, key, target) { printf "| %s | %s | %s |\n", label, (key in v ? v[key] : "–"), target }
+      END {
+        row("3-member Etcd with backups: apply → Ready", "s1-ready/apply_to_ready_seconds", "≤ 8")
+        row("pod deleted → Ready", "s3-member-loss/pod_loss_seconds", "≤ 8")
+        row("pod and PVC deleted → 3 voters", "s3-member-loss/volume_loss_seconds", "–")
+        row("2 of 3 pods and PVCs deleted → 3 voters (quorum loss)", "s7-quorum-loss/quorum_loss_seconds", "≤ 22")
+        row("kubectl delete etcd → nothing left", "s6-delete/delete_seconds", "≤ 6")
+        row("rolling update of 3 pods: quorate", "s9-upgrade/rollout_seconds", "≤ 0.5x the StatefulSet controller")
+        row("rolling update of 3 pods: StatefulSet controller (baseline)", "s9b-rollout-baseline/rollout_seconds", "–")
+        q = v["s9-upgrade/rollout_seconds"]; b = v["s9b-rollout-baseline/rollout_seconds"]
+        if (q != "" && b > 0) printf "\n**rolling update, quorate / StatefulSet controller: %.2fx**\n", q / b
+      }' "$BENCH"
   } > "$f"
   mv "$f" "$BENCH_MD"
   log "benchmark: $BENCH_MD"

@@ -64,10 +64,9 @@ async fn s3_a_member_loses_its_pod_then_its_volume() {
     )
     .await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
-    s.measure(
-        "pod deleted→Ready",
-        format!("{:.1} s", t.elapsed().as_secs_f64()),
-    );
+    let pod_loss = t.elapsed().as_secs_f64();
+    s.measure("pod deleted→Ready", format!("{pod_loss:.1} s"));
+    s.record_number("pod_loss_seconds", format!("{pod_loss:.1}"));
     let after_pod = member_list(&s.cluster, &ns, &pod0)
         .await
         .expect("member list");
@@ -90,10 +89,9 @@ async fn s3_a_member_loses_its_pod_then_its_volume() {
     .await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
     let after_volume = wait_for_voters(&s.cluster, &ns, &pod0, 3, READY_TIMEOUT).await;
-    s.measure(
-        "pod+PVC deleted→3 voters",
-        format!("{:.1} s", t.elapsed().as_secs_f64()),
-    );
+    let volume_loss = t.elapsed().as_secs_f64();
+    s.measure("pod+PVC deleted→3 voters", format!("{volume_loss:.1} s"));
+    s.record_number("volume_loss_seconds", format!("{volume_loss:.1}"));
     assert_ne!(
         id_of(&after_volume, &pod2),
         id_of(&before, &pod2),

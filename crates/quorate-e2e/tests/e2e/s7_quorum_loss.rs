@@ -39,10 +39,12 @@ async fn s7_a_majority_loses_its_volumes_and_quorum_is_recovered_from_the_surviv
     delete_pods_and_claims(&s.cluster, &ns, &lost, READY_TIMEOUT).await;
     let after = wait_for_voters(&s.cluster, &ns, &pod0, 3, READY_TIMEOUT).await;
     wait_fully_ready(&s.cluster, &ns, name, 3, false, READY_TIMEOUT).await;
+    let quorum_loss = t.elapsed().as_secs_f64();
     s.measure(
         "2 of 3 pods+PVCs deleted→3 voters",
-        format!("{:.1} s", t.elapsed().as_secs_f64()),
+        format!("{quorum_loss:.1} s"),
     );
+    s.record_number("quorum_loss_seconds", format!("{quorum_loss:.1}"));
     let survivor = |list: &[quorate_e2e::members::ListedMember]| {
         list.iter()
             .find(|m| m.name == pod0)
