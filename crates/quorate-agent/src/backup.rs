@@ -64,7 +64,7 @@ impl BackupError {
         BackupError::Store(e.to_string())
     }
 
-    /// What failed, as `etcdbr_snapshotter_failure_total{error}` counts it: `etcd`, `store`,
+    /// What failed, as `etcdbr_snapshotter_failure{error}` counts it: `etcd`, `store`,
     /// `encryption` or `chain`.
     fn metric_label(&self) -> &'static str {
         match self {
