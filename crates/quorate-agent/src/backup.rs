@@ -64,7 +64,7 @@ impl BackupError {
         BackupError::Store(e.to_string())
     }
 
-    /// What failed, as `etcdbr_snapshotter_failure_total{error}` counts it: `etcd`, `store`,
+    /// What failed, as `etcdbr_snapshotter_failure{error}` counts it: `etcd`, `store`,
     /// `encryption` or `chain`.
     fn metric_label(&self) -> &'static str {
         match self {
@@ -527,6 +527,7 @@ impl<C: Coordination> Leader<'_, C> {
         metrics.snapshot(SnapshotKind::Full.as_str(), started.elapsed(), stored);
         if stored.is_some() {
             metrics.snapshot_required(SnapshotKind::Full.as_str(), false);
+            metrics.snapshot_required(SnapshotKind::Incr.as_str(), false);
         }
         taken
     }
@@ -597,6 +598,10 @@ impl<C: Coordination> Leader<'_, C> {
                 .ok()
                 .map(|s| (s.name.last_revision, s.name.created_unix)),
         );
+        // As etcd-backup-restore: a failed delta leaves one owed until the next one succeeds.
+        self.state
+            .metrics()
+            .snapshot_required(SnapshotKind::Incr.as_str(), uploaded.is_err());
         let stored = uploaded.map_err(|e| BackupError::Upload {
             object: name.file_name(),
             reason: e.to_string(),
@@ -613,10 +618,11 @@ impl<C: Coordination> Leader<'_, C> {
         let policy = GcPolicy::from_backup_spec(&self.backup.spec);
         let garbage = gc::garbage(&infos, policy, crate::clock::now());
         for &index in &garbage {
-            store
-                .delete(&stored[index])
-                .await
-                .map_err(BackupError::store)?;
+            let deleted = store.delete(&stored[index]).await;
+            self.state
+                .metrics()
+                .garbage_collected(stored[index].name.kind.as_str(), deleted.is_ok());
+            deleted.map_err(BackupError::store)?;
             tracing::info!(member = %self.me, snapshot = %stored[index].path, "garbage-collected");
         }
         // Hash records below the oldest full snapshot kept: no restore can end there any more.

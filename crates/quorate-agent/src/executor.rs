@@ -3,6 +3,7 @@
 //! path, promotion and quorum-loss recovery all go through it, so the planner's decisions are
 //! the ones that run.
 
+use crate::metrics::{AgentMetrics, MembershipChange};
 use crate::wait::Wait;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::membership::planner::{DesiredMember, ObservedMember, Step};
@@ -25,12 +26,24 @@ pub fn timeouts() -> EtcdTimeouts {
 pub struct Executor<'a> {
     cluster: &'a ClusterConfig,
     me: &'a str,
+    metrics: Option<&'a AgentMetrics>,
 }
 
 impl<'a> Executor<'a> {
     /// An executor for member `me` of `cluster`.
     pub fn new(cluster: &'a ClusterConfig, me: &'a str) -> Self {
-        Executor { cluster, me }
+        Executor {
+            cluster,
+            me,
+            metrics: None,
+        }
+    }
+
+    /// The same executor, recording the membership changes it carries out in `metrics`
+    /// (etcd-backup-restore's learner, promote and remove durations).
+    pub fn with_metrics(mut self, metrics: &'a AgentMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The client URLs of every desired member except this one.
@@ -164,6 +177,7 @@ impl<'a> Executor<'a> {
     /// "too many learners") are waits, not failures.
     pub async fn apply(&self, step: &Step) -> Result<Vec<Member>, Wait> {
         let client = self.cluster_client(&self.cluster.client_urls()).await?;
+        let started = std::time::Instant::now();
         let result = match step {
             Step::AddLearner { peer_urls, .. } => {
                 client.add_learner(peer_urls).await.map(|(_, list)| list)
@@ -177,6 +191,15 @@ impl<'a> Executor<'a> {
             Step::Wait { reason } => return Err(Wait::new(reason.to_string())),
             Step::Converged => return client.member_list().await.map_err(Wait::from_etcd),
         };
+        let change = match step {
+            Step::AddLearner { .. } => Some(MembershipChange::AddLearner),
+            Step::Promote { .. } => Some(MembershipChange::Promote),
+            Step::Remove { .. } => Some(MembershipChange::Remove),
+            _ => None,
+        };
+        if let (Some(metrics), Some(change)) = (self.metrics, change) {
+            metrics.membership_change(change, started.elapsed(), result.is_ok());
+        }
         match result {
             Ok(list) => {
                 tracing::info!(member = %self.me, %step, "membership step done");

@@ -196,10 +196,7 @@ async fn healthz<C>(State(http): State<Http<C>>) -> impl IntoResponse {
 
 async fn metrics<C>(State(http): State<Http<C>>) -> impl IntoResponse {
     (
-        [(
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [("content-type", crate::metrics::exposition::CONTENT_TYPE)],
         {
             let metrics = http.state.metrics();
             metrics.member().observe(&http.state.get());

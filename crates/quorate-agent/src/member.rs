@@ -575,7 +575,7 @@ async fn run_etcd<C: Coordination>(
                             crate::etcd_version::check(&newest, me, client, &st, state).await;
                         }
                         if st.is_learner {
-                            promote_if_my_turn(cluster, me, client).await;
+                            promote_if_my_turn(cluster, me, client, state).await;
                         } else if !peer_urls_settled && st.leader_id != 0 {
                             peer_urls_settled =
                                 settle_peer_urls(client, cluster, me, st.member_id, state).await;
@@ -648,8 +648,13 @@ fn restart_needed(
 }
 
 /// Promotes this learner when the planner names it, judged on etcd's view of every member.
-async fn promote_if_my_turn(cluster: &ClusterConfig, me: &str, client: &MemberClient) {
-    let executor = Executor::new(cluster, me);
+async fn promote_if_my_turn(
+    cluster: &ClusterConfig,
+    me: &str,
+    client: &MemberClient,
+    state: &SharedState,
+) {
+    let executor = Executor::new(cluster, me).with_metrics(state.metrics());
     let Some(list) = executor.peers_member_list().await else {
         return;
     };

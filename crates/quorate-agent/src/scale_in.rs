@@ -26,7 +26,7 @@ pub async fn remove_leaving_members<C: Coordination>(
     let Ok(latest) = coord.cluster_config().await else {
         return;
     };
-    let executor = Executor::new(&latest, me);
+    let executor = Executor::new(&latest, me).with_metrics(state.metrics());
     let desired = executor.desired();
     let waiting = loop {
         let Ok(list) = client.member_list_of_cluster().await else {

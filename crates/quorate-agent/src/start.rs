@@ -145,7 +145,7 @@ pub async fn prepare_start<C: Coordination>(
                 })
             )
         });
-    let executor = Executor::new(cluster, me);
+    let executor = Executor::new(cluster, me).with_metrics(state.metrics());
     let listed = executor.peers_member_list().await;
     let backups = if listed.is_none() {
         crate::restore::backups_in_store(cluster).await

@@ -52,12 +52,16 @@ impl LocalContext {
 
 /// Reads and validates a manifest file.
 pub fn read_manifest(file: &Path) -> Result<Etcd, LocalError> {
-    let text = std::fs::read_to_string(file).map_err(|source| LocalError::Io {
-        action: "read",
-        path: file.display().to_string(),
-        source,
-    })?;
-    let source = file.display().to_string();
+    let (text, source) = if file == Path::new("-") {
+        (read_stdin_manifest()?, "<stdin>".to_string())
+    } else {
+        let text = std::fs::read_to_string(file).map_err(|source| LocalError::Io {
+            action: "read",
+            path: file.display().to_string(),
+            source,
+        })?;
+        (text, file.display().to_string())
+    };
     let manifest = quorate_api::manifest::read_single_etcd_manifest(&text, &source)?;
     // Ignored fields are said, as kubectl says them: a typo must not pass unnoticed.
     for unknown in &manifest.unknown_fields {
@@ -65,6 +69,42 @@ pub fn read_manifest(file: &Path) -> Result<Etcd, LocalError> {
     }
     quorate_api::validate::validate(&manifest.etcd)?;
     Ok(manifest.etcd)
+}
+
+/// The most a manifest on standard input may hold (an `Etcd` is a few KiB).
+pub const STDIN_MANIFEST_LIMIT: u64 = 4 << 20;
+
+/// Reads a manifest from standard input (`-f -`, as kubectl takes it), once per process:
+/// a second `-` would read nothing, so it is refused rather than taken as an empty manifest.
+fn read_stdin_manifest() -> Result<String, LocalError> {
+    use std::io::Read;
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if TAKEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(LocalError::Stdin(
+            "standard input was already read for another option; give one of them a file",
+        ));
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .lock()
+        .take(STDIN_MANIFEST_LIMIT + 1)
+        .read_to_string(&mut text)
+        .map_err(|source| LocalError::Io {
+            action: "read",
+            path: "standard input".to_string(),
+            source,
+        })?;
+    if text.len() as u64 > STDIN_MANIFEST_LIMIT {
+        return Err(LocalError::Stdin(
+            "standard input holds more than 4 MiB, more than any Etcd manifest; pipe the manifest alone",
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err(LocalError::Stdin(
+            "standard input is empty; pipe an Etcd manifest in (e.g. `cat etcd.yaml | quorate up -f -`)",
+        ));
+    }
+    Ok(text)
 }
 
 /// Settles the etcd version `etcd` asks for (its target; without the annotation, the target

@@ -37,6 +37,9 @@ pub enum LocalError {
         /// The cause.
         source: std::io::Error,
     },
+    /// `-f -` could not take a manifest from standard input.
+    #[error("-f -: {0}")]
+    Stdin(&'static str),
     /// The manifest cannot be read as an `Etcd`.
     #[error(transparent)]
     Manifest(#[from] quorate_api::manifest::ManifestError),

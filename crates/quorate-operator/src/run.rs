@@ -24,7 +24,9 @@ use crate::webhook::{
     service_dns_names,
 };
 
-/// Command-line options of `quorate operator` (druid's names where druid has the option).
+/// Command-line options of `quorate operator`: druid's and controller-runtime's names
+/// (`--metrics-bind-address`, `--health-probe-bind-address`, `--leader-elect`,
+/// `--etcd-status-sync-period`, `--kubeconfig`), quorate's earlier names kept as aliases.
 #[derive(Clone, Debug, Args)]
 pub struct OperatorArgs {
     /// Apply spec changes without waiting for the reconcile annotation.
@@ -33,9 +35,15 @@ pub struct OperatorArgs {
     /// Etcd objects reconciled at the same time.
     #[arg(long, default_value_t = 3)]
     pub etcd_workers: u16,
-    /// How often a cluster's status is refreshed, in seconds.
-    #[arg(long, default_value_t = 15)]
-    pub etcd_status_sync_period_seconds: u64,
+    /// How often a cluster's status is refreshed: a duration as druid takes it (`15s`, `1m`,
+    /// `1m30s`) or seconds (`--etcd-status-sync-period-seconds=15`, the earlier name).
+    #[arg(
+        long = "etcd-status-sync-period",
+        visible_alias = "etcd-status-sync-period-seconds",
+        default_value = "15s",
+        value_parser = parse_period
+    )]
+    pub etcd_status_sync_period: Duration,
     /// Only watch this namespace (default: all).
     #[arg(long)]
     pub watch_namespace: Option<String>,
@@ -47,9 +55,26 @@ pub struct OperatorArgs {
     /// Render ServiceAccounts with `automountServiceAccountToken: false`.
     #[arg(long)]
     pub disable_etcd_serviceaccount_automount: bool,
-    /// Address of `/metrics`, `/healthz` and `/readyz`.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Address of `/metrics` (and of `/healthz` and `/readyz` unless
+    /// `--health-probe-bind-address` names another); `--http-address` is the earlier name.
+    #[arg(
+        long = "metrics-bind-address",
+        visible_alias = "http-address",
+        default_value = "0.0.0.0:8080"
+    )]
     pub http_address: SocketAddr,
+    /// A second address serving `/healthz` and `/readyz` (and `/metrics`), for probes kept
+    /// apart from the metrics port as controller-runtime operators do; default: the metrics
+    /// address alone.
+    #[arg(long = "health-probe-bind-address")]
+    pub health_probe_address: Option<SocketAddr>,
+    /// The kubeconfig file to use (default: in-cluster, else `KUBECONFIG`, else
+    /// `~/.kube/config`).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
     /// Address of the validating webhooks (HTTPS).
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub webhook_address: SocketAddr,
@@ -80,8 +105,17 @@ pub struct OperatorArgs {
         default_value = "quorate-operator"
     )]
     pub service_account: String,
-    /// Elect a leader among replicas (off: this replica always runs the controller).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Elect a leader among replicas (`--leader-elect=false`: this replica always runs the
+    /// controller); `--leader-election` is the earlier name.
+    #[arg(
+        long = "leader-elect",
+        visible_alias = "leader-election",
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = false,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub leader_election: bool,
     /// Name of the leader lease.
     #[arg(long, default_value = "quorate-operator")]
@@ -97,6 +131,16 @@ pub enum RunError {
     /// No Kubernetes client configuration.
     #[error("no Kubernetes configuration (in-cluster or KUBECONFIG): {0}")]
     Config(#[source] kube::Error),
+    /// The kubeconfig named by `--kubeconfig`/`--context` cannot be used.
+    #[error("kubeconfig {path} (context {context}): {source}; check --kubeconfig and --context")]
+    Kubeconfig {
+        /// The file, or "the default kubeconfig".
+        path: String,
+        /// The context asked for, or "current".
+        context: String,
+        /// Why.
+        source: kube::config::KubeconfigError,
+    },
     /// The image vector override is bad.
     #[error(transparent)]
     Images(#[from] ImageVectorError),
@@ -135,12 +179,12 @@ pub async fn run_operator(
     args: OperatorArgs,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let client = Client::try_default().await.map_err(RunError::Config)?;
+    let client = kube_client(&args).await?;
     let settings = OperatorSettings {
         auto_reconcile: args.enable_etcd_spec_auto_reconcile,
         images: Images::from_env()?,
         disable_service_account_automount: args.disable_etcd_serviceaccount_automount,
-        status_sync_period: Duration::from_secs(args.etcd_status_sync_period_seconds.max(1)),
+        status_sync_period: args.etcd_status_sync_period.max(Duration::from_secs(1)),
         workers: args.etcd_workers,
         allowed_host_paths: args.allowed_host_paths.clone(),
         ..OperatorSettings::default()
@@ -154,6 +198,16 @@ pub async fn run_operator(
     };
     let http_addr = args.http_address;
     let stop = stopped(shutdown.clone());
+    let probe_server = args
+        .health_probe_address
+        .filter(|a| *a != http_addr)
+        .map(|addr| {
+            let (probes, stop) = (probes.clone(), stopped(shutdown.clone()));
+            (
+                addr,
+                tokio::spawn(async move { http::serve(addr, probes, stop).await }),
+            )
+        });
     let http = tokio::spawn(async move { http::serve(http_addr, probes, stop).await });
     let webhooks = if args.disable_webhooks {
         None
@@ -191,6 +245,11 @@ pub async fn run_operator(
     {
         tracing::warn!("webhooks: {e}");
     }
+    if let Some((addr, server)) = probe_server
+        && let Ok(Err(source)) = server.await
+    {
+        return Err(RunError::Http { addr, source });
+    }
     match http.await {
         Ok(Err(source)) => Err(RunError::Http {
             addr: http_addr,
@@ -201,6 +260,52 @@ pub async fn run_operator(
 }
 
 /// Completes when `shutdown` turns true.
+/// A duration as druid's flags take it (Go's `15s`, `1m30s`, `1h`), or bare seconds as
+/// `--etcd-status-sync-period-seconds` took them.
+pub fn parse_period(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(seconds));
+    }
+    text.parse::<jiff::SignedDuration>()
+        .ok()
+        .and_then(|d| Duration::try_from(d).ok())
+        .ok_or_else(|| format!("{text:?} is not a duration: write it as 15s, 1m or 1m30s"))
+}
+
+/// The Kubernetes client: from `--kubeconfig`/`--context` when given, else the default
+/// (in-cluster, `KUBECONFIG`, `~/.kube/config`).
+async fn kube_client(args: &OperatorArgs) -> Result<Client, RunError> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    if args.kubeconfig.is_none() && args.context.is_none() {
+        return Client::try_default().await.map_err(RunError::Config);
+    }
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let failed = |source| RunError::Kubeconfig {
+        path: args.kubeconfig.as_ref().map_or_else(
+            || "the default kubeconfig".to_string(),
+            |p| p.display().to_string(),
+        ),
+        context: args
+            .context
+            .clone()
+            .unwrap_or_else(|| "current".to_string()),
+        source,
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path).map_err(failed)?;
+            kube::Config::from_custom_kubeconfig(file, &options).await
+        }
+        None => kube::Config::from_kubeconfig(&options).await,
+    }
+    .map_err(failed)?;
+    Client::try_from(config).map_err(RunError::Config)
+}
+
 async fn stopped(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
@@ -301,4 +406,83 @@ async fn prepare_certificates(args: &OperatorArgs, client: &Client) -> Result<()
         .map_err(|e| RunError::Certificate(format!("setting the caBundle of {name}: {e}")))?;
     tracing::info!(configuration = %name, "published the webhook CA");
     Ok(())
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+    use clap::{Command, FromArgMatches};
+
+    fn parse(args: &[&str]) -> OperatorArgs {
+        let command = OperatorArgs::augment_args(Command::new("operator").no_binary_name(true));
+        let matches = command
+            .try_get_matches_from(args)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        OperatorArgs::from_arg_matches(&matches).expect("operator arguments")
+    }
+
+    /// What a parse decides, comparable.
+    fn key(a: &OperatorArgs) -> (SocketAddr, Option<SocketAddr>, bool, Duration) {
+        (
+            a.http_address,
+            a.health_probe_address,
+            a.leader_election,
+            a.etcd_status_sync_period,
+        )
+    }
+
+    #[test]
+    fn controller_runtimes_and_druids_names_parse_as_the_earlier_ones() {
+        let new = parse(&[
+            "--metrics-bind-address=127.0.0.1:9090",
+            "--leader-elect=false",
+            "--etcd-status-sync-period=30s",
+        ]);
+        let old = parse(&[
+            "--http-address=127.0.0.1:9090",
+            "--leader-election=false",
+            "--etcd-status-sync-period-seconds=30",
+        ]);
+        assert_eq!(key(&new), key(&old));
+        assert_eq!(
+            key(&new),
+            (
+                "127.0.0.1:9090".parse().unwrap(),
+                None,
+                false,
+                Duration::from_secs(30)
+            )
+        );
+        // As controller-runtime's bool flag: alone it means true.
+        assert!(parse(&["--leader-elect"]).leader_election);
+        assert!(parse(&[]).leader_election);
+        assert_eq!(parse(&[]).etcd_status_sync_period, Duration::from_secs(15));
+        let probes = parse(&[
+            "--health-probe-bind-address=0.0.0.0:8081",
+            "--kubeconfig=/tmp/kc",
+            "--context=kind-a",
+        ]);
+        assert_eq!(
+            probes.health_probe_address,
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
+        assert_eq!(probes.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(probes.context.as_deref(), Some("kind-a"));
+    }
+
+    #[test]
+    fn periods_read_as_go_durations_or_seconds() {
+        for (text, secs) in [
+            ("15s", 15),
+            ("2m", 120),
+            ("1m30s", 90),
+            ("1h", 3600),
+            ("45", 45),
+        ] {
+            assert_eq!(parse_period(text), Ok(Duration::from_secs(secs)), "{text}");
+        }
+        let err = parse_period("soon").unwrap_err();
+        assert!(err.contains("15s"), "{err}");
+        assert!(parse_period("-5s").is_err());
+    }
 }

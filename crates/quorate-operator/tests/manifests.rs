@@ -1233,3 +1233,35 @@ async fn the_clusterrole_is_enough_for_the_controller() {
     let _ = shutdown.send(true);
     controller.abort();
 }
+
+/// The opt-in cluster-wide Secrets variant binds the same ClusterRole as the namespaced
+/// default (get and create on Secrets, nothing more) to the operator's ServiceAccount, with a
+/// ClusterRoleBinding; the chart's `clusterWideSecrets` is off by default.
+#[test]
+fn the_cluster_wide_secrets_variant_grants_only_the_namespaced_verbs_everywhere() {
+    let plain = plain_objects();
+    let role = find(&plain, "ClusterRole", "quorate-operator-secrets");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]}])
+    );
+    let account = find(&plain, "ServiceAccount", "quorate-operator");
+    let variant = documents(
+        &read("deploy/manifests-variants/cluster-wide-secrets.yaml"),
+        "the cluster-wide Secrets variant",
+    );
+    assert_eq!(variant.len(), 1);
+    let binding = &variant[0];
+    assert_eq!(binding["kind"], "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": account["metadata"]["namespace"],
+        }])
+    );
+    assert_eq!(chart_values()["clusterWideSecrets"], false);
+}

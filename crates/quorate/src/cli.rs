@@ -3,20 +3,24 @@
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// The help heading of the options every command takes.
+pub const GLOBAL: &str = "Global options";
+
 /// etcd clusters from etcd-druid `Etcd` manifests, managed locally or on Kubernetes.
 #[derive(Debug, Parser)]
 #[command(name = "quorate", version, about)]
 pub struct Cli {
     /// Where local clusters keep their state [default: $XDG_STATE_HOME/quorate or ~/.local/state/quorate].
-    #[arg(long, global = true, env = "QUORATE_STATE_DIR")]
+    #[arg(long, global = true, env = "QUORATE_STATE_DIR", help_heading = GLOBAL)]
     pub state_dir: Option<PathBuf>,
     /// Log level (error, warn, info, debug, trace); QUORATE_LOG takes a full filter.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub log_level: Option<String>,
     /// Log format: `text` for people, `json` (one object per line) for log collectors.
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "QUORATE_LOG_FORMAT",
         default_value = "text"
     )]
@@ -40,7 +44,7 @@ pub enum LogFormat {
 pub enum Command {
     /// Create or start the cluster an Etcd manifest describes, on this machine, and keep it true.
     Up {
-        /// The Etcd manifest (YAML or JSON).
+        /// The Etcd manifest (YAML or JSON); `-` reads it from standard input.
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
         /// Return once every member is ready, leaving the cluster supervised in the background.
@@ -56,7 +60,7 @@ pub enum Command {
     },
     /// Change a running local cluster to match an Etcd manifest (replicas, etcd settings).
     Apply {
-        /// The Etcd manifest (YAML or JSON).
+        /// The Etcd manifest (YAML or JSON); `-` reads it from standard input.
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
         /// Wait until the change has been carried out and every member is ready.
@@ -111,8 +115,15 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff), generated from these commands: `quorate man | man -l -`.
-    Man,
+    /// Print a command's manual page (roff): `quorate man | man -l -`, `quorate man backups
+    /// list | man -l -`; or write every command's page (quorate.1, quorate-up.1, ...) with --dir.
+    Man {
+        /// The command whose page to print, e.g. `up` or `backups list` (default: quorate's).
+        command: Vec<String>,
+        /// Write every command's page into this directory instead (for `MANPATH`).
+        #[arg(long, conflicts_with = "command")]
+        dir: Option<PathBuf>,
+    },
     /// List the members of a local cluster: ID, name, URLs, leader, learner, health.
     Members {
         /// Cluster name.
@@ -197,7 +208,7 @@ pub enum Command {
     /// Restore an etcd data directory, or a whole new local cluster, from a backup bucket.
     Restore {
         /// The Etcd manifest whose `spec.backup.store` holds the backups (and, with --up, the
-        /// cluster to create).
+        /// cluster to create); `-` reads it from standard input.
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
         /// Restore into this data directory (as member 0 of the manifest) instead of creating
@@ -336,7 +347,7 @@ pub enum BackupsCommand {
     List {
         /// A local cluster's name, or use -f.
         name: Option<String>,
-        /// An Etcd manifest whose `spec.backup.store` to list.
+        /// An Etcd manifest whose `spec.backup.store` to list (`-`: standard input).
         #[arg(short = 'f', long = "filename", conflicts_with = "name")]
         file: Option<PathBuf>,
         /// Directory holding the store Secret's keys as files.
@@ -352,7 +363,7 @@ pub enum BackupsCommand {
     Copy {
         /// A local cluster whose bucket to copy from, or use -f.
         name: Option<String>,
-        /// An Etcd manifest whose `spec.backup.store` is the source.
+        /// An Etcd manifest whose `spec.backup.store` is the source (`-`: standard input).
         #[arg(short = 'f', long = "filename", conflicts_with = "name")]
         file: Option<PathBuf>,
         /// An Etcd manifest whose `spec.backup.store` is the target.

@@ -46,7 +46,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             tail,
         } => done(local_cmds::logs(&ctx(), &name, member.as_deref(), agent, follow, tail).await),
         Command::Completion { shell } => done(completion(shell)),
-        Command::Man => done(man()),
+        Command::Man { command, dir } => done(man(&command, dir.as_deref())),
         Command::Members { name } => done(local_cmds::members(&ctx(), &name).await),
         Command::Recover { name, yes } => local_cmds::recover(&ctx(), &name, yes).await,
         Command::Defrag {
@@ -141,9 +141,29 @@ fn completion(shell: clap_complete::Shell) -> Result<()> {
     Ok(())
 }
 
-/// `quorate man`.
-fn man() -> Result<()> {
+/// `quorate man [COMMAND...] [--dir DIR]`: one page, or every page (each named as the pages
+/// that list it refer to it: `quorate-backups-list(1)` is `quorate-backups-list.1`).
+fn man(path: &[String], dir: Option<&std::path::Path>) -> Result<()> {
     use clap::CommandFactory;
-    clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    // Built, so each subcommand's page carries its full name (quorate-backups-list).
+    cmd.build();
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(dir)?;
+        clap_mangen::generate_to(cmd, dir)?;
+        return Ok(());
+    }
+    let mut page = &cmd;
+    for (i, word) in path.iter().enumerate() {
+        page = page.find_subcommand(word).ok_or_else(|| {
+            let known: Vec<&str> = page.get_subcommands().map(|c| c.get_name()).collect();
+            format!(
+                "no command `quorate {}`; its commands are: {}",
+                path[..=i].join(" "),
+                known.join(", ")
+            )
+        })?;
+    }
+    clap_mangen::Man::new(page.clone()).render(&mut std::io::stdout())?;
     Ok(())
 }

@@ -52,8 +52,15 @@ fn expressions() -> Vec<String> {
         .flat_map(|g| g["rules"].as_array().expect("rules").clone())
         .map(|r| r["expr"].as_str().expect("expr").to_string())
         .collect();
+    exprs.extend(dashboard_expressions());
+    exprs
+}
+
+/// Every `expr` of the dashboard.
+fn dashboard_expressions() -> Vec<String> {
     let dashboard: serde_json::Value =
         serde_json::from_str(&read("deploy/monitoring/grafana-dashboard.json")).expect("JSON");
+    let mut exprs = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels") {
         for target in panel["targets"].as_array().expect("targets") {
             exprs.push(target["expr"].as_str().expect("expr").to_string());
@@ -62,22 +69,209 @@ fn expressions() -> Vec<String> {
     exprs
 }
 
-/// The metric families a `/metrics` answer declares (`# TYPE <name> <type>`).
+/// The series names a `/metrics` answer can have, from its `# TYPE` lines: a histogram's
+/// `_bucket`, `_sum` and `_count`; a counter's `_total` in OpenMetrics (a text ending in
+/// `# EOF`, the operator's) but its own name in the text format 0.0.4 (the agent's, which
+/// names the family after its samples, as etcd-backup-restore does).
 fn families(text: &str) -> BTreeSet<String> {
-    text.lines()
+    let openmetrics = text.trim_end().ends_with("# EOF");
+    let mut names = BTreeSet::new();
+    for (name, ty) in text
+        .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect()
+        .filter_map(|l| l.split_once(' '))
+    {
+        match ty {
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{suffix}"));
+                }
+            }
+            "counter" if openmetrics => {
+                names.insert(format!("{name}_total"));
+            }
+            _ => {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
 }
 
-/// Whether series name `name` belongs to one of `families` (with the suffixes counters and
-/// histograms add).
+/// Whether series name `name` is one of `families`.
 fn exported(name: &str, families: &BTreeSet<String>) -> bool {
     families.contains(name)
-        || ["_total", "_bucket", "_sum", "_count", "_created"]
+}
+
+/// One sample line of the text format: its name and labels.
+fn sample(line: &str) -> Option<(String, Vec<(String, String)>)> {
+    if line.starts_with('#') || line.trim().is_empty() {
+        return None;
+    }
+    let end = line.find(['{', ' '])?;
+    let name = line[..end].to_string();
+    let mut labels = Vec::new();
+    if line[end..].starts_with('{') {
+        let mut chars = line[end + 1..].chars().peekable();
+        loop {
+            let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+            let key = key.trim_start_matches(',').to_string();
+            if key.is_empty() || key.starts_with('}') {
+                break;
+            }
+            assert_eq!(chars.next(), Some('"'), "label {key} of {line}");
+            let mut value = String::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => value.push(chars.next()?),
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+            labels.push((key, value));
+            if chars.peek() == Some(&'}') {
+                break;
+            }
+        }
+    }
+    Some((name, labels))
+}
+
+/// etcd-backup-restore's metrics (its `pkg/metrics`): name as a series carries it, type, the
+/// labels, and for each label the values BR creates at zero at start (every combination must
+/// be a series from the start, or an alert on it never fires).
+type BrMetric = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static [&'static str])],
+);
+
+const KIND: (&str, &[&str]) = ("kind", &["Full", "Incr", "Chunk"]);
+const SUCCEEDED: (&str, &[&str]) = ("succeeded", &["true", "false"]);
+
+/// Every metric of etcd-backup-restore's `pkg/metrics` (`metrics.go`, `network_linux.go`).
+const BACKUP_RESTORE_METRICS: &[BrMetric] = &[
+    ("etcdbr_snapshot_gc_total", "counter", &[KIND, SUCCEEDED]),
+    ("etcdbr_snapshot_latest_revision", "gauge", &[KIND]),
+    ("etcdbr_snapshot_latest_timestamp", "gauge", &[KIND]),
+    ("etcdbr_snapshot_required", "gauge", &[KIND]),
+    (
+        "etcdbr_snapshot_duration_seconds",
+        "histogram",
+        &[KIND, SUCCEEDED],
+    ),
+    (
+        "etcdbr_validation_duration_seconds",
+        "histogram",
+        &[SUCCEEDED],
+    ),
+    (
+        "etcdbr_restoration_duration_seconds",
+        "histogram",
+        &[("restore", &["single_member", "single_node"]), SUCCEEDED],
+    ),
+    // BR labels its one series endpoint=""; an agent names its member.
+    (
+        "etcdbr_defragmentation_duration_seconds",
+        "histogram",
+        &[SUCCEEDED, ("endpoint", &[])],
+    ),
+    ("etcdbr_snapstore_latest_deltas_total", "gauge", &[]),
+    (
+        "etcdbr_snapstore_latest_deltas_revisions_total",
+        "gauge",
+        &[],
+    ),
+    // Values are what failed; BR's one series at start is error="".
+    ("etcdbr_snapshotter_failure", "counter", &[("error", &[])]),
+    ("etcdbr_cluster_size", "gauge", &[]),
+    ("etcdbr_is_learner", "gauge", &[]),
+    ("etcdbr_is_learner_count_total", "counter", &[SUCCEEDED]),
+    (
+        "etcdbr_add_learner_duration_seconds",
+        "histogram",
+        &[SUCCEEDED],
+    ),
+    (
+        "etcdbr_member_remove_duration_seconds",
+        "histogram",
+        &[SUCCEEDED],
+    ),
+    (
+        "etcdbr_member_promote_duration_seconds",
+        "histogram",
+        &[SUCCEEDED],
+    ),
+    ("etcdbr_network_transmitted_bytes", "counter", &[]),
+    ("etcdbr_network_received_bytes", "counter", &[]),
+    // What every Prometheus client library exports, and the build.
+    ("process_cpu_seconds_total", "counter", &[]),
+    ("process_start_time_seconds", "gauge", &[]),
+    ("process_resident_memory_bytes", "gauge", &[]),
+    ("process_virtual_memory_bytes", "gauge", &[]),
+    ("process_open_fds", "gauge", &[]),
+    ("process_max_fds", "gauge", &[]),
+    ("quorate_build_info", "gauge", &[("version", &[])]),
+];
+
+/// The agent's `/metrics` has every metric of [`BACKUP_RESTORE_METRICS`] under BR's name,
+/// type and labels (besides `etcd` and `member`, which every series of an agent carries).
+fn assert_backup_restore_metrics(text: &str) {
+    let types: std::collections::BTreeMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let samples: Vec<(String, Vec<(String, String)>)> = text.lines().filter_map(sample).collect();
+    for &(name, ty, labels) in BACKUP_RESTORE_METRICS {
+        assert_eq!(
+            types.get(name).copied(),
+            Some(ty),
+            "# TYPE of {name} in\n{text}"
+        );
+        let series_name = if ty == "histogram" {
+            format!("{name}_count")
+        } else {
+            name.to_string()
+        };
+        let series: Vec<&Vec<(String, String)>> = samples
             .iter()
-            .any(|s| name.strip_suffix(s).is_some_and(|f| families.contains(f)))
+            .filter(|(n, _)| *n == series_name)
+            .map(|(_, l)| l)
+            .collect();
+        assert!(!series.is_empty(), "no {series_name} series in\n{text}");
+        let want: BTreeSet<&str> = labels.iter().map(|(l, _)| *l).collect();
+        for s in &series {
+            let got: BTreeSet<&str> = s
+                .iter()
+                .map(|(k, _)| k.as_str())
+                .filter(|k| !["etcd", "member"].contains(k))
+                .collect();
+            assert_eq!(got, want, "labels of {series_name}: {s:?}");
+        }
+        // Every combination of the enumerated label values is a series.
+        let mut combinations: Vec<Vec<(&str, &str)>> = vec![Vec::new()];
+        for &(label, values) in labels.iter().filter(|(_, v)| !v.is_empty()) {
+            combinations = combinations
+                .into_iter()
+                .flat_map(|c| {
+                    values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.push((label, *v));
+                        c
+                    })
+                })
+                .collect();
+        }
+        for combination in combinations {
+            assert!(
+                series.iter().any(|s| combination
+                    .iter()
+                    .all(|(k, v)| s.iter().any(|(sk, sv)| sk == k && sv == v))),
+                "no {series_name} series with {combination:?}"
+            );
+        }
+    }
 }
 
 /// promtool from `scripts/install-promtool.sh`, or on PATH; `None` (the checks are skipped)
@@ -119,6 +313,27 @@ fn the_rules_check_and_every_alert_fires_only_when_it_should() {
         custom["spec"]["groups"], rules["groups"],
         "prometheusrule.yaml must hold the groups of quorate.rules.yaml"
     );
+    assert_eq!(
+        read("deploy/helm/quorate-operator/files/quorate.rules.yaml"),
+        read("deploy/monitoring/quorate.rules.yaml"),
+        "the chart's copy of the rules (its PrometheusRule) must equal deploy/monitoring's"
+    );
+    // Every alert links its runbook: a section of docs/operations/alerts.md.
+    let runbooks = read("docs/operations/alerts.md");
+    for group in rules["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            let alert = rule["alert"].as_str().expect("alert");
+            assert_eq!(
+                rule["annotations"]["runbook_url"].as_str(),
+                Some(format!("docs/operations/alerts.md#{}", alert.to_lowercase()).as_str()),
+                "{alert}'s runbook_url"
+            );
+            assert!(
+                runbooks.lines().any(|l| l == format!("## {alert}")),
+                "docs/operations/alerts.md has no section for {alert}"
+            );
+        }
+    }
     let Some(promtool) = promtool() else {
         return;
     };
@@ -161,6 +376,41 @@ fn the_rules_check_and_every_alert_fires_only_when_it_should() {
             assert!(
                 of(true) && of(false),
                 "{alert} lacks a firing or a silent test"
+            );
+        }
+    }
+}
+
+/// The dashboard tells clusters of the same name apart: every query of an agent's metrics
+/// selects the cluster, namespace and etcd variables and keeps `namespace` in what it groups
+/// by, so the `etcd-main` of every shoot in a seed does not add up into one line.
+#[test]
+fn the_dashboard_keeps_each_namespace_apart() {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("deploy/monitoring/grafana-dashboard.json")).expect("JSON");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(variables, ["datasource", "cluster", "namespace", "etcd"]);
+    for expr in dashboard_expressions() {
+        let agent = metric_names(&expr)
+            .iter()
+            .any(|m| !m.starts_with("quorate_operator_"));
+        if !agent || !expr.contains('{') {
+            continue;
+        }
+        assert!(
+            expr.contains(r#"cluster=~"$cluster",namespace=~"$namespace",etcd=~"$etcd""#),
+            "{expr} does not select the dashboard's cluster, namespace and etcd"
+        );
+        for (at, _) in expr.match_indices(" by (") {
+            let grouping = &expr[at..at + expr[at..].find(')').expect("closing )")];
+            assert!(
+                grouping.contains("namespace"),
+                "{expr} groups without namespace"
             );
         }
     }
@@ -254,6 +504,7 @@ fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     assert_eq!(code, 200, "{etcd}");
     assert!(etcd.contains("etcd_server_has_leader 1"), "{etcd:.500}");
     let agent = local.agent_metrics(name, 0);
+    assert_backup_restore_metrics(&agent);
     let mut exporters = families(&agent);
     assert!(
         agent.contains(&format!(

@@ -9,10 +9,18 @@
 //! - `etcdbr_defragmentation_duration_seconds{succeeded,endpoint}` (endpoint: the member);
 //! - `quorate_defragmentation_db_size_bytes{when}`: this member's database before and after its
 //!   last defragmentation;
-//! - `etcdbr_snapshot_required{kind}`: 1 while the backup leader owes a full snapshot (none
-//!   yet, or the last is older than its schedule allows);
-//! - `etcdbr_snapshotter_failure_total{error}`: failed snapshots and store operations, by what
-//!   failed (`etcd`, `store`, `encryption`);
+//! - `etcdbr_snapshot_required{kind}`: `Full` 1 while the backup leader owes a full snapshot
+//!   (none yet, or the last is older than its schedule allows), `Incr` 1 while a delta period
+//!   passed without the backups becoming current (a failed or not yet taken delta snapshot);
+//! - `etcdbr_snapshotter_failure{error}` (a counter without `_total`, as BR names it): failed
+//!   snapshots and store operations, by what failed (`etcd`, `store`, `encryption`, ...);
+//! - `etcdbr_snapshot_gc_total{kind,succeeded}`: snapshots garbage-collected from the bucket;
+//! - `etcdbr_is_learner_count_total{succeeded}`, `etcdbr_add_learner_duration_seconds`,
+//!   `etcdbr_member_promote_duration_seconds`, `etcdbr_member_remove_duration_seconds`
+//!   (`succeeded`): the membership changes this agent carried out (in quorate the leader's agent
+//!   adds and removes members, a learner's agent promotes itself);
+//! - `etcdbr_network_{transmitted,received}_bytes`, `process_*` ([`process`]) and
+//!   `quorate_build_info{version}`;
 //! - `etcdbr_restoration_duration_seconds{restore,succeeded}` (`single_node` or `single_member`
 //!   as BR labels them) and `etcdbr_validation_duration_seconds{succeeded}` (the data check
 //!   before etcd starts);
@@ -28,7 +36,9 @@
 //! cluster without scrape relabelling. Snapshot and backlog metrics move only on the member that
 //! leads backups.
 
+pub mod exposition;
 pub mod member;
+pub mod process;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +107,15 @@ pub struct RestoreLabels {
     pub succeeded: String,
 }
 
+/// `kind` and `succeeded` of a garbage-collected snapshot.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GcLabels {
+    /// `Full`, `Incr` or `Chunk`.
+    pub kind: String,
+    /// `true` or `false`.
+    pub succeeded: String,
+}
+
 /// `succeeded` alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SucceededLabel {
@@ -141,6 +160,27 @@ pub struct AgentMetrics {
     full_window: Gauge,
     delta_period: Gauge,
     member: member::MemberGauges,
+    gc: Family<GcLabels, Counter>,
+    learner_count: Family<SucceededLabel, Counter>,
+    add_learner: Histograms<SucceededLabel>,
+    member_remove: Histograms<SucceededLabel>,
+    member_promote: Histograms<SucceededLabel>,
+}
+
+/// The snapshot kinds etcd-backup-restore labels its metrics with (`Chunk`: the parts of a
+/// multipart upload; quorate's never move, its uploads are not garbage-collected by part).
+pub const SNAPSHOT_KINDS: [&str; 3] = ["Full", "Incr", "Chunk"];
+
+/// A membership change whose duration etcd-backup-restore measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// A member was added as a learner (`etcdbr_add_learner_duration_seconds`, and
+    /// `etcdbr_is_learner_count_total`).
+    AddLearner,
+    /// A learner was promoted (`etcdbr_member_promote_duration_seconds`).
+    Promote,
+    /// A member was removed (`etcdbr_member_remove_duration_seconds`).
+    Remove,
 }
 
 impl Default for AgentMetrics {
@@ -182,7 +222,32 @@ impl AgentMetrics {
                 path: path.to_string(),
             });
         }
+        for kind in SNAPSHOT_KINDS {
+            let label = KindLabel {
+                kind: kind.to_string(),
+            };
+            let _ = self.latest_revision.get_or_create(&label);
+            let _ = self.latest_timestamp.get_or_create(&label);
+            let _ = self.snapshot_required.get_or_create(&label);
+            for succeeded in [true, false] {
+                let _ = self.snapshot_duration.get_or_create(&SnapshotLabels {
+                    kind: kind.to_string(),
+                    succeeded: flag(succeeded),
+                });
+                let _ = self.gc.get_or_create(&GcLabels {
+                    kind: kind.to_string(),
+                    succeeded: flag(succeeded),
+                });
+            }
+        }
         for succeeded in [true, false] {
+            let label = SucceededLabel {
+                succeeded: flag(succeeded),
+            };
+            let _ = self.learner_count.get_or_create(&label);
+            let _ = self.add_learner.get_or_create(&label);
+            let _ = self.member_remove.get_or_create(&label);
+            let _ = self.member_promote.get_or_create(&label);
             for restore in ["single_node", "single_member"] {
                 let _ = self.restoration.get_or_create(&RestoreLabels {
                     restore: restore.to_string(),
@@ -262,7 +327,7 @@ impl AgentMetrics {
         let failures = Family::<ErrorLabel, Counter>::default();
         registry.register(
             "etcdbr_snapshotter_failure",
-            "Failed snapshots and store operations, by what failed",
+            "Total number of snapshotter errors (failed snapshots and store operations, by what failed)",
             failures.clone(),
         );
         let restoration: Histograms<RestoreLabels> = Family::new_with_constructor(seconds_buckets);
@@ -307,8 +372,54 @@ impl AgentMetrics {
             "Delta events the running (or last) restore replays per second",
             restore_rate.clone(),
         );
+        let gc = Family::<GcLabels, Counter>::default();
+        registry.register(
+            "etcdbr_snapshot_gc",
+            "Total number of garbage collected snapshots",
+            gc.clone(),
+        );
+        let learner_count = Family::<SucceededLabel, Counter>::default();
+        registry.register(
+            "etcdbr_is_learner_count",
+            "Total count when etcd member added as a learner",
+            learner_count.clone(),
+        );
+        let add_learner: Histograms<SucceededLabel> = Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_add_learner_duration_seconds",
+            "Total latency to add the etcd member as a learner to the cluster",
+            add_learner.clone(),
+        );
+        let member_remove: Histograms<SucceededLabel> =
+            Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_member_remove_duration_seconds",
+            "Total latency to remove the etcd member from the cluster",
+            member_remove.clone(),
+        );
+        let member_promote: Histograms<SucceededLabel> =
+            Family::new_with_constructor(seconds_buckets);
+        registry.register(
+            "etcdbr_member_promote_duration_seconds",
+            "Total latency to promote the learner to the voting member",
+            member_promote.clone(),
+        );
+        registry.register(
+            "quorate_build",
+            "The quorate build this agent runs (always 1)",
+            prometheus_client::metrics::info::Info::new(vec![(
+                "version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )]),
+        );
+        registry.register_collector(Box::new(process::ProcessCollector));
         let member = member::MemberGauges::register(&mut registry);
         let metrics = AgentMetrics {
+            gc,
+            learner_count,
+            add_learner,
+            member_remove,
+            member_promote,
             restore_ratio,
             restore_rate,
             backup_current,
@@ -478,17 +589,44 @@ impl AgentMetrics {
             .observe(took.as_secs_f64());
     }
 
+    /// A snapshot of `kind` was garbage-collected from the bucket (or its deletion failed).
+    pub fn garbage_collected(&self, kind: &str, ok: bool) {
+        self.gc
+            .get_or_create(&GcLabels {
+                kind: kind.to_string(),
+                succeeded: flag(ok),
+            })
+            .inc();
+    }
+
+    /// A membership change this agent carried out ended after `took`.
+    pub fn membership_change(&self, change: MembershipChange, took: Duration, ok: bool) {
+        let label = SucceededLabel {
+            succeeded: flag(ok),
+        };
+        let histogram = match change {
+            MembershipChange::AddLearner => {
+                self.learner_count.get_or_create(&label).inc();
+                &self.add_learner
+            }
+            MembershipChange::Promote => &self.member_promote,
+            MembershipChange::Remove => &self.member_remove,
+        };
+        histogram.get_or_create(&label).observe(took.as_secs_f64());
+    }
+
     /// The member's gauges and lease renewals.
     pub fn member(&self) -> &member::MemberGauges {
         &self.member
     }
 
-    /// The metrics in the OpenMetrics text format.
+    /// The metrics in the Prometheus text format 0.0.4 (see [`exposition`]), served as
+    /// [`exposition::CONTENT_TYPE`].
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String does not fail");
-        out
+        exposition::to_prometheus_text(&out)
     }
 }
 
@@ -565,7 +703,7 @@ mod member_tests {
             r#"quorate_lease_renewals_total{etcd="etcd-main",member="etcd-main-1",result="success"} 1"#,
             r#"etcdbr_restoration_duration_seconds_count{etcd="etcd-main",member="etcd-main-1",restore="single_node",succeeded="true"} 1"#,
             r#"etcdbr_validation_duration_seconds_count{etcd="etcd-main",member="etcd-main-1",succeeded="false"} 1"#,
-            r#"etcdbr_snapshotter_failure_total{etcd="etcd-main",member="etcd-main-1",error="store"} 1"#,
+            r#"etcdbr_snapshotter_failure{etcd="etcd-main",member="etcd-main-1",error="store"} 1"#,
             r#"etcdbr_snapshot_required{etcd="etcd-main",member="etcd-main-1",kind="Full"} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
