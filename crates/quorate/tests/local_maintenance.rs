@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 use quorate_core::lease::MemberLease;
 use quorate_core::maintenance::defrag::{DefragOutcome, DefragRecord};
 use support::canary::{Canary, leadership_transfers, raft_term};
+use support::versions::versioned;
 use support::{Local, eventually, manifest, path_str, runtime};
 
 /// Each member's defragmentation record, from its lease file.
@@ -86,13 +87,7 @@ fn on_demand_defragmentation_of_etcd_3_4_goes_the_same_way() {
 
 fn on_demand_round(version: &str) {
     let local = Local::new();
-    let versioned = manifest("defrag", 3, "").replace(
-        "  namespace: default\n",
-        &format!(
-            "  namespace: default\n  annotations:\n    quorate.io/etcd-version: \"{version}\"\n"
-        ),
-    );
-    let path = local.manifest("c.yaml", &versioned);
+    let path = local.manifest("c.yaml", &versioned(&manifest("defrag", 3, ""), version));
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
     let endpoints = local.endpoints("defrag");
     churn(&endpoints, 100, 4);
