@@ -146,10 +146,9 @@ fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
     let path = local.manifest("c.yaml", &versioned(&base, "3.5"));
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
     let endpoints = local.endpoints("chain");
-    assert!(
-        all_at(&endpoints, "3.5.", "3.5.0"),
-        "the cluster starts on 3.5"
-    );
+    eventually("the cluster starts on 3.5", Duration::from_secs(30), || {
+        all_at(&endpoints, "3.5.", "3.5.0").then_some(())
+    });
     runtime().block_on(put_keys(&endpoints, "k/", 100));
 
     let canary = Canary::start(&endpoints);
@@ -178,10 +177,10 @@ fn three_members_downgrade_3_6_to_3_5_through_etcds_api_under_a_canary() {
     let path = local.manifest("c.yaml", &versioned(&base, "3.6"));
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "120s"]);
     let endpoints = local.endpoints("chain");
-    assert!(
-        all_at(&endpoints, "3.6.", "3.6.0"),
-        "the cluster starts on 3.6"
-    );
+    // etcd decides the cluster version shortly after its members are ready.
+    eventually("the cluster starts on 3.6", Duration::from_secs(30), || {
+        all_at(&endpoints, "3.6.", "3.6.0").then_some(())
+    });
     runtime().block_on(put_keys(&endpoints, "k/", 100));
     let canary = Canary::start(&endpoints);
     std::thread::sleep(Duration::from_secs(1));
