@@ -26,12 +26,31 @@ pub async fn cluster_version(cluster: &ClusterConfig, me: &str) -> Option<EtcdVe
         host => host,
     };
     let url = format!("http://{host}:{port}/metrics");
-    let client = reqwest::Client::builder()
-        .timeout(METRICS_TIMEOUT)
-        .build()
+    let text = metrics_client()?
+        .get(&url)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
         .ok()?;
-    let text = client.get(&url).send().await.ok()?.text().await.ok()?;
     cluster_version_from_metrics(&text)
+}
+
+/// The one HTTP client of these reads, made on first use: a client per read would set up a
+/// connection pool (and a TLS configuration) every poll interval; this one keeps its
+/// connection to etcd's metrics listener. `None` when it cannot be built (no TLS backend),
+/// which reads as "cannot be read", as before.
+fn metrics_client() -> Option<&'static reqwest::Client> {
+    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(METRICS_TIMEOUT)
+                .build()
+                .ok()
+        })
+        .as_ref()
 }
 
 /// What this member's etcd says about a downgrade: its status and the cluster version.

@@ -6,31 +6,15 @@ mod restore_common;
 
 use std::path::Path;
 
-use quorate_api::{CompressionPolicy, StoreSpec};
+use quorate_api::CompressionPolicy;
 use quorate_backup::layout::SnapshotName;
 use quorate_backup::restore::RestoreTarget;
-use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_backup::store::SnapStore;
 use quorate_backup::store_restore::{StoreRestoreOptions, restore_from_store};
 use restore_common::*;
 
 fn store(root: &Path, keys: &Path) -> SnapStore {
-    store_with(root, Some(keys))
-}
-
-fn store_with(root: &Path, keys: Option<&Path>) -> SnapStore {
-    let spec = StoreSpec {
-        container: Some("bucket".into()),
-        endpoint_override: None,
-        prefix: "main".into(),
-        provider: Some("Local".into()),
-        secret_ref: None,
-    };
-    let opts = StoreOptions {
-        local_root: root.to_path_buf(),
-        secret_dir: None,
-        encryption_keys: keys.map(Path::to_path_buf),
-    };
-    SnapStore::open(&spec, &opts).unwrap()
+    local_store(root, Some(keys))
 }
 
 fn keys(dir: &Path, hex_digit: char) -> std::path::PathBuf {
@@ -38,12 +22,6 @@ fn keys(dir: &Path, hex_digit: char) -> std::path::PathBuf {
     std::fs::write(dir.join("k1"), hex_digit.to_string().repeat(64)).unwrap();
     std::fs::write(dir.join("active"), "k1").unwrap();
     dir.to_path_buf()
-}
-
-fn bytes_body(
-    bytes: Vec<u8>,
-) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin {
-    futures::stream::iter([Ok(bytes::Bytes::from(bytes))])
 }
 
 #[tokio::test]
@@ -152,7 +130,7 @@ async fn an_encrypted_bucket_restores_exactly_and_refuses_tampering_and_wrong_ke
 
     // A clear delta continuing the chain, slipped in by a writer of the bucket: refused before
     // it is read, naming it, and nothing is restored.
-    let clear = store_with(&bucket, None);
+    let clear = local_store(&bucket, None);
     let slipped = clear
         .upload(
             &SnapshotName::incr(head + 1, head + 1, now_unix() - 10, gzip),

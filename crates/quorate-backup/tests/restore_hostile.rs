@@ -7,35 +7,13 @@ mod restore_common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use quorate_api::{CompressionPolicy, StoreSpec};
+use quorate_api::CompressionPolicy;
 use quorate_backup::layout::SnapshotName;
 use quorate_backup::restore::RestoreTarget;
 use quorate_backup::restore::tools::{ToolError, ToolLimits, snapshot_revision_within};
-use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_backup::store::SnapStore;
 use quorate_backup::store_restore::{SizeLimits, StoreRestoreOptions, restore_from_store};
 use restore_common::*;
-
-fn store(root: &Path) -> SnapStore {
-    let spec = StoreSpec {
-        container: Some("bucket".into()),
-        endpoint_override: None,
-        prefix: "main".into(),
-        provider: Some("Local".into()),
-        secret_ref: None,
-    };
-    let opts = StoreOptions {
-        local_root: root.to_path_buf(),
-        secret_dir: None,
-        encryption_keys: None,
-    };
-    SnapStore::open(&spec, &opts).unwrap()
-}
-
-fn bytes_body(
-    bytes: Vec<u8>,
-) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin {
-    futures::stream::iter([Ok(bytes::Bytes::from(bytes))])
-}
 
 /// This process's peak resident memory so far.
 fn peak_rss() -> u64 {
@@ -94,7 +72,7 @@ async fn a_crafted_full_snapshot_is_refused_before_etcds_tools_see_it() {
     // A bucket whose newest full snapshot is the crafted one: quorate's reader refuses it,
     // naming the object and the page, and nothing is restored.
     let bucket = files.path().join("buckets");
-    let store = store(&bucket);
+    let store = local_store(&bucket, None);
     let stored = store
         .upload(
             &SnapshotName::full(revision, now_unix() - 60, Some(CompressionPolicy::Gzip)),
@@ -136,7 +114,7 @@ async fn an_object_named_with_a_revision_no_etcd_reaches_is_ignored_and_the_rest
     workload(&source.client, "k/").await;
     let (full_path, _, revision) = source.snapshot_file(files.path()).await;
     let bucket = files.path().join("buckets");
-    let store = store(&bucket);
+    let store = local_store(&bucket, None);
     store
         .upload(
             &SnapshotName::full(revision, now_unix() - 60, Some(CompressionPolicy::Gzip)),
@@ -214,7 +192,7 @@ async fn gzip_bombs_are_cut_at_the_bound_while_they_stream() {
 
     // A "full snapshot" of 64 MiB of zeros: cut at 16 MiB, never written whole to disk.
     let bucket = files.path().join("full-bomb");
-    let bomb = store(&bucket)
+    let bomb = local_store(&bucket, None)
         .upload(
             &SnapshotName::full(revision, now_unix() - 60, gzip),
             zeros(64),
@@ -222,7 +200,7 @@ async fn gzip_bombs_are_cut_at_the_bound_while_they_stream() {
         .await
         .unwrap();
     assert!(bomb.size < 1 << 20, "{} stored bytes", bomb.size);
-    let err = restore(store(&bucket)).await;
+    let err = restore(local_store(&bucket, None)).await;
     assert!(
         err.contains(&bomb.path) && err.contains("decompresses to more than 16777216 bytes"),
         "{err}"
@@ -231,7 +209,7 @@ async fn gzip_bombs_are_cut_at_the_bound_while_they_stream() {
     // A real full snapshot and a "delta" of 64 MiB of zeros: cut at 1 MiB, so the delta held
     // in memory stays within its bound.
     let bucket = files.path().join("delta-bomb");
-    let store_ = store(&bucket);
+    let store_ = local_store(&bucket, None);
     store_
         .upload(
             &SnapshotName::full(revision, now_unix() - 60, gzip),

@@ -275,10 +275,14 @@ pub fn spawn_supervisor(ctx: &LocalContext, name: &str) -> Result<u32, LocalErro
 
 /// Waits until the cluster's status says every member is ready and etcd's membership is the
 /// one `spec.replicas` asks for (or the cluster hibernated), or `timeout` passes.
+/// `supervisor` is the process that runs (or is starting to run) the cluster's supervisor:
+/// the wait ends early only on evidence that it will not, that no supervisor holds the
+/// cluster's lock and that process is gone; a slow start is waited for.
 pub async fn wait_until_ready(
     ctx: &LocalContext,
     name: &str,
     generation: i64,
+    supervisor: u32,
     timeout: Duration,
 ) -> Result<EtcdStatus, LocalError> {
     let dir = ctx.existing(name)?;
@@ -299,10 +303,12 @@ pub async fn wait_until_ready(
         if settled && scaled && updated && (all_ready || replicas == 0) {
             return Ok(status);
         }
-        // A supervisor that is not running after a few seconds has failed to start.
-        if start.elapsed() > Duration::from_secs(5) && lock::running_supervisor(&dir).is_none() {
-            return Err(LocalError::NotRunning {
+        if current.is_none() && process_gone(supervisor) && lock::running_supervisor(&dir).is_none()
+        {
+            return Err(LocalError::SupervisorGone {
                 name: name.to_string(),
+                pid: supervisor,
+                log: dir.supervisor_log().display().to_string(),
             });
         }
         if start.elapsed() >= timeout {
@@ -316,6 +322,22 @@ pub async fn wait_until_ready(
             });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Whether process `pid` has ended: reaped here when it is this process's child (a
+/// supervisor `spawn_supervisor` started), otherwise no longer known to the kernel.
+fn process_gone(pid: u32) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let Ok(raw) = i32::try_from(pid) else {
+        return true;
+    };
+    let pid = nix::unistd::Pid::from_raw(raw);
+    match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => true,
+        Ok(_) => false,
+        Err(_) => nix::sys::signal::kill(pid, None) == Err(Errno::ESRCH),
     }
 }
 
@@ -507,4 +529,82 @@ pub fn log_file(
     }
     let file = if agent { "agent.log" } else { "etcd.log" };
     Ok(dir.member(member).join(file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    /// A child that runs until its stdin closes.
+    fn child() -> std::process::Child {
+        Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn a_cluster(state: &Path) -> LocalContext {
+        let ctx = LocalContext {
+            state_dir: state.to_path_buf(),
+            quorate_bin: PathBuf::from("/nonexistent/quorate"),
+            etcd_bin: None,
+        };
+        let dir = ctx.cluster("c");
+        std::fs::create_dir_all(dir.root()).unwrap();
+        let etcd = quorate_api::manifest::parse_etcd_manifest(
+            "apiVersion: druid.gardener.cloud/v1alpha1\nkind: Etcd\nmetadata:\n  name: c\n  \
+             namespace: default\nspec:\n  replicas: 1\n  labels:\n    app: c\n  etcd: {}\n  backup: {}\n",
+            "test",
+        )
+        .unwrap();
+        object::store_object(&dir, &etcd).unwrap();
+        ctx
+    }
+
+    #[test]
+    fn a_process_is_gone_once_it_ended_child_or_not() {
+        let mut running = child();
+        assert!(!process_gone(running.id()));
+        assert!(!process_gone(std::process::id()), "not a child, alive");
+        // Its stdin closed, `cat` ends; polled (not waited for) so `process_gone` reaps it.
+        drop(running.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !process_gone(running.id()) {
+            assert!(std::time::Instant::now() < deadline, "cat ended");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Reaped by `process_gone`: the kernel no longer knows it.
+        assert!(process_gone(running.id()));
+        assert!(process_gone(u32::MAX));
+        // Already reaped: `wait` has nothing left to collect.
+        assert!(running.wait().is_err());
+    }
+
+    #[tokio::test]
+    async fn readiness_waits_for_a_slow_supervisor_and_stops_once_it_is_gone() {
+        let state = tempfile::tempdir().unwrap();
+        let ctx = a_cluster(state.path());
+        // Alive but not (yet) holding the lock: only the overall deadline ends the wait, also
+        // past the 5 s after which a supervisor without the lock used to count as failed.
+        let mut slow = child();
+        let err = wait_until_ready(&ctx, "c", 1, slow.id(), Duration::from_secs(6))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LocalError::Timeout { .. }), "{err}");
+        // Gone, and no supervisor holds the lock: said at once, with the log to read.
+        drop(slow.stdin.take());
+        let started = std::time::Instant::now();
+        let err = wait_until_ready(&ctx, "c", 1, slow.id(), Duration::from_secs(60))
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(30), "{err}");
+        let LocalError::SupervisorGone { pid, log, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*pid, slow.id());
+        assert!(log.ends_with("supervisor.log"), "{err}");
+        assert!(slow.wait().is_err(), "reaped by the wait");
+    }
 }

@@ -71,6 +71,19 @@ pub enum LocalError {
         /// Its supervisor.
         pid: u32,
     },
+    /// The supervisor that was to run the cluster ended without taking it over (or died).
+    #[error(
+        "cluster {name:?}: its supervisor (pid {pid}) ended and no supervisor runs it; see \
+         {log} for why, then start it again with `quorate up -f FILE`"
+    )]
+    SupervisorGone {
+        /// The cluster.
+        name: String,
+        /// The supervisor's process.
+        pid: u32,
+        /// The supervisor's log file.
+        log: String,
+    },
     /// No supervisor runs the cluster.
     #[error("cluster {name:?} is not running; start it with `quorate up -f FILE`")]
     NotRunning {

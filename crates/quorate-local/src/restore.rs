@@ -336,8 +336,15 @@ pub async fn restore(
 pub async fn start_restored(ctx: &LocalContext, new: &NewCluster) -> Result<(), RestoreCmdError> {
     let local = commands::local_member(ctx, &new.name, &new.member)?;
     quorate_etcd::data_dir::check_guard(&new.data_dir, &local.cluster_token)?;
-    commands::spawn_supervisor(ctx, &new.name)?;
-    commands::wait_until_ready(ctx, &new.name, 1, std::time::Duration::from_secs(120)).await?;
+    let supervisor = commands::spawn_supervisor(ctx, &new.name)?;
+    commands::wait_until_ready(
+        ctx,
+        &new.name,
+        1,
+        supervisor,
+        std::time::Duration::from_secs(120),
+    )
+    .await?;
     Ok(())
 }
 

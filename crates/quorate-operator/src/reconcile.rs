@@ -18,6 +18,7 @@ use quorate_api::names::{
 };
 use quorate_coord::kube::lease_map::{member_lease, snapshot_lease};
 use quorate_core::backup_ready::BackupLeases;
+use quorate_core::etcd_version::VersionDecision;
 use quorate_core::last_operation::ErrorCode;
 use quorate_core::reconcile_control::{SpecDecision, spec_decision};
 
@@ -63,15 +64,15 @@ pub async fn reconcile(cached: Arc<Etcd>, ctx: Arc<Context>) -> Result<Action, S
             }
         });
     }
-    let outcome = match spec_decision(etcd.etcd(), ctx.settings.auto_reconcile) {
+    let (outcome, etcd_version) = match spec_decision(etcd.etcd(), ctx.settings.auto_reconcile) {
         SpecDecision::Run => spec_flow::sync(&etcd, &ctx).await,
-        SpecDecision::Suspended => PassOutcome::Suspended,
-        SpecDecision::AwaitingAnnotation | SpecDecision::UpToDate => PassOutcome::NotRun,
+        SpecDecision::Suspended => (PassOutcome::Suspended, None),
+        SpecDecision::AwaitingAnnotation | SpecDecision::UpToDate => (PassOutcome::NotRun, None),
     };
     let (namespace, name) = (etcd.namespace(), etcd.name());
     let etcd = etcd.etcd();
     announce(etcd, &ctx, &outcome).await;
-    let status = update_status(etcd, &ctx, &outcome, namespace, name)
+    let status = update_status(etcd, &ctx, &outcome, etcd_version.as_ref(), namespace, name)
         .await
         .map_err(StepError::tag(ErrorCode::UpdateStatus))?;
     announce_waits(etcd, &ctx, &status).await;
@@ -264,6 +265,7 @@ async fn update_status(
     etcd: &Etcd,
     ctx: &Context,
     outcome: &PassOutcome,
+    etcd_version: Option<&VersionDecision>,
     namespace: &str,
     name: &str,
 ) -> Result<quorate_api::status::EtcdStatus, Error> {
@@ -306,6 +308,7 @@ async fn update_status(
         ready: &ready,
         scale: Some(&scale),
         outcome,
+        etcd_version,
         run_id: &ctx.run_id,
         now,
     });

@@ -11,7 +11,8 @@ use k8s_openapi::api::autoscaling::v1::CrossVersionObjectReference;
 use quorate_api::Etcd;
 use quorate_api::status::EtcdStatus;
 use quorate_core::backup_ready::BackupLeases;
-use quorate_core::conditions::StatefulSetRollout;
+use quorate_core::conditions::{ETCD_VERSION_CURRENT, StatefulSetRollout};
+use quorate_core::etcd_version::VersionDecision;
 use quorate_core::lease::MemberLease;
 use quorate_core::status::{MemberObservation, ObservedCluster, Presence, Workload};
 
@@ -35,6 +36,10 @@ pub struct StatusInputs<'a> {
     pub scale: Option<&'a quorate_core::scale_plan::ScalePlan>,
     /// The spec flow's outcome.
     pub outcome: &'a PassOutcome,
+    /// The etcd version decision the spec flow configured the members with (core
+    /// `etcd_version::decide`), for `EtcdVersionCurrent`; `None` when no spec flow ran this
+    /// pass (the condition then keeps what the last one said).
+    pub etcd_version: Option<&'a VersionDecision>,
     /// Identifies the operator process, for `lastOperation.runID`.
     pub run_id: &'a str,
     /// Now.
@@ -78,7 +83,7 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
             name: i.etcd.metadata.name.clone().unwrap_or_default(),
         }),
     };
-    quorate_core::status::compute_status(&ObservedCluster {
+    let mut status = quorate_core::status::compute_status(&ObservedCluster {
         etcd: i.etcd,
         previous: &previous,
         leases: i.leases,
@@ -89,12 +94,32 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
         backup: i.backup,
         voters: i.scale.and_then(|p| p.voters.clone()),
         hibernation: i.scale.and_then(|p| p.hibernation.clone()),
-        etcd_version: None,
+        etcd_version: i.etcd_version.cloned(),
         outcome: i.outcome,
         pass_waits_for_members: true,
         run_id: i.run_id,
         now: i.now,
-    })
+    });
+    if i.etcd_version.is_none() {
+        keep_etcd_version_condition(&previous, &mut status);
+    }
+    status
+}
+
+/// A pass without a spec flow decided no etcd version (only the spec flow moves a version
+/// change on), so `EtcdVersionCurrent` stays as the last spec flow left it instead of
+/// disappearing until the next one.
+fn keep_etcd_version_condition(previous: &EtcdStatus, status: &mut EtcdStatus) {
+    let kept = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ETCD_VERSION_CURRENT);
+    if let Some(kept) = kept
+        && !status.conditions.iter().any(|c| c.type_ == kept.type_)
+    {
+        status.conditions.push(kept.clone());
+        status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    }
 }
 
 /// The rollout facts of a StatefulSet.
@@ -228,6 +253,7 @@ mod tests {
             ready,
             scale: None,
             outcome,
+            etcd_version: None,
             run_id: "run-1",
             now: now(),
         }
@@ -282,6 +308,54 @@ mod tests {
         assert_eq!(
             status.selector.as_deref(),
             Some("app.kubernetes.io/managed-by=etcd-druid,app.kubernetes.io/part-of=main")
+        );
+    }
+
+    #[test]
+    fn etcd_version_current_follows_the_spec_flows_decision_and_stays_without_one() {
+        let v = |s| quorate_api::EtcdVersion::parse(s).unwrap();
+        let e = etcd(3, 4);
+        let ready = BTreeMap::new();
+        let outcome = PassOutcome::Succeeded;
+        let step = VersionDecision {
+            run: v("3.6"),
+            target: v("3.7"),
+            progress: Some("etcd 3.5 → 3.6 → 3.7: step to 3.6 runs".into()),
+        };
+        let mut i = inputs(&e, &[], None, &ready, &outcome);
+        i.etcd_version = Some(&step);
+        let changing = compute_status(i);
+        assert_eq!(
+            condition(&changing, "EtcdVersionCurrent"),
+            ConditionStatus::False
+        );
+        let c = changing
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "EtcdVersionCurrent")
+            .unwrap();
+        assert!(c.message.contains("step to 3.6 runs"), "{c:?}");
+
+        // A pass without a spec flow keeps what the last one said.
+        let mut e = etcd(3, 4);
+        e.status = Some(changing);
+        let kept = compute_status(inputs(&e, &[], None, &ready, &PassOutcome::NotRun));
+        assert_eq!(
+            condition(&kept, "EtcdVersionCurrent"),
+            ConditionStatus::False
+        );
+
+        let done = VersionDecision {
+            run: v("3.7"),
+            target: v("3.7"),
+            progress: None,
+        };
+        let mut i = inputs(&e, &[], None, &ready, &outcome);
+        i.etcd_version = Some(&done);
+        let current = compute_status(i);
+        assert_eq!(
+            condition(&current, "EtcdVersionCurrent"),
+            ConditionStatus::True
         );
     }
 

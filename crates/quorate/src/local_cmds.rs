@@ -18,10 +18,11 @@ pub async fn up(ctx: &LocalContext, file: &Path, detach: bool, timeout: Duration
     let (_, applied) = commands::prepare(ctx, etcd)?;
     say_kept_ports(&name, file, false, &applied);
     if detach {
-        if quorate_local::lock::running_supervisor(&ctx.cluster(&name)).is_none() {
-            commands::spawn_supervisor(ctx, &name)?;
-        }
-        commands::wait_until_ready(ctx, &name, applied.generation, timeout).await?;
+        let supervisor = match quorate_local::lock::running_supervisor(&ctx.cluster(&name)) {
+            Some(pid) => pid,
+            None => commands::spawn_supervisor(ctx, &name)?,
+        };
+        commands::wait_until_ready(ctx, &name, applied.generation, supervisor, timeout).await?;
         print_table(ctx, Some(&name), true)?;
         return Ok(());
     }
@@ -29,7 +30,9 @@ pub async fn up(ctx: &LocalContext, file: &Path, detach: bool, timeout: Duration
     let printer = {
         let (ctx, name) = (ctx.clone(), name.clone());
         tokio::spawn(async move {
-            if commands::wait_until_ready(&ctx, &name, applied.generation, timeout)
+            // This process supervises: the wait ends with it.
+            let supervisor = std::process::id();
+            if commands::wait_until_ready(&ctx, &name, applied.generation, supervisor, timeout)
                 .await
                 .is_ok()
             {
@@ -60,12 +63,14 @@ pub async fn apply(ctx: &LocalContext, file: &Path, wait: bool, timeout: Duratio
         "unchanged"
     };
     println!("etcd.druid.gardener.cloud/{name} {verb}");
-    let running = quorate_local::lock::running_supervisor(&dir).is_some();
-    say_kept_ports(&name, file, running, &applied);
-    if !running {
+    let running = quorate_local::lock::running_supervisor(&dir);
+    say_kept_ports(&name, file, running.is_some(), &applied);
+    let Some(supervisor) = running else {
         eprintln!("note: {name} is not running; the change takes effect at `quorate up`");
-    } else if wait {
-        commands::wait_until_ready(ctx, &name, applied.generation, timeout).await?;
+        return Ok(());
+    };
+    if wait {
+        commands::wait_until_ready(ctx, &name, applied.generation, supervisor, timeout).await?;
         print_table(ctx, Some(&name), true)?;
     }
     Ok(())

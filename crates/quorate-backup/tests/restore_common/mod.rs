@@ -472,3 +472,28 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// A `Local` store of the restore tests (container `bucket`, prefix `main`, under `root`),
+/// encrypting and decrypting with the keyring directory `keys` when given.
+pub fn local_store(root: &Path, keys: Option<&Path>) -> quorate_backup::store::SnapStore {
+    let spec = quorate_api::StoreSpec {
+        container: Some("bucket".into()),
+        endpoint_override: None,
+        prefix: "main".into(),
+        provider: Some("Local".into()),
+        secret_ref: None,
+    };
+    let opts = quorate_backup::store::StoreOptions {
+        local_root: root.to_path_buf(),
+        secret_dir: None,
+        encryption_keys: keys.map(Path::to_path_buf),
+    };
+    quorate_backup::store::SnapStore::open(&spec, &opts).unwrap()
+}
+
+/// `bytes` as an object body of one chunk.
+pub fn bytes_body(
+    bytes: Vec<u8>,
+) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Unpin {
+    futures::stream::iter([Ok(bytes::Bytes::from(bytes))])
+}

@@ -31,17 +31,26 @@ use crate::error::StepError;
 use crate::finalizer;
 use crate::status::PassOutcome;
 use crate::validated::ValidatedEtcd;
+use quorate_core::etcd_version::VersionDecision;
 use references::References;
 
-/// Runs the spec flow once.
-pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> PassOutcome {
-    match steps(etcd, ctx).await {
+/// Runs the spec flow once: its outcome, and the etcd version decision it configured the
+/// members with (`None` when the pass failed before deciding), which the status reports as
+/// `EtcdVersionCurrent` the way local mode does.
+pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> (PassOutcome, Option<VersionDecision>) {
+    let mut version = None;
+    let outcome = match steps(etcd, ctx, &mut version).await {
         Ok(outcome) => outcome,
         Err(failed) => PassOutcome::Failed(vec![(failed.code, failed.error.to_string())]),
-    }
+    };
+    (outcome, version)
 }
 
-async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepError> {
+async fn steps(
+    etcd: &ValidatedEtcd,
+    ctx: &Context,
+    version: &mut Option<VersionDecision>,
+) -> Result<PassOutcome, StepError> {
     finalizer::ensure(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::AddFinalizer))?;
@@ -53,9 +62,10 @@ async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepE
     let references = References::look_up(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::SyncConfigMap))?;
-    let mut component_ctx = references
+    let (mut component_ctx, decision) = references
         .component_context(etcd.etcd(), &ctx.settings)
         .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
+    *version = Some(decision);
     let plan = scale::scale_plan(etcd.etcd(), ctx);
     component_ctx.running = Some(plan.running.clone());
     let desired = desired_components(etcd.etcd(), &component_ctx)

@@ -10,7 +10,7 @@ use quorate_api::{Etcd, EtcdVersion};
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::components::ComponentContext;
 use quorate_core::components::config_map::CLUSTER_CONFIG_KEY;
-use quorate_core::etcd_version::MemberVersions;
+use quorate_core::etcd_version::{MemberVersions, VersionDecision};
 
 use crate::context::{Context, OperatorSettings};
 use crate::error::Error;
@@ -66,23 +66,24 @@ impl References {
 
     /// The builders' context: the operator's images and settings, these facts, and the etcd
     /// version the members run after this pass (core `etcd_version::decide`: the next step of
-    /// a chained change once etcd reports the last one on every member); `Err` when the `Etcd`
-    /// asks for a version change that is refused (a downgrade below 3.5, another major).
+    /// a chained change once etcd reports the last one on every member), with that decision
+    /// itself for the status's `EtcdVersionCurrent`; `Err` when the `Etcd` asks for a version
+    /// change that is refused (a downgrade below 3.5, another major).
     pub fn component_context(
         self,
         etcd: &Etcd,
         settings: &OperatorSettings,
-    ) -> Result<ComponentContext, Error> {
+    ) -> Result<(ComponentContext, VersionDecision), Error> {
         let requested = quorate_api::etcd_version::requested(etcd).map_err(Error::EtcdVersion)?;
         let mut ctx =
             ComponentContext::new(settings.images.member.clone(), settings.images.init.clone());
-        ctx.etcd_version = quorate_core::etcd_version::decide(
+        let decision = quorate_core::etcd_version::decide(
             requested,
             self.running_etcd_version,
             &self.member_versions,
         )
-        .map_err(|refused| Error::EtcdVersion(refused.to_string()))?
-        .run;
+        .map_err(|refused| Error::EtcdVersion(refused.to_string()))?;
+        ctx.etcd_version = decision.run;
         ctx.disable_service_account_automount = settings.disable_service_account_automount;
         ctx.bootstrap_members = self.bootstrap_members;
         if let Some(path) = &self.local_backup_host_path {
@@ -94,7 +95,7 @@ impl References {
             )?;
         }
         ctx.local_backup_host_path = self.local_backup_host_path;
-        Ok(ctx)
+        Ok((ctx, decision))
     }
 }
 

@@ -50,6 +50,21 @@ impl Canary {
         Self { child, reader }
     }
 
+    /// Stops the canary and asserts that the change it watched hurt no write: none failed,
+    /// none waited 5 s, and it kept writing (over 100 acknowledged). Returns how far its
+    /// writes were acknowledged.
+    pub fn finish_unhurt(self) -> u64 {
+        let last = self.finish();
+        assert_eq!(last["failed"], 0, "no write failed: {last}");
+        assert!(
+            last["longest_wait_ms"].as_u64().unwrap() < 5000,
+            "no write waited 5 s: {last}"
+        );
+        let acked = last["acknowledged_through"].as_u64().unwrap();
+        assert!(acked > 100, "the canary kept writing: {last}");
+        acked
+    }
+
     /// Stops the canary; its last line.
     pub fn finish(mut self) -> serde_json::Value {
         self.child

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod canary;
+pub mod versions;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -469,4 +470,23 @@ fn split_series(series: &str) -> (&str, Vec<String>) {
         labels.push(current);
     }
     (name, labels)
+}
+
+/// Asserts that every member at `endpoints` holds the `before` keys under `k/` written before
+/// a change (none checked when 0) and at least the `acked` writes the canary had acknowledged
+/// under `c/`: a change of the cluster lost nothing.
+pub fn every_write_on_every_member(endpoints: &[String], before: usize, acked: u64) {
+    runtime().block_on(async {
+        for url in endpoints {
+            if before > 0 {
+                assert_eq!(dump(url, "k/").await.len(), before, "keys before on {url}");
+            }
+            let keys = dump(url, "c/").await;
+            assert!(
+                keys.len() as u64 >= acked,
+                "every acknowledged write is on {url}: {} of {acked}",
+                keys.len()
+            );
+        }
+    });
 }
