@@ -42,6 +42,11 @@ pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> PassOutcome {
 }
 
 async fn steps(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, StepError> {
+    // What the webhook checks, again: an `Etcd` created while the webhook was absent (or by
+    // druid) must not reach the cluster. The status flow reports it (`SpecValid`).
+    quorate_api::validate(etcd.etcd())
+        .map_err(crate::error::Error::Invalid)
+        .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
     finalizer::ensure(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::AddFinalizer))?;
