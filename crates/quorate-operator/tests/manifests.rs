@@ -1233,3 +1233,54 @@ async fn the_clusterrole_is_enough_for_the_controller() {
     let _ = shutdown.send(true);
     controller.abort();
 }
+
+/// The chart's `values.schema.json` (what `helm lint`/`install` check values against) describes
+/// exactly the keys of `values.yaml`, with the same JSON types, so a documented value is never
+/// refused and a misspelt one is.
+#[test]
+fn the_values_schema_describes_exactly_the_default_values() {
+    fn walk(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
+        let type_ok = match (schema["type"].as_str(), value) {
+            (Some("object"), Value::Object(_))
+            | (Some("array"), Value::Array(_))
+            | (Some("string"), Value::String(_))
+            | (Some("boolean"), Value::Bool(_)) => true,
+            (Some("integer"), Value::Number(n)) => n.is_i64(),
+            (None, _) => true,
+            _ => false,
+        };
+        if !type_ok {
+            problems.push(format!("{path}: {value} is not of type {}", schema["type"]));
+        }
+        if let Some(enumeration) = schema["enum"].as_array()
+            && !enumeration.contains(value)
+        {
+            problems.push(format!("{path}: {value} is not one of {enumeration:?}"));
+        }
+        let (Value::Object(map), Some(properties)) = (value, schema["properties"].as_object())
+        else {
+            return;
+        };
+        for (key, v) in map {
+            match properties.get(key) {
+                Some(s) => walk(v, s, &format!("{path}.{key}"), problems),
+                None => problems.push(format!("{path}.{key}: not in the schema")),
+            }
+        }
+        for key in properties.keys() {
+            if !map.contains_key(key) {
+                problems.push(format!(
+                    "{path}.{key}: in the schema but not in values.yaml"
+                ));
+            }
+        }
+    }
+    let values: Value =
+        serde_saphyr::from_str(&read(&format!("{CHART}/values.yaml"))).expect("values");
+    let schema: Value =
+        serde_json::from_str(&read(&format!("{CHART}/values.schema.json"))).expect("schema");
+    assert_eq!(schema["additionalProperties"], false);
+    let mut problems = Vec::new();
+    walk(&values, &schema, "", &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
+}
