@@ -61,6 +61,10 @@ if $local_only; then
   exit 0
 fi
 
+# helm, built from the Go module pinned in tools/helm/ into ~/.cache/quorate/bin (or
+# $QUORATE_BIN_DIR), for scripts/helm-check.sh and the node kit's chart install.
+bash "$(dirname "$0")/install-helm.sh"
+
 # moto's S3 server, the second S3 implementation the store tests run against (the first is
 # s3s-fs inside the test process). Installed into a venv once; tests find it at
 # ~/.cache/quorate/venv/bin/moto_server (or $QUORATE_VENV/bin/moto_server).

@@ -13,6 +13,8 @@ QUORATE_E2E= cargo test --workspace --all-targets "$@"
 book="$(mktemp -d)"
 trap 'rm -rf "$book"' EXIT
 "${QUORATE_MDBOOK_HOME:-$HOME/.cache/quorate/mdbook}/bin/mdbook" build -d "$book" . >/dev/null
+# The Helm chart: `helm lint` and `helm template` with the default and documented values.
+bash scripts/helm-check.sh
 [ $# -eq 0 ] || exit 0
 case "${QUORATE_E2E:-}" in
   0) echo "[quorate test] QUORATE_E2E=0: end-to-end suite left out" >&2 ;;

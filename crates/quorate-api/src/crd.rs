@@ -30,9 +30,280 @@ fn to_yaml(
     serde_saphyr::to_string(crd).expect("a CustomResourceDefinition always serializes to YAML")
 }
 
-/// The `Etcd` CRD as YAML, exactly as committed at [`CRD_PATH`].
+/// Where the `Etcd` CRD with druid's CEL rules is committed, relative to the workspace root.
+pub const CEL_CRD_PATH: &str = "deploy/crds/druid.gardener.cloud_etcds_with_cel.yaml";
+
+/// The first Kubernetes release whose API server evaluates CRD validation rules (CEL) by
+/// default (GA in 1.29); druid installs its CEL CRD from there on, and so does quorate.
+pub const FIRST_CEL_RELEASE: (u32, u32) = (1, 29);
+
+/// Whether an API server of this version evaluates CEL rules; `minor` may carry a `+` suffix
+/// as servers report it ("29+").
+pub fn server_supports_cel(major: &str, minor: &str) -> Option<bool> {
+    let major: u32 = major.trim().parse().ok()?;
+    let minor: u32 = minor.trim().trim_end_matches('+').parse().ok()?;
+    Some((major, minor) >= FIRST_CEL_RELEASE)
+}
+
+type Crd =
+    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+/// The `Etcd` CRD without CEL rules: the generated schema plus druid's list types, item limits
+/// and patterns that every supported server understands.
+pub fn etcd_crd() -> Crd {
+    edit_schema(Etcd::crd(), druid_markers)
+}
+
+/// The `Etcd` CRD with druid's CEL rules (`x-kubernetes-validations`, druid's messages), for
+/// servers from [`FIRST_CEL_RELEASE`] on. The rule that refuses a scale-in is left out:
+/// quorate scales in (docs/reference/etcd-resource.md lists the difference).
+pub fn etcd_crd_with_cel() -> Crd {
+    edit_schema(etcd_crd(), druid_cel_rules)
+}
+
+/// The `Etcd` CRD for a server of this version: with CEL from 1.29, without before (and when
+/// the version cannot be read).
+pub fn etcd_crd_for_server(major: &str, minor: &str) -> Crd {
+    if server_supports_cel(major, minor) == Some(true) {
+        etcd_crd_with_cel()
+    } else {
+        etcd_crd()
+    }
+}
+
+/// A Kubernetes version that is not `MAJOR.MINOR`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a Kubernetes version MAJOR.MINOR such as 1.33")]
+pub struct BadKubernetesVersion(pub String);
+
+/// The `Etcd` CRD as YAML for a server of `version` (`1.33`, `v1.20.2`), as `quorate crd
+/// --kubernetes-version` prints it.
+pub fn crd_yaml_for_version(version: &str) -> Result<String, BadKubernetesVersion> {
+    let bad = || BadKubernetesVersion(version.to_string());
+    let mut parts = version.trim_start_matches('v').split('.');
+    let (major, minor) = (parts.next().ok_or_else(bad)?, parts.next().ok_or_else(bad)?);
+    server_supports_cel(major, minor).ok_or_else(bad)?;
+    Ok(to_yaml(&etcd_crd_for_server(major, minor)))
+}
+
+/// The `Etcd` CRD as YAML, exactly as committed at [`CRD_PATH`] (without CEL rules).
 pub fn crd_yaml() -> String {
-    to_yaml(&Etcd::crd())
+    to_yaml(&etcd_crd())
+}
+
+/// The `Etcd` CRD with CEL rules as YAML, exactly as committed at [`CEL_CRD_PATH`].
+pub fn crd_yaml_with_cel() -> String {
+    to_yaml(&etcd_crd_with_cel())
+}
+
+fn edit_schema(crd: Crd, edit: fn(&mut serde_json::Value)) -> Crd {
+    let mut value = serde_json::to_value(&crd).expect("a CRD serializes");
+    edit(&mut value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
+    serde_json::from_value(value).expect("the edited CRD is still a CRD")
+}
+
+/// The schema node at `path` below `root` (`[]` steps into a list's items).
+fn node<'a>(root: &'a mut serde_json::Value, path: &str) -> &'a mut serde_json::Value {
+    let mut at = root;
+    for step in path.split('.') {
+        at = if step == "[]" {
+            &mut at["items"]
+        } else {
+            &mut at["properties"][step]
+        };
+        assert!(at.is_object(), "the Etcd schema has no {path} (at {step})");
+    }
+    at
+}
+
+/// Merges `extra` into the schema node at `path`.
+fn mark(root: &mut serde_json::Value, path: &str, extra: serde_json::Value) {
+    let target = node(root, path);
+    for (k, v) in extra.as_object().expect("an object of keywords") {
+        target[k] = v.clone();
+    }
+}
+
+/// druid's kubebuilder markers on `api/core/v1alpha1` that are plain OpenAPI.
+fn druid_markers(root: &mut serde_json::Value) {
+    use serde_json::json;
+    const MEMBER_NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9]+$";
+    const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+    for field in [
+        crate::spec_etcd::ADDITIONAL_PEER_URLS_FIELD,
+        crate::spec_etcd::LEGACY_ADDITIONAL_PEER_URLS_FIELD,
+    ] {
+        let list = format!("spec.etcd.{field}");
+        mark(root, &list, json!({ "maxItems": 10 }));
+        mark(
+            root,
+            &format!("{list}.[].memberName"),
+            json!({ "maxLength": 253, "pattern": MEMBER_NAME }),
+        );
+        mark(
+            root,
+            &format!("{list}.[].urls"),
+            json!({ "minItems": 1, "maxItems": 5, "x-kubernetes-list-type": "set" }),
+        );
+        mark(
+            root,
+            &format!("{list}.[].urls.[]"),
+            json!({ "maxLength": 2048 }),
+        );
+    }
+    let bootstrap = "spec.etcd.bootstrapWithExistingCluster";
+    mark(
+        root,
+        &format!("{bootstrap}.members"),
+        json!({ "minItems": 1, "maxItems": 10, "x-kubernetes-list-type": "atomic" }),
+    );
+    mark(
+        root,
+        &format!("{bootstrap}.members.[].name"),
+        json!({ "minLength": 1, "maxLength": 253, "pattern": DNS_LABEL }),
+    );
+    mark(
+        root,
+        &format!("{bootstrap}.members.[].peerUrls"),
+        json!({ "minItems": 1, "maxItems": 5, "x-kubernetes-list-type": "set" }),
+    );
+    mark(
+        root,
+        &format!("{bootstrap}.members.[].peerUrls.[]"),
+        json!({ "maxLength": 2048 }),
+    );
+    mark(
+        root,
+        &format!("{bootstrap}.clientEndpoints"),
+        json!({ "minItems": 1, "maxItems": 10, "x-kubernetes-list-type": "set" }),
+    );
+    mark(
+        root,
+        &format!("{bootstrap}.clientEndpoints.[]"),
+        json!({ "maxLength": 2048 }),
+    );
+    mark(
+        root,
+        "spec.backup.store.container",
+        json!({ "maxLength": 63, "pattern": "^[a-zA-Z0-9][a-zA-Z0-9._-]{1,61}[a-zA-Z0-9]$" }),
+    );
+    mark(
+        root,
+        "spec.memberNamePrefix",
+        json!({ "maxLength": 63, "pattern": DNS_LABEL }),
+    );
+}
+
+/// One CEL rule with druid's message.
+fn rule(rule: &str, message: &str) -> serde_json::Value {
+    serde_json::json!({ "rule": rule, "message": message })
+}
+
+/// druid's `+kubebuilder:validation:XValidation` rules, copied with their messages, except the
+/// scale-in rule on `spec.replicas`.
+fn druid_cel_rules(root: &mut serde_json::Value) {
+    use serde_json::json;
+    const PEER_URL: &str = "must be a valid http:// or https:// URL (e.g., https://10.0.0.1:2380)";
+    const URL_RULE: &str =
+        "(self.startsWith('http://') || self.startsWith('https://')) && isURL(self)";
+    root["x-kubernetes-validations"] = json!([
+        rule(
+            "!has(self.spec.etcd.additionalAdvertisePeerURLs) || self.spec.etcd.additionalAdvertisePeerURLs.all(m, has(self.spec.memberNamePrefix) ? m.memberName.startsWith(self.spec.memberNamePrefix + '-' + self.metadata.name + '-') : m.memberName.startsWith(self.metadata.name + '-'))",
+            "additionalAdvertisePeerURLs member names must start with the Etcd resource name followed by a dash"
+        ),
+        rule(
+            "!has(self.spec.etcd.additionalAdvertisePeerURLs) || self.spec.etcd.additionalAdvertisePeerURLs.all(m, int(m.memberName.substring(m.memberName.lastIndexOf('-')+1)) < self.spec.replicas)",
+            "additionalAdvertisePeerURLs member name index must be less than replicas"
+        ),
+        rule(
+            "!has(self.spec.etcd.bootstrapWithExistingCluster) || !has(oldSelf.spec.etcd.bootstrapWithExistingCluster) || !has(self.status) || !has(self.status.conditions) || !self.status.conditions.exists(c, c.type == 'BootstrappedWithExistingCluster' && c.status == 'False') || self.spec.etcd.bootstrapWithExistingCluster.members == oldSelf.spec.etcd.bootstrapWithExistingCluster.members",
+            "etcd.spec.etcd.bootstrapWithExistingCluster.members cannot be modified while the bootstrap is in progress"
+        ),
+        rule(
+            "!has(self.spec.etcd.bootstrapWithExistingCluster) || !has(oldSelf.spec.etcd.bootstrapWithExistingCluster) || !has(self.status) || !has(self.status.conditions) || !self.status.conditions.exists(c, c.type == 'BootstrappedWithExistingCluster' && c.status == 'False') || self.spec.etcd.bootstrapWithExistingCluster.clientEndpoints == oldSelf.spec.etcd.bootstrapWithExistingCluster.clientEndpoints",
+            "etcd.spec.etcd.bootstrapWithExistingCluster.clientEndpoints cannot be modified while the bootstrap is in progress"
+        ),
+        rule(
+            "!has(self.spec.etcd.bootstrapWithExistingCluster) || self.spec.etcd.bootstrapWithExistingCluster.members.all(m1, self.spec.etcd.bootstrapWithExistingCluster.members.filter(m2, m1.name == m2.name).size() == 1)",
+            "bootstrapWithExistingCluster.members[*].name must be unique"
+        ),
+        rule(
+            "!has(self.spec.etcd.bootstrapWithExistingCluster) || self.spec.etcd.bootstrapWithExistingCluster.members.all(m, has(self.spec.memberNamePrefix) ? !m.name.startsWith(self.spec.memberNamePrefix + '-' + self.metadata.name + '-') : !m.name.startsWith(self.metadata.name + '-'))",
+            "bootstrapWithExistingCluster.members[*].name must not collide with a target member (must not start with the target Etcd's member-name prefix)"
+        ),
+    ]);
+    mark(
+        root,
+        "spec",
+        json!({ "x-kubernetes-validations": [
+            rule("has(oldSelf.storageClass) ==  has(self.storageClass)", "etcd.spec.storageClass is an immutable field."),
+            rule("has(oldSelf.volumeClaimTemplate) == has(self.volumeClaimTemplate)", "etcd.spec.volumeClaimTemplate is an immutable field."),
+            rule("has(oldSelf.memberNamePrefix) == has(self.memberNamePrefix)", "etcd.spec.memberNamePrefix is an immutable field."),
+        ]}),
+    );
+    for (field, message) in [
+        (
+            "spec.storageClass",
+            "etcd.spec.storageClass is an immutable field",
+        ),
+        (
+            "spec.volumeClaimTemplate",
+            "etcd.spec.VolumeClaimTemplate is an immutable field",
+        ),
+        (
+            "spec.memberNamePrefix",
+            "etcd.spec.memberNamePrefix is an immutable field",
+        ),
+    ] {
+        mark(
+            root,
+            field,
+            json!({ "x-kubernetes-validations": [rule("self == oldSelf", message)] }),
+        );
+    }
+    mark(
+        root,
+        "spec.backup",
+        json!({ "x-kubernetes-validations": [
+            rule("!(has(self.deltaSnapshotPeriod) && has(self.garbageCollectionPeriod)) || duration(self.deltaSnapshotPeriod).getSeconds() < duration(self.garbageCollectionPeriod).getSeconds()", "etcd.spec.backup.garbageCollectionPeriod must be greater than etcd.spec.backup.deltaSnapshotPeriod"),
+        ]}),
+    );
+    mark(
+        root,
+        "spec.backup.store.endpointOverride",
+        json!({ "x-kubernetes-validations": [
+            rule("isURL(self)", "endpoint override must be a valid URL."),
+        ]}),
+    );
+    mark(
+        root,
+        "spec.etcd",
+        json!({ "x-kubernetes-validations": [
+            rule("!has(self.additionalAdvertisePeerURLs) || !has(self.peerUrlTls) || self.additionalAdvertisePeerURLs.all(m, m.urls.all(u, u.startsWith('https://')))", "when peerUrlTls is enabled, all additional advertise peer URLs must use https://"),
+            rule("!has(self.additionalAdvertisePeerURLs) || has(self.peerUrlTls) || self.additionalAdvertisePeerURLs.all(m, m.urls.all(u, u.startsWith('http://')))", "when peerUrlTls is not enabled, all additional advertise peer URLs must use http://"),
+            rule("!has(self.bootstrapWithExistingCluster) || !has(self.peerUrlTls) || self.bootstrapWithExistingCluster.members.all(m, m.peerUrls.all(u, u.startsWith('https://')))", "when peerUrlTls is enabled, all bootstrapWithExistingCluster member peer URLs must use https://"),
+            rule("!has(self.bootstrapWithExistingCluster) || has(self.peerUrlTls) || self.bootstrapWithExistingCluster.members.all(m, m.peerUrls.all(u, u.startsWith('http://')))", "when peerUrlTls is not enabled, all bootstrapWithExistingCluster member peer URLs must use http://"),
+            rule("!has(self.bootstrapWithExistingCluster) || !has(self.clientUrlTls) || self.bootstrapWithExistingCluster.clientEndpoints.all(u, u.startsWith('https://'))", "when clientUrlTls is enabled, all bootstrapWithExistingCluster clientEndpoints must use https://"),
+            rule("!has(self.bootstrapWithExistingCluster) || has(self.clientUrlTls) || self.bootstrapWithExistingCluster.clientEndpoints.all(u, u.startsWith('http://'))", "when clientUrlTls is not enabled, all bootstrapWithExistingCluster clientEndpoints must use http://"),
+            rule("!has(self.bootstrapWithExistingCluster) || has(oldSelf.bootstrapWithExistingCluster)", "etcd.spec.etcd.bootstrapWithExistingCluster cannot be added after the Etcd resource has been created"),
+        ]}),
+    );
+    let peer = crate::spec_etcd::ADDITIONAL_PEER_URLS_FIELD;
+    mark(
+        root,
+        &format!("spec.etcd.{peer}.[].urls.[]"),
+        json!({ "x-kubernetes-validations": [rule(URL_RULE, PEER_URL)] }),
+    );
+    mark(
+        root,
+        "spec.etcd.bootstrapWithExistingCluster.members.[].peerUrls.[]",
+        json!({ "x-kubernetes-validations": [rule(URL_RULE, PEER_URL)] }),
+    );
+    mark(
+        root,
+        "spec.etcd.bootstrapWithExistingCluster.clientEndpoints.[]",
+        json!({ "x-kubernetes-validations": [rule(URL_RULE, "must be a valid http:// or https:// URL (e.g., https://etcd-source-client.source-ns.svc:2379)")] }),
+    );
 }
 
 /// The `Etcd` CRD's `additionalPrinterColumns`, in order: what `kubectl get etcd` prints, and
@@ -49,13 +320,18 @@ pub fn etcd_printer_columns() -> Vec<
         .unwrap_or_default()
 }
 
-/// Every CRD quorate serves, `Etcd` first.
+/// Every CRD quorate serves, `Etcd` first (without, then with CEL rules).
 pub fn all_crds() -> Vec<CrdFile> {
     vec![
         CrdFile {
             plural: "etcds",
             path: CRD_PATH,
             yaml: crd_yaml(),
+        },
+        CrdFile {
+            plural: "etcds-with-cel",
+            path: CEL_CRD_PATH,
+            yaml: crd_yaml_with_cel(),
         },
         CrdFile {
             plural: "etcdopstasks",
@@ -244,6 +520,7 @@ mod tests {
             "peerUrlTls",
             "etcdDefragTimeout",
             "enableGRPCGateway",
+            "additionalAdvertisePeerURLs",
             "additionalAdvertisePeerUrls",
             "bootstrapWithExistingCluster",
         ] {
@@ -261,6 +538,58 @@ mod tests {
             !yaml.contains("x-kubernetes-validations"),
             "CEL rules break server-side apply on kube-apiserver 1.20"
         );
+        let urls = &etcd["additionalAdvertisePeerURLs"]["items"]["properties"]["urls"];
+        assert_eq!(urls["x-kubernetes-list-type"], "set");
+        assert_eq!(urls["maxItems"], 5);
+    }
+
+    /// The CEL CRD carries every druid rule but the scale-in one, with druid's messages; the
+    /// operator picks it from 1.29 on.
+    #[test]
+    fn cel_crd_has_druids_rules_and_is_chosen_from_1_29() {
+        let value = serde_json::to_value(etcd_crd_with_cel()).unwrap();
+        let root = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut count = 0;
+        fn walk(n: &serde_json::Value, count: &mut usize, messages: &mut Vec<String>) {
+            if let Some(rules) = n["x-kubernetes-validations"].as_array() {
+                *count += rules.len();
+                messages.extend(
+                    rules
+                        .iter()
+                        .map(|r| r["message"].as_str().unwrap().to_string()),
+                );
+            }
+            if let Some(props) = n["properties"].as_object() {
+                props.values().for_each(|p| walk(p, count, messages));
+            }
+            if n["items"].is_object() {
+                walk(&n["items"], count, messages);
+            }
+        }
+        let mut messages = Vec::new();
+        walk(root, &mut count, &mut messages);
+        // druid has 25 rules; the scale-in one is left out on purpose.
+        assert_eq!(count, 24, "{messages:#?}");
+        assert!(
+            !messages
+                .iter()
+                .any(|m| m.starts_with("Replicas can either"))
+        );
+        assert!(messages.contains(&"endpoint override must be a valid URL.".to_string()));
+        assert_eq!(server_supports_cel("1", "29"), Some(true));
+        assert_eq!(server_supports_cel("1", "37+"), Some(true));
+        assert_eq!(server_supports_cel("1", "20"), Some(false));
+        assert_eq!(server_supports_cel("1", "x"), None);
+        let without = serde_json::to_value(etcd_crd_for_server("1", "20")).unwrap();
+        assert!(!without.to_string().contains("x-kubernetes-validations"));
+        let with = serde_json::to_value(etcd_crd_for_server("1", "33")).unwrap();
+        assert_eq!(with, value);
+        assert_eq!(
+            crd_yaml_for_version("v1.29.0").unwrap(),
+            crd_yaml_with_cel()
+        );
+        assert_eq!(crd_yaml_for_version("1.20").unwrap(), crd_yaml());
+        assert!(crd_yaml_for_version("1").is_err());
     }
 
     /// kube-apiserver rejects CRDs whose schema is not structural: every node needs a
@@ -304,9 +633,10 @@ mod tests {
                 "{}: schema nodes without a type",
                 crd.plural
             );
-            assert!(
-                !crd.yaml.contains("x-kubernetes-validations"),
-                "{}: CEL rules break kube-apiserver 1.20",
+            assert_eq!(
+                crd.yaml.contains("x-kubernetes-validations"),
+                crd.path == CEL_CRD_PATH,
+                "{}: CEL rules only in {CEL_CRD_PATH} (they break kube-apiserver 1.20)",
                 crd.plural
             );
         }

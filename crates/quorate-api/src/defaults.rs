@@ -250,9 +250,10 @@ impl EtcdConfig {
 
     /// Extra peer URLs configured for the member with this name (empty if none).
     pub fn additional_peer_urls_of(&self, member_name: &str) -> &[String] {
-        self.additional_advertise_peer_urls
+        self.additional_peer_urls()
+            .map(|(_, urls)| urls)
+            .unwrap_or_default()
             .iter()
-            .flatten()
             .find(|a| a.member_name == member_name)
             .map(|a| a.urls.as_slice())
             .unwrap_or(&[])

@@ -307,14 +307,27 @@ impl Reader<'_> {
         let first_line = first_content_line(&doc.text).unwrap_or(doc.first_line);
         match self.classify(&value, first_line, found)? {
             DocKind::Etcd => {
-                let mut path = None;
-                let etcd: Etcd = serde_saphyr::with_deserializer_from_str(&doc.text, |de| {
-                    serde_path_to_error::deserialize(de).map_err(|e| {
-                        path = Some(e.path().to_string());
-                        e.into_inner()
-                    })
-                })
-                .map_err(|e| self.yaml_error(&e, path.take()))?;
+                // Decoded from the JSON the API server would see, so a quoted "2379" where the
+                // schema says integer is refused as the API server (and druid) refuse it; YAML
+                // readers would coerce it. Only when that fails is the text decoded again, for
+                // an error that points at the line.
+                let etcd = match self.etcd_from_value(&value, "") {
+                    Ok(etcd) => etcd,
+                    Err(mut strict) => {
+                        if let ManifestError::Parse(p) = &mut strict {
+                            p.line = Some(first_line);
+                        }
+                        let mut path = None;
+                        serde_saphyr::with_deserializer_from_str(&doc.text, |de| {
+                            serde_path_to_error::deserialize::<_, Etcd>(de).map_err(|e| {
+                                path = Some(e.path().to_string());
+                                e.into_inner()
+                            })
+                        })
+                        .map_err(|e| self.yaml_error(&e, path.take()))?;
+                        return Err(strict);
+                    }
+                };
                 etcds.push(EtcdManifest {
                     unknown_fields: unknown_fields(&value),
                     etcd,
@@ -380,7 +393,7 @@ impl Reader<'_> {
                         .into_iter()
                         .map(|u| UnknownField {
                             path: format!("items[{i}].{}", u.path),
-                            suggestion: u.suggestion,
+                            ..u
                         })
                         .collect();
                     etcds.push(EtcdManifest {

@@ -81,16 +81,44 @@ pub struct EtcdConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["array", "map"]))]
     pub backend_bbolt_freelist_type: Option<String>,
-    /// Extra peer URLs advertised by individual members (at most 10 entries).
+    /// Extra peer URLs advertised by individual members (at most 10 entries); druid's name.
+    #[serde(
+        rename = "additionalAdvertisePeerURLs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub additional_advertise_peer_urls: Option<Vec<AdditionalPeerUrl>>,
+    /// Deprecated: quorate's earlier spelling of `additionalAdvertisePeerURLs`, still read so
+    /// manifests written for it keep working; use `additionalAdvertisePeerURLs`.
     #[serde(
         rename = "additionalAdvertisePeerUrls",
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub additional_advertise_peer_urls: Option<Vec<AdditionalPeerUrl>>,
+    pub legacy_additional_advertise_peer_urls: Option<Vec<AdditionalPeerUrl>>,
     /// Join an existing etcd cluster instead of bootstrapping a new one (create-only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_with_existing_cluster: Option<BootstrapWithExistingCluster>,
+}
+
+/// The JSON name of the extra peer URLs, as druid spells it.
+pub const ADDITIONAL_PEER_URLS_FIELD: &str = "additionalAdvertisePeerURLs";
+/// quorate's earlier spelling of [`ADDITIONAL_PEER_URLS_FIELD`], read with a deprecation warning.
+pub const LEGACY_ADDITIONAL_PEER_URLS_FIELD: &str = "additionalAdvertisePeerUrls";
+
+impl EtcdConfig {
+    /// The extra peer URLs under whichever spelling the manifest used (druid's first), with
+    /// the JSON name it came from.
+    pub fn additional_peer_urls(&self) -> Option<(&'static str, &[AdditionalPeerUrl])> {
+        match (
+            &self.additional_advertise_peer_urls,
+            &self.legacy_additional_advertise_peer_urls,
+        ) {
+            (Some(urls), _) => Some((ADDITIONAL_PEER_URLS_FIELD, urls)),
+            (None, Some(urls)) => Some((LEGACY_ADDITIONAL_PEER_URLS_FIELD, urls)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// User additions to the client Service.

@@ -21,10 +21,26 @@ pub struct UnknownField {
     pub path: String,
     /// A known field with a similar name at the same place, if any.
     pub suggestion: Option<String>,
+    /// The field is known but deprecated: it is read, as `suggestion`, which is its new name.
+    pub deprecated: bool,
 }
+
+/// Deprecated spellings that are still read: (path, druid's name).
+const DEPRECATED: &[(&str, &str)] = &[(
+    "spec.etcd.additionalAdvertisePeerUrls",
+    crate::spec_etcd::ADDITIONAL_PEER_URLS_FIELD,
+)];
 
 impl fmt::Display for UnknownField {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.deprecated {
+            let new = self.suggestion.as_deref().unwrap_or_default();
+            return write!(
+                f,
+                "{}: deprecated spelling, read as {new:?}; rename it to {new:?}",
+                self.path
+            );
+        }
         write!(f, "{}: unknown field, ignored", self.path)?;
         if let Some(s) = &self.suggestion {
             write!(f, " (did you mean {s:?}?)")?;
@@ -70,10 +86,20 @@ fn walk(
         return;
     };
     match properties.get(key) {
-        Some(schema) => check(schema, path, value, out),
+        Some(schema) => {
+            if let Some((_, new)) = DEPRECATED.iter().find(|(old, _)| *old == path) {
+                out.push(UnknownField {
+                    path: path.to_string(),
+                    suggestion: Some(new.to_string()),
+                    deprecated: true,
+                });
+            }
+            check(schema, path, value, out)
+        }
         None => out.push(UnknownField {
             path: path.to_string(),
             suggestion: suggest(key, properties),
+            deprecated: false,
         }),
     }
 }
@@ -138,7 +164,7 @@ mod tests {
                 "etcd": {
                     "quota": "8Gi",
                     "resources": {"requests": {"cpu": "50m"}},
-                    "additionalAdvertisePeerUrls": [{"memberName": "x-0", "urls": ["http://a:1"]}],
+                    "additionalAdvertisePeerURLs": [{"memberName": "x-0", "urls": ["http://a:1"]}],
                     "clientUrlTls": {"tlsCASecretRef": {"name": "ca", "dataKey": "ca.crt"}}
                 },
                 "backup": {"store": {"prefix": "p", "provider": "Local"}},
@@ -169,6 +195,7 @@ mod tests {
             [
                 "spec.backup.deltaSnapshotPeriode: unknown field, ignored (did you mean \"deltaSnapshotPeriod\"?)",
                 "spec.backup.store.bucket: unknown field, ignored",
+                "spec.etcd.additionalAdvertisePeerUrls: deprecated spelling, read as \"additionalAdvertisePeerURLs\"; rename it to \"additionalAdvertisePeerURLs\"",
                 "spec.etcd.additionalAdvertisePeerUrls[0].url: unknown field, ignored (did you mean \"urls\"?)",
                 "spec.etcd.clientUrlTLS: unknown field, ignored (did you mean \"clientUrlTls\"?)",
                 "spec.frobnicate: unknown field, ignored",

@@ -23,6 +23,9 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// The `Etcd` breaks the validation rules; nothing in the cluster is changed.
+    #[error("the Etcd is invalid, nothing was changed: {}", .0.to_string().replace('\n', "; "))]
+    Invalid(quorate_api::ValidationErrors),
     /// The desired objects could not be built from the `Etcd`.
     #[error("rendering the components: {0}")]
     Render(#[from] ComponentError),

@@ -38,7 +38,7 @@ pub use run::{OperatorArgs, RunError, run_operator};
 pub use tasks::run as run_task_controllers;
 pub use webhook::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
-    EtcdFacts, EtcdLookup, LookupError, PROTECTED_KINDS, ProtectionConfig, TASK_VALIDATION_PATH,
-    WebhookCerts, WebhookConfig, WebhookError, generate_webhook_certs, router as webhook_router,
-    serve_webhooks_on, service_account_username,
+    EtcdFacts, EtcdLookup, EtcdVerdict, LookupError, PROTECTED_KINDS, ProtectionConfig,
+    TASK_VALIDATION_PATH, WebhookCerts, WebhookConfig, WebhookError, generate_webhook_certs,
+    judge_etcd, router as webhook_router, serve_webhooks_on, service_account_username,
 };

@@ -103,6 +103,7 @@ pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
     if i.etcd_version.is_none() {
         keep_etcd_version_condition(&previous, &mut status);
     }
+    spec_valid_condition(&mut status, &previous, i.etcd, i.now);
     status
 }
 
@@ -121,6 +122,42 @@ fn keep_etcd_version_condition(previous: &EtcdStatus, status: &mut EtcdStatus) {
         status.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
     }
 }
+
+/// quorate's condition for an `Etcd` that breaks the validation rules (created while the
+/// webhook was absent, or by druid): present, False, with every problem, while it is invalid;
+/// absent once it is valid, so a valid `Etcd`'s status is what druid would write.
+fn spec_valid_condition(
+    status: &mut EtcdStatus,
+    previous: &EtcdStatus,
+    etcd: &Etcd,
+    now: Timestamp,
+) {
+    use quorate_api::status::{Condition, ConditionStatus};
+    status.conditions.retain(|c| c.type_ != SPEC_VALID);
+    let Err(problems) = quorate_api::validate(etcd) else {
+        return;
+    };
+    let message = format!(
+        "the spec is invalid, so the operator changes nothing in the cluster until it is fixed: {}",
+        problems.to_string().replace('\n', "; ")
+    );
+    let before = previous.conditions.iter().find(|c| c.type_ == SPEC_VALID);
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    let since = before
+        .filter(|c| c.status == ConditionStatus::False)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    status.conditions.push(Condition {
+        type_: SPEC_VALID.to_string(),
+        status: ConditionStatus::False,
+        last_transition_time: since,
+        last_update_time: now,
+        reason: "InvalidSpec".to_string(),
+        message,
+    });
+}
+
+/// The condition [`spec_valid_condition`] writes.
+pub const SPEC_VALID: &str = "SpecValid";
 
 /// The rollout facts of a StatefulSet.
 /// With `OnDelete` the StatefulSet controller never moves `currentRevision`; every replica

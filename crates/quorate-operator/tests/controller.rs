@@ -660,6 +660,107 @@ async fn a_local_store_outside_the_allowed_host_directories_is_refused() {
     assert!(statefulset.is_none(), "no StatefulSet was made");
 }
 
+/// An `Etcd` that breaks a rule the webhook enforces (here druid's CEL rule that garbage
+/// collection runs less often than delta snapshots, which v1.20 does not evaluate), created
+/// while no webhook runs: the controller writes nothing to the cluster, says why in the
+/// `SpecValid` condition, `lastErrors` and a Warning event; once fixed, it proceeds and the
+/// condition goes.
+#[tokio::test]
+async fn an_invalid_etcd_that_bypassed_the_webhook_is_reported_and_not_acted_on() {
+    let Some((client, ns)) = setup("invalid_at_reconcile").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let text = SINGLE.replace(
+        "  backup: {}\n",
+        "  backup:\n    deltaSnapshotPeriod: 5m\n    garbageCollectionPeriod: 1m\n",
+    );
+    assert_ne!(text, SINGLE, "the example changed; adapt the test");
+    let api = create(&client, &manifest(&text, &ns)).await;
+    let message = eventually("SpecValid False", WAIT, || async {
+        let etcd = api.get("etcd-single").await.ok()?;
+        let status = etcd.status?;
+        let condition = status.conditions.iter().find(|c| c.type_ == "SpecValid")?;
+        assert_eq!(format!("{:?}", condition.status), "False");
+        assert!(
+            status
+                .last_errors
+                .iter()
+                .any(|e| e.code == "ERR_INVALID_SPEC")
+        );
+        Some(condition.message.clone())
+    })
+    .await;
+    assert!(
+        message.contains("spec.backup.garbageCollectionPeriod")
+            && message.contains("changes nothing"),
+        "{message}"
+    );
+    let events = eventually("a Warning event naming the rule", WAIT, || async {
+        let events = Api::<Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        events.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("ReconcileError")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("garbageCollectionPeriod"))
+        })
+    })
+    .await;
+    assert_eq!(events.type_.as_deref(), Some("Warning"));
+    // Nothing in the cluster: no StatefulSet, no ConfigMap, not even the finalizer.
+    let etcd = api.get("etcd-single").await.unwrap();
+    assert!(etcd.metadata.finalizers.unwrap_or_default().is_empty());
+    assert!(
+        Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .get_opt("etcd-single")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|c| !c
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("etcd-single")),
+    );
+
+    // Fixed: the spec flow runs and the condition is gone.
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(
+            serde_json::json!({ "spec": { "backup": { "garbageCollectionPeriod": "1h" } } }),
+        ),
+    )
+    .await
+    .unwrap();
+    eventually("the StatefulSet after the fix", WAIT, || async {
+        Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .get_opt("etcd-single")
+            .await
+            .ok()?
+    })
+    .await;
+    let etcd = eventually("SpecValid gone", WAIT, || async {
+        let etcd = api.get("etcd-single").await.ok()?;
+        let status = etcd.status.as_ref()?;
+        (!status.conditions.iter().any(|c| c.type_ == "SpecValid")).then_some(etcd)
+    })
+    .await;
+    assert!(etcd.metadata.finalizers.is_some());
+}
+
 #[tokio::test]
 async fn deleting_the_etcd_removes_every_component_then_the_finalizer() {
     let Some((client, ns)) = setup("delete_flow").await else {

@@ -460,6 +460,9 @@ fn template_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo(&format!("{CHART}/templates")))
         .expect("templates")
         .map(|e| e.expect("entry").path())
+        // templates/tests/ holds the `helm test` hook, not part of what an install makes;
+        // scripts/helm-check.sh lints and renders it with helm itself.
+        .filter(|p| p.is_file())
         .collect();
     files.sort();
     files
@@ -1264,4 +1267,55 @@ fn the_cluster_wide_secrets_variant_grants_only_the_namespaced_verbs_everywhere(
         }])
     );
     assert_eq!(chart_values()["clusterWideSecrets"], false);
+}
+
+/// The chart's `values.schema.json` (what `helm lint`/`install` check values against) describes
+/// exactly the keys of `values.yaml`, with the same JSON types, so a documented value is never
+/// refused and a misspelt one is.
+#[test]
+fn the_values_schema_describes_exactly_the_default_values() {
+    fn walk(value: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
+        let type_ok = match (schema["type"].as_str(), value) {
+            (Some("object"), Value::Object(_))
+            | (Some("array"), Value::Array(_))
+            | (Some("string"), Value::String(_))
+            | (Some("boolean"), Value::Bool(_)) => true,
+            (Some("integer"), Value::Number(n)) => n.is_i64(),
+            (None, _) => true,
+            _ => false,
+        };
+        if !type_ok {
+            problems.push(format!("{path}: {value} is not of type {}", schema["type"]));
+        }
+        if let Some(enumeration) = schema["enum"].as_array()
+            && !enumeration.contains(value)
+        {
+            problems.push(format!("{path}: {value} is not one of {enumeration:?}"));
+        }
+        let (Value::Object(map), Some(properties)) = (value, schema["properties"].as_object())
+        else {
+            return;
+        };
+        for (key, v) in map {
+            match properties.get(key) {
+                Some(s) => walk(v, s, &format!("{path}.{key}"), problems),
+                None => problems.push(format!("{path}.{key}: not in the schema")),
+            }
+        }
+        for key in properties.keys() {
+            if !map.contains_key(key) {
+                problems.push(format!(
+                    "{path}.{key}: in the schema but not in values.yaml"
+                ));
+            }
+        }
+    }
+    let values: Value =
+        serde_saphyr::from_str(&read(&format!("{CHART}/values.yaml"))).expect("values");
+    let schema: Value =
+        serde_json::from_str(&read(&format!("{CHART}/values.schema.json"))).expect("schema");
+    assert_eq!(schema["additionalProperties"], false);
+    let mut problems = Vec::new();
+    walk(&values, &schema, "", &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
 }

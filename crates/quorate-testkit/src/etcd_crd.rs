@@ -39,6 +39,22 @@ pub async fn install_task_crds(client: &Client) {
     }
 }
 
+/// Installs the `Etcd` CRD the operator picks for this server, with druid's CEL rules from
+/// Kubernetes 1.29 on (`quorate_api::crd::etcd_crd_for_server`); returns the server's
+/// `major.minor` and whether the CRD carries CEL rules. Use a private server: a shared one may
+/// hold the CEL-free CRD already.
+pub async fn install_etcd_crd_for_server(client: &Client) -> (String, bool) {
+    let info = client
+        .apiserver_version()
+        .await
+        .expect("the server's version");
+    let crd = quorate_api::crd::etcd_crd_for_server(&info.major, &info.minor);
+    let cel = quorate_api::crd::server_supports_cel(&info.major, &info.minor) == Some(true);
+    let yaml = serde_saphyr::to_string(&crd).expect("the CRD serializes");
+    install_crd(client, &yaml, ETCD_CRD_NAME).await;
+    (info.git_version, cel)
+}
+
 async fn install_crd(client: &Client, yaml: &str, name: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition =

@@ -260,7 +260,12 @@ pub enum Command {
         no_verify: bool,
     },
     /// Print the Etcd CustomResourceDefinition (YAML).
-    Crd,
+    Crd {
+        /// The Kubernetes version the CRD is for (`1.33`): from 1.29 on it carries druid's CEL
+        /// validation rules, before (and by default) it does not.
+        #[arg(long, value_name = "MAJOR.MINOR")]
+        kubernetes_version: Option<String>,
+    },
     /// Run the agent of one member (started by `quorate up` or in a pod).
     Agent(AgentArgs),
     /// Run the Kubernetes operator: the Etcd controller and its validating webhooks.

@@ -114,8 +114,18 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             };
             done(crate::backup_cmds::restore(&ctx(), request).await)
         }
-        Command::Crd => {
-            print!("{}", quorate_api::crd::crd_yaml());
+        Command::Crd { kubernetes_version } => {
+            let yaml = match kubernetes_version.as_deref() {
+                None => quorate_api::crd::crd_yaml(),
+                Some(version) => match quorate_api::crd::crd_yaml_for_version(version) {
+                    Ok(yaml) => yaml,
+                    Err(e) => {
+                        eprintln!("quorate crd: --kubernetes-version {e}");
+                        return Ok(ExitCode::from(2));
+                    }
+                },
+            };
+            print!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent(args) => crate::agent_cmd::run(args).await,

@@ -1,7 +1,7 @@
 //! Rules for `spec.backup`: the backup server, the object store, schedules and retention.
 
 use super::Problems;
-use super::format::parse_url;
+use super::format::{parse_url, request_uri_problem};
 use super::spec::{
     check_cron, check_duration, check_enum, check_image, check_resources, check_size, check_tls,
 };
@@ -135,7 +135,8 @@ fn check_gc_period_exceeds_delta_period(backup: &BackupSpec, p: &mut Problems) {
     let (Ok(gc), Ok(delta)) = (parse_go_duration(gc_text), parse_go_duration(delta_text)) else {
         return; // already reported
     };
-    if gc <= delta {
+    // druid's CEL rule compares whole seconds (`duration(...).getSeconds()`).
+    if gc.as_secs() <= delta.as_secs() {
         p.add(
             "spec.backup.garbageCollectionPeriod",
             format!(
@@ -182,14 +183,20 @@ pub(super) fn check_store(store: &StoreSpec, path: &str, p: &mut Problems) {
             }
         }
         Some(c) => {
-            let valid = (3..=63).contains(&c.len())
-                && c.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            // druid's pattern `^[a-zA-Z0-9][a-zA-Z0-9._-]{1,61}[a-zA-Z0-9]$`: the name reaches a
+            // root chown in druid's init container, so no shell or path characters.
+            let bytes = c.as_bytes();
+            let valid = (3..=63).contains(&bytes.len())
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                && bytes[0].is_ascii_alphanumeric()
+                && bytes[bytes.len() - 1].is_ascii_alphanumeric();
             if !valid {
                 p.add(
                     format!("{path}.container"),
                     format!(
-                        "{c:?} is not a valid container name; use 3-63 letters, digits, '.', '_' or '-'"
+                        "{c:?} is not a valid container name; use 3-63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
                     ),
                 );
             }
@@ -202,19 +209,27 @@ pub(super) fn check_store(store: &StoreSpec, path: &str, p: &mut Problems) {
         );
     }
     if let Some(endpoint) = &store.endpoint_override {
-        match parse_url(endpoint) {
-            Ok(u) if u.scheme == "http" || u.scheme == "https" => {}
-            Ok(u) => p.add(
+        // druid's rule is Go's url.ParseRequestURI; quorate's object stores speak HTTP(S), so a
+        // URL with another scheme is refused too (documented), while `host:port` means https.
+        let problem = request_uri_problem(endpoint).or_else(|| {
+            if !endpoint.contains("://") {
+                return None; // host:port
+            }
+            match parse_url(endpoint) {
+                Ok(u) if u.scheme != "http" && u.scheme != "https" => {
+                    Some(format!("{endpoint:?} uses scheme {:?}", u.scheme))
+                }
+                Ok(_) => None,
+                Err(e) => Some(e),
+            }
+        });
+        if let Some(problem) = problem {
+            p.add(
                 format!("{path}.endpointOverride"),
                 format!(
-                    "{endpoint:?} uses scheme {:?}; use an http:// or https:// URL such as \"https://s3.example.com\"",
-                    u.scheme
+                    "{problem}; use an http:// or https:// URL such as \"https://s3.example.com\" (host:port alone means https)"
                 ),
-            ),
-            Err(e) => p.add(
-                format!("{path}.endpointOverride"),
-                format!("{e}; use an http:// or https:// URL such as \"https://s3.example.com\""),
-            ),
+            );
         }
     }
     if let Some(secret) = &store.secret_ref {

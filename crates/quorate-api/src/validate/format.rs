@@ -142,6 +142,72 @@ pub(crate) fn parse_url(url: &str) -> Result<UrlParts<'_>, String> {
 
 /// Checks an etcd URL (peer or client): scheme must be `https` when TLS is on and `http`
 /// otherwise; host and port are required; no path (etcd rejects one).
+/// What Go's `url.ParseRequestURI` (the CEL `isURL` of druid's CRD) refuses in `text`, if
+/// anything: control characters, a missing scheme on a relative reference, bad `%` escapes and
+/// a non-numeric port. `localhost:4566` passes, as it does in Go (scheme `localhost`).
+pub(crate) fn request_uri_problem(text: &str) -> Option<String> {
+    if text.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return Some(format!("{text:?} contains a control character"));
+    }
+    let bad_escape = text.match_indices('%').any(|(i, _)| {
+        let hex = text.as_bytes().get(i + 1..i + 3);
+        !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if bad_escape {
+        return Some(format!(
+            "{text:?} has a '%' that is not followed by two hex digits"
+        ));
+    }
+    // Go's getScheme: letters, then letters, digits, '+', '-', '.', up to the first ':'.
+    let mut scheme = "";
+    let mut rest = text;
+    for (i, c) in text.char_indices() {
+        match c {
+            'a'..='z' | 'A'..='Z' => {}
+            '0'..='9' | '+' | '-' | '.' if i > 0 => {}
+            ':' if i == 0 => return Some(format!("{text:?} is missing a scheme before ':'")),
+            ':' => {
+                (scheme, rest) = (&text[..i], &text[i + 1..]);
+                break;
+            }
+            _ => break,
+        }
+    }
+    let rest = rest.split_once('?').map_or(rest, |(before, _)| before);
+    if !rest.starts_with('/') {
+        return if scheme.is_empty() {
+            Some(format!(
+                "{text:?} is not a URL; write it as scheme://host:port or host:port"
+            ))
+        } else {
+            None // an opaque URL such as "localhost:4566"
+        };
+    }
+    let after = rest.strip_prefix("//").filter(|_| !scheme.is_empty())?;
+    let authority = &after[..after.find('/').unwrap_or(after.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.chars().any(|c| {
+        c.is_whitespace() || matches!(c, '<' | '>' | '"' | '`' | '{' | '}' | '|' | '\\' | '^')
+    }) {
+        return Some(format!("{text:?} has an invalid character in its host"));
+    }
+    let port = match host.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((_, "")) => None,
+            Some((_, after)) => match after.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => return Some(format!("{text:?} has junk after its IPv6 host")),
+            },
+            None => return Some(format!("{text:?} has an unclosed '[' in its host")),
+        },
+        None => host.rsplit_once(':').map(|(_, port)| port),
+    };
+    if port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+        return Some(format!("{text:?} has a port that is not a number"));
+    }
+    None
+}
+
 pub(crate) fn etcd_url_problem(url: &str, tls: bool, tls_field: &str) -> Option<String> {
     let parts = match parse_url(url) {
         Ok(p) => p,

@@ -23,6 +23,8 @@ use crate::tls::{PeerTlsConfig, SecretReference, TlsConfig};
 const MAX_ADDITIONAL_PEER_URL_ENTRIES: usize = 10;
 /// Most URLs per entry of `additionalAdvertisePeerUrls` (druid's limit).
 const MAX_ADDITIONAL_PEER_URLS_PER_MEMBER: usize = 5;
+/// Most entries in `bootstrapWithExistingCluster.members` and `.clientEndpoints` (druid's limit).
+const MAX_BOOTSTRAP_ENTRIES: usize = 10;
 
 pub(super) fn check(etcd: &Etcd, p: &mut Problems) {
     check_metadata(etcd, p);
@@ -343,8 +345,16 @@ fn check_etcd_config(etcd: &Etcd, config: &EtcdConfig, p: &mut Problems) {
         FreelistType::allowed(),
         p,
     );
-    if let Some(entries) = &config.additional_advertise_peer_urls {
-        check_additional_peer_urls(etcd, entries, p);
+    if config.additional_advertise_peer_urls.is_some()
+        && config.legacy_additional_advertise_peer_urls.is_some()
+    {
+        p.add(
+            "spec.etcd.additionalAdvertisePeerUrls",
+            "is the deprecated spelling of spec.etcd.additionalAdvertisePeerURLs, which is also set; keep only additionalAdvertisePeerURLs",
+        );
+    }
+    if let Some((field, entries)) = config.additional_peer_urls() {
+        check_additional_peer_urls(etcd, field, entries, p);
     }
     if let Some(bootstrap) = &config.bootstrap_with_existing_cluster {
         check_bootstrap(etcd, bootstrap, p);
@@ -505,11 +515,17 @@ fn ordinal_after(name: &str, base: &str) -> Option<u64> {
     if canonical { digits.parse().ok() } else { None }
 }
 
-fn check_additional_peer_urls(etcd: &Etcd, entries: &[AdditionalPeerUrl], p: &mut Problems) {
-    const PATH: &str = "spec.etcd.additionalAdvertisePeerUrls";
+fn check_additional_peer_urls(
+    etcd: &Etcd,
+    field: &str,
+    entries: &[AdditionalPeerUrl],
+    p: &mut Problems,
+) {
+    let path = format!("spec.etcd.{field}");
+    let path = path.as_str();
     if entries.len() > MAX_ADDITIONAL_PEER_URL_ENTRIES {
         p.add(
-            PATH,
+            path,
             format!(
                 "has {} entries; at most {MAX_ADDITIONAL_PEER_URL_ENTRIES} are allowed",
                 entries.len()
@@ -526,7 +542,7 @@ fn check_additional_peer_urls(etcd: &Etcd, entries: &[AdditionalPeerUrl], p: &mu
     let peer_tls = etcd.spec.etcd.peer_url_tls.is_some();
     let mut first_index: HashMap<u64, usize> = HashMap::new();
     for (i, entry) in entries.iter().enumerate() {
-        let member_path = format!("{PATH}[{i}].memberName");
+        let member_path = format!("{path}[{i}].memberName");
         let ordinal = ordinal_after(&entry.member_name, &name).or_else(|| {
             prefixed
                 .as_deref()
@@ -561,7 +577,7 @@ fn check_additional_peer_urls(etcd: &Etcd, entries: &[AdditionalPeerUrl], p: &mu
                 }
             }
         }
-        let urls_path = format!("{PATH}[{i}].urls");
+        let urls_path = format!("{path}[{i}].urls");
         if entry.urls.is_empty() {
             p.add(
                 &urls_path,
@@ -581,6 +597,7 @@ fn check_additional_peer_urls(etcd: &Etcd, entries: &[AdditionalPeerUrl], p: &mu
                 p.add(format!("{urls_path}[{k}]"), problem);
             }
         }
+        check_set(&urls_path, &entry.urls, p);
     }
 }
 
@@ -637,11 +654,21 @@ fn check_bootstrap(etcd: &Etcd, bootstrap: &BootstrapWithExistingCluster, p: &mu
                 "is empty; list the peer URLs the member advertises",
             );
         }
+        if member.peer_urls.len() > MAX_ADDITIONAL_PEER_URLS_PER_MEMBER {
+            p.add(
+                &urls_path,
+                format!(
+                    "has {} URLs; at most {MAX_ADDITIONAL_PEER_URLS_PER_MEMBER} are allowed per member",
+                    member.peer_urls.len()
+                ),
+            );
+        }
         for (k, url) in member.peer_urls.iter().enumerate() {
             if let Some(problem) = etcd_url_problem(url, peer_tls, "spec.etcd.peerUrlTls") {
                 p.add(format!("{urls_path}[{k}]"), problem);
             }
         }
+        check_set(&urls_path, &member.peer_urls, p);
     }
     let client_tls = etcd.spec.etcd.client_url_tls.is_some();
     if bootstrap.client_endpoints.is_empty() {
@@ -653,6 +680,37 @@ fn check_bootstrap(etcd: &Etcd, bootstrap: &BootstrapWithExistingCluster, p: &mu
     for (k, url) in bootstrap.client_endpoints.iter().enumerate() {
         if let Some(problem) = etcd_url_problem(url, client_tls, "spec.etcd.clientUrlTls") {
             p.add(format!("{PATH}.clientEndpoints[{k}]"), problem);
+        }
+    }
+    check_set(
+        &format!("{PATH}.clientEndpoints"),
+        &bootstrap.client_endpoints,
+        p,
+    );
+    for (list, len) in [
+        ("members", bootstrap.members.len()),
+        ("clientEndpoints", bootstrap.client_endpoints.len()),
+    ] {
+        if len > MAX_BOOTSTRAP_ENTRIES {
+            p.add(
+                format!("{PATH}.{list}"),
+                format!("has {len} entries; at most {MAX_BOOTSTRAP_ENTRIES} are allowed"),
+            );
+        }
+    }
+}
+
+/// druid's `x-kubernetes-list-type: set`: no value twice.
+fn check_set(path: &str, items: &[String], p: &mut Problems) {
+    let mut first: HashMap<&str, usize> = HashMap::new();
+    for (k, item) in items.iter().enumerate() {
+        if let Some(j) = first.get(item.as_str()) {
+            p.add(
+                format!("{path}[{k}]"),
+                format!("{item:?} is listed again (first at [{j}]); each value may appear once"),
+            );
+        } else {
+            first.insert(item, k);
         }
     }
 }

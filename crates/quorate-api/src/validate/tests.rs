@@ -458,7 +458,7 @@ fn peer_urls(member: &str, urls: &[&str]) -> AdditionalPeerUrl {
 
 #[test]
 fn additional_advertise_peer_urls_rules() {
-    const P: &str = "spec.etcd.additionalAdvertisePeerUrls";
+    const P: &str = "spec.etcd.additionalAdvertisePeerURLs";
     let mut e = valid();
     e.spec.etcd.additional_advertise_peer_urls = Some(vec![
         peer_urls(
@@ -688,26 +688,45 @@ fn bootstrap_with_existing_cluster_is_create_only() {
             .contains("only be set when the Etcd is created")
     );
 
+    // druid's rules: removing it is allowed; changing members or clientEndpoints is refused
+    // only while the join is in progress (the condition is False).
     let mut old = new.clone();
     new.spec.etcd.bootstrap_with_existing_cluster = None;
-    assert!(
-        update_rejected(&old, &new, "spec.etcd.bootstrapWithExistingCluster")
-            .contains("BootstrappedWithExistingCluster condition is True")
-    );
+    assert!(validate_update(&old, &new).is_ok());
+    let mut new = old.clone();
+    new.spec.etcd.bootstrap_with_existing_cluster = Some(bootstrap(
+        &["src-0", "src-1"],
+        "http://src-0:2380",
+        "http://src:2379",
+    ));
+    assert!(validate_update(&old, &new).is_ok(), "no condition yet");
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         "2024-01-01T00:00:00Z".parse().unwrap(),
     );
-    old.status = Some(EtcdStatus {
-        conditions: vec![Condition {
-            type_: "BootstrappedWithExistingCluster".into(),
-            status: ConditionStatus::True,
-            last_transition_time: now.clone(),
-            last_update_time: now,
-            reason: "BootstrapSucceeded".into(),
-            message: String::new(),
-        }],
-        ..EtcdStatus::default()
-    });
+    let status = |status| {
+        Some(EtcdStatus {
+            conditions: vec![Condition {
+                type_: "BootstrappedWithExistingCluster".into(),
+                status,
+                last_transition_time: now.clone(),
+                last_update_time: now.clone(),
+                reason: "Test".into(),
+                message: String::new(),
+            }],
+            ..EtcdStatus::default()
+        })
+    };
+    old.status = status(ConditionStatus::False);
+    assert!(
+        update_rejected(&old, &new, "spec.etcd.bootstrapWithExistingCluster.members")
+            .contains("while the bootstrap is in progress")
+    );
+    assert!(
+        !validate_update(&old, &new)
+            .unwrap_err()
+            .has_path("spec.etcd.bootstrapWithExistingCluster.clientEndpoints")
+    );
+    old.status = status(ConditionStatus::True);
     assert!(validate_update(&old, &new).is_ok());
 }
 

@@ -57,22 +57,35 @@ pub(super) fn check(old: &Etcd, new: &Etcd, p: &mut Problems) {
             ),
         );
     }
-    let old_bootstrap = &old.spec.etcd.bootstrap_with_existing_cluster;
-    let new_bootstrap = &new.spec.etcd.bootstrap_with_existing_cluster;
-    if old_bootstrap != new_bootstrap {
-        if old_bootstrap.is_none() {
-            p.add(
-                "spec.etcd.bootstrapWithExistingCluster",
-                "can only be set when the Etcd is created; create a new Etcd to join an existing cluster",
-            );
-        } else if !bootstrapped(old) {
-            p.add(
-                "spec.etcd.bootstrapWithExistingCluster",
-                format!(
-                    "cannot change while joining the existing cluster; wait until the {BOOTSTRAPPED_CONDITION} condition is True"
+    // druid's CEL rules: the field cannot be added after creation (removing it is allowed), and
+    // while the join is in progress (the condition is False) members and clientEndpoints freeze.
+    match (
+        &old.spec.etcd.bootstrap_with_existing_cluster,
+        &new.spec.etcd.bootstrap_with_existing_cluster,
+    ) {
+        (None, Some(_)) => p.add(
+            "spec.etcd.bootstrapWithExistingCluster",
+            "can only be set when the Etcd is created; create a new Etcd to join an existing cluster",
+        ),
+        (Some(from), Some(to)) if joining(old) => {
+            for (field, changed) in [
+                ("members", from.members != to.members),
+                (
+                    "clientEndpoints",
+                    from.client_endpoints != to.client_endpoints,
                 ),
-            );
+            ] {
+                if changed {
+                    p.add(
+                        format!("spec.etcd.bootstrapWithExistingCluster.{field}"),
+                        format!(
+                            "cannot be modified while the bootstrap is in progress ({BOOTSTRAPPED_CONDITION} is False); wait until it is True"
+                        ),
+                    );
+                }
+            }
         }
+        _ => {}
     }
 }
 
@@ -102,11 +115,13 @@ pub fn check_replicas_change(old: &Etcd, new: &Etcd) -> Result<(), FieldError> {
     }
 }
 
-fn bootstrapped(etcd: &Etcd) -> bool {
+/// Whether the join of an existing cluster is in progress: its condition is False. druid reads
+/// the condition of the object being written, whose status the API server keeps as stored.
+fn joining(etcd: &Etcd) -> bool {
     etcd.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
-            .any(|c| c.type_ == BOOTSTRAPPED_CONDITION && c.status == ConditionStatus::True)
+            .any(|c| c.type_ == BOOTSTRAPPED_CONDITION && c.status == ConditionStatus::False)
     })
 }
 

@@ -100,6 +100,15 @@ fn container(spec: &StoreSpec, provider: StorageProvider) -> Result<&str, StoreE
 
 /// Parses an endpoint URL, naming the field it came from when it is not one.
 fn endpoint_url(text: &str, field: &str) -> Result<Url, StoreError> {
+    // `host:port` without a scheme means https, as the AWS SDK etcd-backup-restore uses reads it
+    // (druid's CRD accepts it).
+    let with_scheme;
+    let text = if text.contains("://") {
+        text
+    } else {
+        with_scheme = format!("https://{text}");
+        &with_scheme
+    };
     let url = Url::parse(text).map_err(|e| StoreError::Config {
         detail: format!("{field} {text:?} is not a URL ({e}); write it like https://host:port"),
     })?;
@@ -408,6 +417,12 @@ mod tests {
         let b = open(&s, &opts(tmp.path(), None)).unwrap();
         assert_eq!(b.description, "s3://bkt/etcd-main at http://127.0.0.1:9000");
         s.endpoint_override = Some("127.0.0.1:9000".to_string());
+        let b = open(&s, &opts(tmp.path(), None)).unwrap();
+        assert_eq!(
+            b.description,
+            "s3://bkt/etcd-main at https://127.0.0.1:9000"
+        );
+        s.endpoint_override = Some("ftp://127.0.0.1:9000".to_string());
         let e = open(&s, &opts(tmp.path(), None)).err().unwrap();
         assert!(e.to_string().contains("endpointOverride"), "{e}");
     }

@@ -326,6 +326,7 @@ impl Replay {
             statefulset: None,
             ready: &ready,
             scale: None,
+            etcd_version: None,
             outcome: &PassOutcome::Succeeded,
             run_id: BASELINE_RUN_ID,
             now: jiff::Timestamp::now(),

@@ -51,6 +51,11 @@ async fn steps(
     ctx: &Context,
     version: &mut Option<VersionDecision>,
 ) -> Result<PassOutcome, StepError> {
+    // What the webhook checks, again: an `Etcd` created while the webhook was absent (or by
+    // druid) must not reach the cluster. The status flow reports it (`SpecValid`).
+    quorate_api::validate(etcd.etcd())
+        .map_err(crate::error::Error::Invalid)
+        .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
     finalizer::ensure(etcd, ctx)
         .await
         .map_err(StepError::tag(ErrorCode::AddFinalizer))?;

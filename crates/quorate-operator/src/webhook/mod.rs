@@ -18,6 +18,7 @@ mod tasks;
 mod tls;
 
 pub use certs::{CA_FILE, WebhookCerts, generate_webhook_certs, service_dns_names};
+pub use etcd::{EtcdVerdict, judge_etcd};
 pub use etcd_lookup::{EtcdLookup, LookupError};
 pub use protection::{EtcdFacts, PROTECTED_KINDS, ProtectionConfig};
 pub use server::{WebhookConfig, WebhookError, router, serve_webhooks, serve_webhooks_on};
