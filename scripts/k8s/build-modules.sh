@@ -20,8 +20,6 @@ COREDNS_VERSION=1.15.0
 PIECES=${QUORATE_K8S_PIECES:-kubernetes containerd crictl coredns}
 log() { echo "[quorate k8s build-modules] $*" >&2; }
 mkdir -p "$BIN"
-exec 9>"$HOME_DIR/.build.lock"
-flock 9
 export GOFLAGS=-trimpath GOCACHE=${QUORATE_K8S_GOCACHE:-$HOME_DIR/gocache} CGO_ENABLED=0
 # Reports whether $1 --version (or $1 $2) prints $3.
 has_version() { [ -x "$1" ] && "$1" ${2:---version} 2>/dev/null | grep -qF -- "$3"; }
@@ -76,9 +74,11 @@ build_coredns() {
 
 for piece in $PIECES; do
   case $piece in
-    kubernetes) timed build_kubernetes ;;
-    containerd | crictl | coredns) timed "build_$piece" ;;
+    kubernetes | containerd | crictl | coredns) ;;
     *) log "unknown piece '$piece' (kubernetes, containerd, crictl, coredns)"; exit 2 ;;
   esac
+  # One build of a piece at a time (e.g. install-deps.sh and a node kit build): the second
+  # waits, then finds the piece installed.
+  ( flock 9; timed "build_$piece" ) 9>"$HOME_DIR/.build-$piece.lock"
 done
 echo "$BIN"

@@ -1,6 +1,6 @@
 module quorate.local/tools/containerd
 
-go 1.26.0
+go 1.26.6
 
 tool (
 	github.com/containerd/containerd/v2/cmd/containerd

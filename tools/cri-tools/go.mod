@@ -1,6 +1,6 @@
 module quorate.local/tools/cri-tools
 
-go 1.26.0
+go 1.26.6
 
 tool sigs.k8s.io/cri-tools/cmd/crictl
 
