@@ -20,6 +20,9 @@ COREDNS_VERSION=1.15.0
 PIECES=${QUORATE_K8S_PIECES:-kubernetes containerd crictl coredns}
 log() { echo "[quorate k8s build-modules] $*" >&2; }
 mkdir -p "$BIN"
+# sudo's secure_path may leave out the Go toolchain
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+command -v go >/dev/null || { log "no go on PATH (Go >= 1.26 builds these modules)"; exit 1; }
 export GOFLAGS=-trimpath GOCACHE=${QUORATE_K8S_GOCACHE:-$HOME_DIR/gocache} CGO_ENABLED=0
 # Reports whether $1 --version (or $1 $2) prints $3.
 has_version() { [ -x "$1" ] && "$1" ${2:---version} 2>/dev/null | grep -qF -- "$3"; }

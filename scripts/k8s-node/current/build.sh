@@ -28,10 +28,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-"$TESTENV/build-modules.sh" >/dev/null
+PATH=$CALLER_PATH "$TESTENV/build-modules.sh" >/dev/null
 
 # pause: build/pause/linux/pause.c of the pinned k8s.io/kubernetes module
-K8S_DIR=$(cd "$KIT/../../../tools/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+K8S_DIR=$(cd "$KIT/../../../tools/kubernetes" && PATH=$CALLER_PATH:/usr/local/go/bin go list -m -f '{{.Dir}}' k8s.io/kubernetes)
 PAUSE_C=$K8S_DIR/build/pause/linux/pause.c
 PAUSE_BIN=$HOME_DIR/pause
 [ -f "$PAUSE_C" ] || die "no $PAUSE_C"
