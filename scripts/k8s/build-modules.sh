@@ -8,7 +8,7 @@
 # truth. Installs into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin, each binary built
 # beside and renamed (never half-written). Idempotent: a piece whose installed binary reports the
 # pinned version is skipped. QUORATE_K8S_PIECES limits the pieces (default: all). Prints the bin
-# directory on success. Measured cold times are in docs/development/testing.md.
+# directory on success. Measured cold times: scripts/k8s-node/README.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
