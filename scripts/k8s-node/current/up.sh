@@ -112,7 +112,7 @@ for i in $NODES; do
   ip route replace "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
   # cgroup parent of the node's pods (kubelet --cgroup-root), in every v1 hierarchy
   for h in /sys/fs/cgroup/*/; do
-    case $h in */unified/ | */systemd/) continue ;; esac
+    case $h in */unified/) continue ;; esac   # kubelet checks every v1 hierarchy, name=systemd too
     d=$h$n
     [ -d "$d" ] || mkdir "$d"
     if [ -f "$h/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
