@@ -44,7 +44,13 @@ cd "$ROOT"
 log() { echo "[quorate e2e] $*" >&2; }
 die() { log "$*"; exit 1; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/quorate/target}
-K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
+# QUORATE_K8S_KIT=current: the node kit's current kit (Kubernetes v1.37 from Go modules, three
+# nodes, containerd v2, CoreDNS; scripts/k8s-node/current/); else the v1.20.2 single-node kit.
+if [ "${QUORATE_K8S_KIT:-}" = current ]; then
+  K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
+else
+  K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
+fi
 LOGS_OUT=/tmp/quorate-e2e-logs
 RESULTS_MD=${QUORATE_E2E_RESULTS_MD:-$ROOT/docs/e2e/results.md}
 WORK=$(mktemp -d /tmp/quorate-e2e.XXXXXX)
@@ -90,7 +96,11 @@ write_results() {
     echo
     echo "- commit: \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || echo ' (with uncommitted changes in crates/)')"
     if [ "$NODE_KIT" = 1 ]; then
-      echo "- cluster: scripts/k8s-node (Kubernetes v1.20.2, one node, containerd $(containerd --version 2>/dev/null | awk '{print $3}'))"
+      if [ "${QUORATE_K8S_KIT:-}" = current ]; then
+        echo "- cluster: scripts/k8s-node/current (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes, containerd $("$K8S_HOME/bin/containerd" --version 2>/dev/null | awk '{print $3}'), runc $(runc --version 2>/dev/null | awk 'NR == 1 {print $3}'), $("$K8S_HOME/bin/coredns" -version 2>/dev/null | head -1))"
+      else
+        echo "- cluster: scripts/k8s-node (Kubernetes v1.20.2, one node, containerd $(containerd --version 2>/dev/null | awk '{print $3}'), DNS kube-dns-lite)"
+      fi
     else
       echo "- cluster: \`$($KUBECTL --kubeconfig "$KUBECONFIG" config current-context 2>/dev/null || echo '?')\` ($($KUBECTL --kubeconfig "$KUBECONFIG" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1))"
     fi
@@ -294,6 +304,7 @@ else
 fi
 KC="$KUBECTL --kubeconfig $KUBECONFIG"
 $KC version >/dev/null 2>&1 || die "the cluster in $KUBECONFIG does not answer (kubectl version)"
+NODE_COUNT=$($KC get nodes --no-headers 2>/dev/null | wc -l)
 
 # ---- 3. the operator ----
 phase_start "operator install (deploy/manifests, rollout, webhooks answer)"

@@ -95,11 +95,19 @@ bash "$(dirname "$0")/install-promtool.sh"
 # tools/history-check into ~/.cache/quorate/bin).
 bash "$(dirname "$0")/build-history-check.sh"
 
-# A real Kubernetes control plane for the tests that need a kube-apiserver: kube-apiserver and
-# kubectl v1.20.2, built once from Debian's `kubernetes` source package by scripts/k8s/build.sh
-# into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin (about 10 minutes on 2 cores, the first time).
+# A real Kubernetes control plane for the tests that need a kube-apiserver. By default
+# kube-apiserver and kubectl v1.20.2, built once from Debian's `kubernetes` source package by
+# scripts/k8s/build.sh into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin (about 10 minutes on 2
+# cores, the first time). With QUORATE_K8S_KIT=current: v1.37.2 from its Go modules
+# (scripts/k8s/build-modules.sh) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin; point
+# the tests there with QUORATE_K8S_HOME.
+if [ "${QUORATE_K8S_KIT:-}" = current ]; then
+  echo "building Kubernetes v1.37.2 (and containerd, crictl, CoreDNS) from Go modules, when not built yet" >&2
+  bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null
+else
 k8s_bin="${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}/bin"
 if [ ! -x "$k8s_bin/kube-apiserver" ] || [ ! -x "$k8s_bin/kubectl" ]; then
   echo "building kube-apiserver and kubectl v1.20.2 into $k8s_bin (about 10 minutes, once)" >&2
   bash "$(dirname "$0")/k8s/build.sh" >/dev/null
+fi
 fi

@@ -77,6 +77,18 @@ command -v openssl >/dev/null || { log "missing openssl: apt-get install openssl
 extras=""
 for b in kube-controller-manager kube-scheduler; do if [ -x "$BIN/$b" ]; then extras="$extras $b"; fi; done
 has() { case " $extras " in *" $1 "*) return 0 ;; esac; return 1; }
+# The release decides a few flags: the plain-HTTP ports (--insecure-port, --address, --port) were
+# removed in 1.24; 1.37 (scripts/k8s/build-modules.sh) runs without them.
+K8S_MINOR=$("$BIN/kube-apiserver" --version 2>/dev/null | sed -n 's/^Kubernetes v1\.\([0-9]*\)\..*/\1/p')
+[ -n "$K8S_MINOR" ] || { log "$BIN/kube-apiserver --version names no Kubernetes v1.x release"; exit 1; }
+legacy_flags() { # flags only releases before 1.24 know: the plain-HTTP health ports
+  [ "$K8S_MINOR" -lt 24 ] || return 0
+  case $1 in
+    kube-apiserver) echo --insecure-port=0 ;;
+    kube-controller-manager) echo --address=127.0.0.1 --port=$CM_HEALTH_PORT ;;
+    kube-scheduler) echo --address=127.0.0.1 --port=$SCHED_HEALTH_PORT ;;
+  esac
+}
 
 # ---- PKI (generated once per state dir) ----
 gen_pki() {
@@ -175,7 +187,7 @@ start_bg kube-apiserver "$BIN/kube-apiserver" \
   --advertise-address=127.0.0.1 \
   --bind-address=127.0.0.1 \
   --secure-port=$API_PORT \
-  --insecure-port=0 \
+  $(legacy_flags kube-apiserver) \
   --endpoint-reconciler-type=none \
   --etcd-servers=http://127.0.0.1:$ETCD_CLIENT_PORT \
   --service-cluster-ip-range=$SVC_CIDR \
@@ -213,8 +225,7 @@ start_bg kube-controller-manager "$BIN/kube-controller-manager" \
   --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
   --bind-address=127.0.0.1 \
   --secure-port=$CM_PORT \
-  --address=127.0.0.1 \
-  --port=$CM_HEALTH_PORT \
+  $(legacy_flags kube-controller-manager) \
   --cert-dir="$STATE/controller-manager-certs" \
   --leader-elect=false \
   --use-service-account-credentials=true \
@@ -239,8 +250,7 @@ start_bg kube-scheduler "$BIN/kube-scheduler" \
   --authorization-kubeconfig="$STATE/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 \
   --secure-port=$SCHED_PORT \
-  --address=127.0.0.1 \
-  --port=$SCHED_HEALTH_PORT \
+  $(legacy_flags kube-scheduler) \
   --cert-dir="$STATE/scheduler-certs" \
   --leader-elect=false \
   --profiling=false \

@@ -104,6 +104,17 @@ pub enum KubeApiServerError {
         #[source]
         source: io::Error,
     },
+    /// The apiserver binary did not name its release (`Kubernetes v1.X.Y`) on `--version`.
+    #[error(
+        "{binary} --version printed {output:?}, not `Kubernetes v1.X.Y`; rebuild it with \
+         scripts/k8s/build.sh or scripts/k8s/build-modules.sh"
+    )]
+    Version {
+        /// The kube-apiserver binary.
+        binary: PathBuf,
+        /// What it printed.
+        output: String,
+    },
     /// The apiserver exited or did not report ready in time.
     #[error("kube-apiserver at {url} {reason}; last lines of {log_file}:\n{log_tail}")]
     NotReady {
@@ -609,12 +620,14 @@ fn spawn_apiserver(
         .try_clone()
         .map_err(KubeApiServerError::files(log_file))?;
     let path = |p: &Path| p.display().to_string();
+    let minor = release_minor(binary)?;
+    // Up to v1.23 the server opens an unauthenticated port 8080 unless told not to; v1.24
+    // removed the port and the flag.
+    let legacy = (minor < 24).then(|| "--insecure-port=0".to_string());
     let args = [
         "--advertise-address=127.0.0.1".to_string(),
         "--bind-address=127.0.0.1".to_string(),
         format!("--secure-port={port}"),
-        // v1.20 still opens an unauthenticated port 8080 unless told not to.
-        "--insecure-port=0".to_string(),
         format!("--cert-dir={}", path(&root.join("certs"))),
         // No other apiserver and no kubelet: no endpoints to reconcile.
         "--endpoint-reconciler-type=none".to_string(),
@@ -640,6 +653,7 @@ fn spawn_apiserver(
     ];
     let mut cmd = Command::new(binary);
     cmd.args(args)
+        .args(legacy)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
@@ -651,6 +665,30 @@ fn spawn_apiserver(
         binary: binary.to_path_buf(),
         source,
     })
+}
+
+/// The minor release of the kube-apiserver `binary` (`--version`), which decides the flags it
+/// takes (builds of v1.20 and of v1.37 both run these tests).
+fn release_minor(binary: &Path) -> Result<u32, KubeApiServerError> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .env_clear()
+        .output()
+        .map_err(|source| KubeApiServerError::Spawn {
+            binary: binary.to_path_buf(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_release_minor(&text).ok_or_else(|| KubeApiServerError::Version {
+        binary: binary.to_path_buf(),
+        output: text.trim().to_string(),
+    })
+}
+
+/// The minor number in kube-apiserver's `--version` line (`Kubernetes v1.37.2` gives 37).
+fn parse_release_minor(version: &str) -> Option<u32> {
+    let rest = version.trim().strip_prefix("Kubernetes v1.")?;
+    rest.split(['.', '-', '+']).next()?.parse().ok()
 }
 
 /// Polls `/readyz` until it answers `ok`; fails early when the apiserver exits.
@@ -815,6 +853,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_release_minor_comes_from_the_version_line() {
+        assert_eq!(parse_release_minor("Kubernetes v1.20.2\n"), Some(20));
+        assert_eq!(parse_release_minor("Kubernetes v1.37.2"), Some(37));
+        assert_eq!(parse_release_minor("Kubernetes v1.37.0-rc.1"), Some(37));
+        assert_eq!(parse_release_minor("Kubernetes v2.0.0"), None);
+        assert_eq!(parse_release_minor("unknown flag: --version"), None);
+    }
 
     #[test]
     fn missing_binaries_name_the_script_to_run() {

@@ -1,0 +1,102 @@
+# shellcheck shell=bash
+# Settings and helpers of the current kit (QUORATE_K8S_KIT=current), shared by its build.sh,
+# up.sh and down.sh (sourced, not run). Three nodes on this machine, each its own network
+# namespace with its own containerd and kubelet (+ kube-proxy); see ../README.md.
+
+KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TESTENV=$KIT/../../k8s            # the project's control plane: build-modules.sh, up.sh, down.sh
+HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
+BIN=$HOME_DIR/bin
+BASE_IMAGES=$HOME_DIR/images
+CP_STATE=${QUORATE_K8S_STATE:-/tmp/quorate-k8s}
+NS=$(readlink -m "${QUORATE_K8S_NODE_STATE:-/tmp/quorate-k8s-node}")
+UP_HOME="" UP_CP_STATE=""
+# shellcheck disable=SC1091
+[ -f "$NS/env" ] && . "$NS/env"
+export QUORATE_K8S_HOME=$HOME_DIR QUORATE_K8S_STATE=$CP_STATE
+CALLER_PATH=$PATH               # build.sh needs the caller's Go
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+NODES="1 2 3"
+node_name() { echo "quorate-node-$1"; }
+node_netns() { echo "quorate-node-$1"; }
+node_ip() { echo "10.245.0.1$1"; }          # on the host bridge
+node_pod_cidr() { echo "10.244.$1.0/24"; }
+node_pod_gw() { echo "10.244.$1.1"; }
+node_dir() { echo "$NS/node-$1"; }
+node_sock() { echo "$NS/node-$1/containerd/containerd.sock"; }
+HOST_BRIDGE=quorate-nodes
+HOST_IP=10.245.0.1                          # the host's address on that bridge: API forward, DNS
+HOST_NET=10.245.0.0/24
+POD_NET=10.244.0.0/16
+CNI_BRIDGE=cni0                             # inside each node's namespace
+SVC_CIDR=10.0.0.0/24                        # the control plane's (scripts/k8s/up.sh)
+CLUSTER_DNS=10.0.0.10
+CLUSTER_DOMAIN=cluster.local
+CNI_NETWORK=k8s-node
+PAUSE_IMAGE=k8s.local/pause:3.10
+API_FWD_PORT=16443
+DNS_HEALTH_PORT=18053
+
+CONTAINERD=$BIN/containerd
+SHIM=$BIN/containerd-shim-runc-v2
+CRICTL=$BIN/crictl
+COREDNS=$BIN/coredns
+SOCAT=/usr/bin/socat
+CNI_BIN=/usr/lib/cni
+PIDS=$NS/pids
+LOGS=$NS/logs
+ORIG=$NS/host-orig
+MARKER=$NS/.k8s-node-state
+HOSTS_MARK="# quorate k8s-node current kit (removed by scripts/k8s-node/down.sh)"
+
+# Kernel settings kubelet (vm.*, kernel.*) and the host's routing change (saved, restored).
+SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward"
+# Host paths kubelet / containerd / CNI create outside the state dir (hard-coded there).
+HOST_PATHS="/var/lib/kubelet /var/lib/kubelet/device-plugins /var/lib/cni /run/netns /run/containerd"
+
+pid_of() { cat "$PIDS/$1.pid" 2>/dev/null || true; }
+exe_of() { local e; e=$(readlink "/proc/$1/exe" 2>/dev/null) || return 0; echo "${e% (deleted)}"; }
+alive() { [ -d "/proc/$1" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]; }
+# is_ours NAME EXE: the PID recorded for NAME is alive and still runs EXE
+is_ours() {
+  local pid; pid=$(pid_of "$1")
+  [ -n "$pid" ] && alive "$pid" && [ "$(exe_of "$pid")" = "$(readlink -f "$2")" ]
+}
+kill_pid() { # PID WHAT: TERM, wait up to 15 s, then KILL
+  local pid=$1 what=$2 i
+  alive "$pid" || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 150; i++)); do alive "$pid" || return 0; sleep 0.1; done
+  log "$what (pid $pid) did not exit, sending KILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do alive "$pid" || return 0; sleep 0.1; done
+  log "$what (pid $pid) is still there"
+}
+stop_one() { # NAME EXE: stop the process recorded for NAME (only if it still runs EXE)
+  local name=$1 exe=$2 pid kids k
+  pid=$(pid_of "$name")
+  if [ -n "$pid" ] && is_ours "$name" "$exe"; then
+    kids=$(cat /proc/"$pid"/task/*/children 2>/dev/null || true)
+    log "stopping $name (pid $pid)"
+    kill_pid "$pid" "$name"
+    for k in $kids; do
+      [ "$(exe_of "$k")" = "$(readlink -f "$exe")" ] && kill_pid "$k" "$name child"
+    done
+  elif [ -n "$pid" ]; then
+    log "$name: recorded pid $pid is not running (or no longer $exe); nothing to stop"
+  fi
+  rm -f "$PIDS/$name.pid" "$PIDS/$name.sig"
+}
+wait_for() { # description timeout-seconds command...
+  local what=$1 t=$2 i; shift 2
+  for ((i = 0; i < t * 2; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  log "timed out after ${t}s waiting for $what"; return 1
+}
+# in_node I CMD...: run CMD in node I's network namespace only (mounts and PIDs stay the
+# host's, so kubelet's volume mounts are the ones containerd sees)
+in_node() { local i=$1; shift; nsenter --net="/run/netns/$(node_netns "$i")" -- "$@"; }
