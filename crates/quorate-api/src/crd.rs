@@ -31,7 +31,7 @@ fn to_yaml(
 }
 
 /// Where the `Etcd` CRD with druid's CEL rules is committed, relative to the workspace root.
-pub const CEL_CRD_PATH: &str = "deploy/crds/druid.gardener.cloud_etcds_with_cel.yaml";
+pub const CEL_CRD_PATH: &str = "deploy/crds/cel/druid.gardener.cloud_etcds.yaml";
 
 /// The first Kubernetes release whose API server evaluates CRD validation rules (CEL) by
 /// default (GA in 1.29); druid installs its CEL CRD from there on, and so does quorate.

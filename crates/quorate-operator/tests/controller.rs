@@ -166,9 +166,17 @@ fn assert_managed<K: Resource>(object: &K, etcd: &Etcd, component: &str) {
     assert_eq!(owners[0].block_owner_deletion, Some(true));
 }
 
-fn pdb_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+async fn pdb_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    // The version the operator writes: `policy/v1` where served (1.21+), else `v1beta1`.
+    let version = match quorate_operator::replay::pdb_api_version(client)
+        .await
+        .expect("discover the PodDisruptionBudget API")
+    {
+        quorate_core::components::pod_disruption_budget::PdbApiVersion::V1 => "v1",
+        quorate_core::components::pod_disruption_budget::PdbApiVersion::V1Beta1 => "v1beta1",
+    };
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
         "poddisruptionbudgets",
     );
     Api::namespaced_with(client.clone(), namespace, &resource)
@@ -294,7 +302,7 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
     assert_managed(&cm, &etcd, "etcd-configmap");
     assert!(cm.data.as_ref().unwrap().contains_key("etcd.conf.yaml"));
     // v1.20 serves no policy/v1: the PDB is a policy/v1beta1 one, minAvailable 3/2+1.
-    let pdb = pdb_api(&client, &ns).get("etcd-main").await.unwrap();
+    let pdb = pdb_api(&client, &ns).await.get("etcd-main").await.unwrap();
     assert_eq!(pdb.data["spec"]["minAvailable"], 2);
     assert_eq!(
         pdb.metadata.labels.as_ref().unwrap()["app.kubernetes.io/component"],
@@ -611,7 +619,11 @@ async fn peer_tls_is_enabled_at_the_current_size_before_the_cluster_grows() {
     // The StatefulSet controller's part: it saw the grown StatefulSet.
     set_ready(&client, &ns, "etcd-single", 3).await;
     wait_observed(&api, "etcd-single", 2).await;
-    let pdb = pdb_api(&client, &ns).get("etcd-single").await.unwrap();
+    let pdb = pdb_api(&client, &ns)
+        .await
+        .get("etcd-single")
+        .await
+        .unwrap();
     assert_eq!(pdb.data["spec"]["minAvailable"], 2);
 }
 
@@ -998,7 +1010,7 @@ async fn a_scale_in_shrinks_the_statefulset_only_after_the_leader_says_the_membe
         },
     )
     .await;
-    let pdb = pdb_api(&client, &ns).get("etcd-main").await.unwrap();
+    let pdb = pdb_api(&client, &ns).await.get("etcd-main").await.unwrap();
     assert_eq!(
         pdb.data["spec"]["minAvailable"], 2,
         "the PDB follows the new size"
