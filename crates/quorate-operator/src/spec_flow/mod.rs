@@ -89,7 +89,12 @@ async fn steps(
     let cleanup = scale::remove_departed(etcd.etcd(), ctx, &plan)
         .await
         .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
-    Ok(match (&outcome, plan.waits_for().or(cleanup)) {
+    // A version change under way is not done when its step is configured: the next pass must
+    // take the next step once the members' evidence is in, with or without a reconcile
+    // annotation (which a Succeeded pass removes).
+    let version_change = version.as_ref().and_then(|d| d.progress.clone());
+    let waits = plan.waits_for().or(cleanup).or(version_change);
+    Ok(match (&outcome, waits) {
         (PassOutcome::Succeeded, Some(why)) => PassOutcome::Requeue(why),
         _ => outcome,
     })
