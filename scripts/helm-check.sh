@@ -13,6 +13,7 @@ variants=(
   "--set replicas=2 --set webhook.certificate.selfSigned=false --set webhook.certificate.secretName=quorate-webhook-tls --set-string webhook.webhookConfigurationAnnotations.cert-manager\.io/inject-ca-from=quorate-system/quorate-operator-webhook"
   "--set autoReconcile=true --set workers=5 --set etcdNamespaces={default,etcd} --set extraArgs={--log-level=debug}"
   "--set-string imageVectorOverwrite=images:"
+  "--set monitoring.podMonitor.enabled=true --set monitoring.podMonitor.namespaces={default} --set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.runbookBaseURL=https://runbooks.example/ --set clusterWideSecrets=true"
 )
 for variant in "${variants[@]}"; do
   # shellcheck disable=SC2086 # each variant is a list of flags
