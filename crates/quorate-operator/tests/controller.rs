@@ -1195,6 +1195,22 @@ async fn deleted(client: &Client, namespace: &str, pod: &str) {
     .await;
 }
 
+/// How many objects of kind `K` in `namespace` match `lp`.
+async fn count_labelled<K>(client: &Client, namespace: &str, lp: &ListParams) -> usize
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), namespace)
+        .list(lp)
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
 async fn pod_names(client: &Client, namespace: &str) -> Vec<String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut names: Vec<String> = api
@@ -1382,24 +1398,9 @@ async fn a_delete_removes_the_statefulset_and_its_pods_before_what_they_use() {
     .await;
     // While the pod stops, what it uses is still there, and so is the Etcd.
     let lp = ListParams::default().labels("app.kubernetes.io/part-of=etcd-main");
-    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .len();
-    let leases = Api::<Lease>::namespaced(client.clone(), &ns)
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .len();
-    let roles = Api::<Role>::namespaced(client.clone(), &ns)
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .len();
+    let configmaps = count_labelled::<ConfigMap>(&client, &ns, &lp).await;
+    let leases = count_labelled::<Lease>(&client, &ns, &lp).await;
+    let roles = count_labelled::<Role>(&client, &ns, &lp).await;
     assert!(
         configmaps > 0 && leases > 0 && roles > 0,
         "configmaps {configmaps}, leases {leases}, roles {roles} while a member pod stops"
