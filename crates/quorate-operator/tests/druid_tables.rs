@@ -4,27 +4,21 @@
 //! and the `Etcd` webhook's decision function. Each must give druid's verdict, except where the
 //! case names a deliberate, documented difference.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
-};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::admission::Operation;
 use kube::core::{ApiResource, GroupVersionKind};
 use quorate_api::manifest::read_single_etcd_manifest;
 use quorate_api::validate::{validate, validate_update};
-use quorate_operator::{
-    ETCD_VALIDATION_PATH, EtcdVerdict, WebhookConfig, generate_webhook_certs, judge_etcd,
-    serve_webhooks_on,
-};
+use quorate_operator::{EtcdVerdict, judge_etcd};
 use quorate_testkit::{KubeApiServer, install_etcd_crd_for_server};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+mod support;
+
+use support::webhooks::Webhooks;
 
 const TABLE: &str = include_str!("fixtures/druid-crdvalidation-etcd.yaml");
 const DIFFERENCES: &str = include_str!("../../../docs/reference/etcd-resource.md");
@@ -294,9 +288,6 @@ fn the_earlier_spelling_is_read_with_a_deprecation_warning() {
     validate(&manifest.etcd).expect("valid");
 }
 
-/// Label on the live test's namespace; the webhook is registered for it only.
-const SCOPE_LABEL: &str = "quorate.test/druid-tables";
-
 /// The table against a real kube-apiserver with quorate's CRD for that server (CEL rules from
 /// 1.29 on) and the `Etcd` webhook served from this process: every case gets quorate's verdict
 /// (druid's, except the documented differences). Below 1.29 the cases druid itself skips there
@@ -308,104 +299,15 @@ async fn every_druid_table_case_gets_druids_verdict_from_a_real_api_server() {
     };
     let client = server.client().await.expect("client");
     let (version, cel) = install_etcd_crd_for_server(&client).await;
-    let namespace = server
-        .create_namespace(&client, "druid-tables")
-        .await
-        .expect("namespace");
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            &namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "labels": { SCOPE_LABEL: "yes" } } })),
-        )
-        .await
-        .expect("label the namespace");
-
-    let certs = generate_webhook_certs(&["127.0.0.1".to_string()], jiff::Timestamp::now())
-        .expect("certificates");
-    let cert_dir = tempfile::tempdir().expect("tempdir");
-    certs.write_to(cert_dir.path()).expect("write certificates");
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("local addr").port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let dir = cert_dir.path().to_path_buf();
-    let lookup = client.clone();
-    let task = tokio::spawn(async move {
-        serve_webhooks_on(
-            listener,
-            &dir,
-            WebhookConfig::new("system:serviceaccount:quorate-system:quorate-operator"),
-            lookup,
-            async {
-                let _ = stopped.await;
-            },
-        )
-        .await
-    });
-    let registration = ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(format!("quorate-test-{namespace}")),
-            ..ObjectMeta::default()
-        },
-        webhooks: Some(vec![ValidatingWebhook {
-            name: "etcds.validate.quorate.io".to_string(),
-            admission_review_versions: vec!["v1".to_string()],
-            client_config: WebhookClientConfig {
-                url: Some(format!("https://127.0.0.1:{port}{ETCD_VALIDATION_PATH}")),
-                ca_bundle: Some(ByteString(certs.ca_pem.clone().into_bytes())),
-                service: None,
-            },
-            failure_policy: Some("Fail".to_string()),
-            side_effects: "None".to_string(),
-            timeout_seconds: Some(10),
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    SCOPE_LABEL.to_string(),
-                    "yes".to_string(),
-                )])),
-                match_expressions: None,
-            }),
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(vec!["druid.gardener.cloud".to_string()]),
-                api_versions: Some(vec!["*".to_string()]),
-                operations: Some(vec!["CREATE".to_string(), "UPDATE".to_string()]),
-                resources: Some(vec!["etcds".to_string()]),
-                scope: Some("Namespaced".to_string()),
-            }]),
-            ..ValidatingWebhook::default()
-        }]),
-    };
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &registration)
-        .await
-        .expect("register the webhook");
+    // The harness installs the CEL-free CRD only where none is: the one for this server stays.
+    let webhooks = Webhooks::start(&server, "druid-tables").await;
+    let namespace = webhooks.namespace.clone();
 
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("druid.gardener.cloud", "v1alpha1", "Etcd"),
         "etcds",
     );
     let etcds: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
-    // The API server learns of webhook configurations through an informer: wait until a case
-    // only the webhook refuses (a store without provider) is refused.
-    let probe = table()
-        .into_iter()
-        .find(|c| c.difference.as_deref() == Some("store-provider"))
-        .expect("a store-provider case");
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let object: DynamicObject =
-            serde_json::from_value(probe.created(&namespace)).expect("object");
-        if etcds.create(&dry_run, &object).await.is_err() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the webhook is never called");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-
     let mut wrong = Vec::new();
     let mut not_run = 0;
     let cases = table();
@@ -424,8 +326,7 @@ async fn every_druid_table_case_gets_druids_verdict_from_a_real_api_server() {
             ));
         }
     }
-    let _ = stop.send(());
-    let _ = task.await;
+    webhooks.stop().await;
     if not_run > 0 {
         eprintln!(
             "NOT RUN: {not_run} of {} druid cases: kube-apiserver {version} is older than 1.29, so \

@@ -1,0 +1,3 @@
+//! What the test binaries of this crate share.
+
+pub mod webhooks;
