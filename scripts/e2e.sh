@@ -139,7 +139,7 @@ write_benchmark() {
     echo "$([ "$NODE_KIT" = 1 ] && echo "the node kit (Kubernetes v1.20.2, one node)" || echo "the cluster in KUBECONFIG"), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
     echo "Times run from \`kubectl apply\` until the condition holds, polled every 0.5 s. Restarts count new"
     echo "pod incarnations plus container restarts of every member pod. Both scale-outs run \`quorate canary\`"
-    echo "(`--write-timeout 5s`: a write every 100 ms through the client Service, each retried for at most 5 s); their scenarios"
+    echo "(\`--write-timeout 5s\`: a write every 100 ms through the client Service, each retried for at most 5 s); their scenarios"
     echo "assert zero failed writes. The baseline grows the same one-member cluster to three with peer"
     echo "TLS already on, so the ratio is what enabling peer TLS in the same apply costs."
     echo
