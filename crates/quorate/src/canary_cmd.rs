@@ -208,22 +208,21 @@ pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, CanaryError> {
     let mut ticker = tokio::time::interval(plan.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_report = Instant::now();
-    let stop = stop_signal();
-    tokio::pin!(stop);
+    let mut stop = crate::signals::shutdown_on_signals();
     let mut seq = 0u64;
     loop {
         if plan.count.is_some_and(|n| seq >= n) {
             break;
         }
         tokio::select! {
-            _ = &mut stop => break,
+            _ = stop.wait_for(|stopped| *stopped) => break,
             _ = ticker.tick() => {}
         }
         seq += 1;
         let key = canary_key(&plan.prefix, seq);
         let write = write_until_acknowledged(&client, &key, seq, plan.write_timeout, &mut history);
         let (attempts, waited, outcome) = tokio::select! {
-            _ = &mut stop => break,
+            _ = stop.wait_for(|stopped| *stopped) => break,
             done = write => done,
         };
         let outcome = outcome?;
@@ -284,21 +283,6 @@ fn print_line(totals: &CanaryTotals) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
-}
-
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 #[cfg(test)]
