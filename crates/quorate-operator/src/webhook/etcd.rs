@@ -119,6 +119,16 @@ impl fmt::Display for EtcdVerdict {
     }
 }
 
+/// What kubectl shows as `Warning:` lines for an allowed object: deprecated spellings that are
+/// still read (the schema keeps them, so they reach the webhook) and, should the API server not
+/// prune them, unknown fields. The same lines local mode prints.
+pub fn admission_warnings(object: &Value) -> Vec<String> {
+    quorate_api::unknown_fields::unknown_fields(object)
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 /// Answers one AdmissionRequest for an `Etcd`.
 pub fn review_etcd(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     let to_value = |o: &DynamicObject| serde_json::to_value(o).ok();
@@ -128,7 +138,14 @@ pub fn review_etcd(request: &AdmissionRequest<DynamicObject>) -> AdmissionRespon
     let key = object_key(request);
     tracing::debug!(etcd = %key, operation = ?request.operation, %verdict, "Etcd admission");
     match verdict {
-        EtcdVerdict::Allowed => AdmissionResponse::from(request),
+        EtcdVerdict::Allowed => {
+            let mut allowed = AdmissionResponse::from(request);
+            allowed.warnings = object
+                .as_ref()
+                .map(admission_warnings)
+                .filter(|w| !w.is_empty());
+            allowed
+        }
         EtcdVerdict::Invalid(errors) => {
             refuse_invalid(request, invalid_message(&key, &errors), &errors)
         }
@@ -162,6 +179,24 @@ mod tests {
 
     fn typed(value: &Value) -> Etcd {
         decode_etcd(value).expect("decodes")
+    }
+
+    #[test]
+    fn the_old_peer_urls_spelling_is_allowed_with_a_warning() {
+        let mut e = etcd(3, "20s", "1m");
+        e["spec"]["etcd"]["additionalAdvertisePeerUrls"] =
+            json!([{"memberName": "etcd-main-0", "urls": ["http://a:2380"]}]);
+        assert_eq!(
+            judge_etcd(&Operation::Create, Some(&e), None),
+            EtcdVerdict::Allowed
+        );
+        assert_eq!(
+            admission_warnings(&e),
+            [
+                "spec.etcd.additionalAdvertisePeerUrls: deprecated spelling, read as \"additionalAdvertisePeerURLs\"; rename it to \"additionalAdvertisePeerURLs\""
+            ]
+        );
+        assert!(admission_warnings(&etcd(3, "20s", "1m")).is_empty());
     }
 
     #[test]
