@@ -71,6 +71,16 @@ pub fn etcd_crd_for_server(major: &str, minor: &str) -> Crd {
     }
 }
 
+/// Every CRD quorate needs on a server of this version, as `quorate operator --install-crds`
+/// applies them: the `Etcd` CRD of [`etcd_crd_for_server`], then the two task CRDs.
+pub fn crds_for_server(major: &str, minor: &str) -> Vec<Crd> {
+    vec![
+        etcd_crd_for_server(major, minor),
+        EtcdOpsTask::crd(),
+        EtcdCopyBackupsTask::crd(),
+    ]
+}
+
 /// A Kubernetes version that is not `MAJOR.MINOR`.
 #[derive(Debug, thiserror::Error)]
 #[error("{0:?} is not a Kubernetes version MAJOR.MINOR such as 1.33")]

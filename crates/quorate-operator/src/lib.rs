@@ -12,6 +12,7 @@
 mod apply;
 mod context;
 mod controller;
+mod crd_install;
 mod defrag_events;
 mod delete_flow;
 mod error;
@@ -31,6 +32,7 @@ mod webhook;
 
 pub use context::OperatorSettings;
 pub use controller::{Scope, StartError, run as run_controller};
+pub use crd_install::{CrdInstallError, install_crds};
 pub use error::Error;
 pub use images::Images;
 pub use metrics::Metrics;

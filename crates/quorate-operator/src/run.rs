@@ -52,6 +52,10 @@ pub struct OperatorArgs {
     /// any other directory is refused unless listed.
     #[arg(long = "allowed-local-backup-host-path")]
     pub allowed_host_paths: Vec<String>,
+    /// Apply the CRDs that fit the API server at start (the `Etcd` CRD with druid's CEL rules
+    /// from Kubernetes 1.29, without before) and wait until they are Established.
+    #[arg(long)]
+    pub install_crds: bool,
     /// Render ServiceAccounts with `automountServiceAccountToken: false`.
     #[arg(long)]
     pub disable_etcd_serviceaccount_automount: bool,
@@ -147,6 +151,9 @@ pub enum RunError {
     /// The controller could not start.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// `--install-crds` could not install them.
+    #[error(transparent)]
+    Crds(#[from] crate::crd_install::CrdInstallError),
     /// The webhooks could not be served.
     #[error(transparent)]
     Webhooks(#[from] webhook::WebhookError),
@@ -180,6 +187,10 @@ pub async fn run_operator(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
     let client = kube_client(&args).await?;
+    if args.install_crds {
+        let version = crate::crd_install::install_crds(&client).await?;
+        tracing::info!(kubernetes = %version, "CRDs applied for this server");
+    }
     let settings = OperatorSettings {
         auto_reconcile: args.enable_etcd_spec_auto_reconcile,
         images: Images::from_env()?,

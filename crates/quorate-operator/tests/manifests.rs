@@ -24,6 +24,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use quorate_api::Etcd;
 use quorate_operator::{
@@ -1066,6 +1067,69 @@ async fn every_manifest_applies_and_the_leader_lease_is_allowed_only_at_home() {
         .await
         .expect("admin creates another configuration");
     assert!(is_forbidden(configs.get("someone-elses").await));
+}
+
+/// `--install-crds` as the operator's ServiceAccount on a server without the CRDs: the Etcd CRD
+/// carries druid's CEL rules exactly when the server evaluates them (1.29+), applying twice is
+/// harmless, and an `Etcd` can be created as soon as it returns (Established).
+#[tokio::test]
+async fn the_operator_installs_the_crds_that_fit_its_server() {
+    let Some(server) =
+        KubeApiServer::start_or_skip("the_operator_installs_the_crds_that_fit_its_server").await
+    else {
+        return;
+    };
+    let admin = server.client().await.expect("admin client");
+    kubectl_apply(
+        &server,
+        &[
+            manifest("00-namespace.yaml"),
+            manifest("02-serviceaccount.yaml"),
+            manifest("03-clusterrole.yaml"),
+            manifest("04-clusterrolebinding.yaml"),
+        ],
+    );
+    let operator = server
+        .client_as(OPERATOR_USER, &[])
+        .await
+        .expect("impersonating client");
+    let version = admin.apiserver_version().await.expect("server version");
+    let expects_cel = quorate_api::crd::server_supports_cel(&version.major, &version.minor)
+        .expect("the server reports MAJOR.MINOR");
+    for _ in 0..2 {
+        quorate_operator::install_crds(&operator)
+            .await
+            .expect("the operator's ClusterRole lets it install the CRDs");
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let etcd_crd = crds
+        .get("etcds.druid.gardener.cloud")
+        .await
+        .expect("Etcd CRD");
+    let schema = serde_json::to_string(&etcd_crd.spec).expect("serializes");
+    assert_eq!(
+        schema.contains("x-kubernetes-validations"),
+        expects_cel,
+        "CEL rules on a {}.{} server",
+        version.major,
+        version.minor
+    );
+    for name in [
+        "etcdopstasks.druid.gardener.cloud",
+        "etcdcopybackupstasks.druid.gardener.cloud",
+    ] {
+        crds.get(name).await.expect(name);
+    }
+    let namespace = server
+        .create_namespace(&admin, "crds")
+        .await
+        .expect("namespace");
+    let mut etcd: Etcd = serde_saphyr::from_str(CLUSTER).expect("example");
+    etcd.metadata.namespace = Some(namespace.clone());
+    Api::<Etcd>::namespaced(admin, &namespace)
+        .create(&PostParams::default(), &etcd)
+        .await
+        .expect("an Etcd is served right after install_crds returns");
 }
 
 #[tokio::test]
