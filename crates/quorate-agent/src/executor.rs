@@ -163,13 +163,7 @@ impl<'a> Executor<'a> {
 
     /// The desired members as the planner wants them (leaving members are not).
     pub fn desired(&self) -> Vec<DesiredMember> {
-        self.cluster
-            .desired_members()
-            .map(|m| DesiredMember {
-                name: m.name.clone(),
-                peer_urls: vec![m.peer_url.clone()],
-            })
-            .collect()
+        DesiredMember::of_cluster(self.cluster)
     }
 
     /// Carries out one membership step through the cluster; returns the member list after it.

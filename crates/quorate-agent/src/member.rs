@@ -5,7 +5,7 @@
 use crate::etcd_process::{EtcdProcess, SpawnError};
 use crate::executor::Executor;
 use crate::recovery::QuorumAction;
-use crate::start::{NotYet, prepare_start};
+use crate::start::{self, NotYet, prepare_start};
 use crate::state::{Phase, SharedState};
 use crate::wait::Wait;
 use crate::{facts, publish};
@@ -18,11 +18,9 @@ use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
-use quorate_core::membership::start::Backups;
 use quorate_core::upgrade::{downgrade_gate, members_behind, snapshot_gate, snapshot_request};
 use quorate_etcd::MemberClient;
 use quorate_etcd::binaries::{EtcdBinaries, MissingEtcd};
-use quorate_etcd::data_dir;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -138,72 +136,20 @@ pub async fn run_agent<C: Coordination>(
         let mode = match next_mode.take() {
             Some(mode) => mode,
             None => match prepare_start(&coord, &cluster, &opts, &state).await {
-                Ok(StartMode::Restart) if is_lone_with_backups(&cluster) => {
-                    restore_failures = 0;
-                    match lone_member_behind(&cluster, &opts).await {
-                        Ok(None) => StartMode::Restart,
-                        Ok(Some(why)) => {
-                            next_mode = replace_from_backup(
-                                &coord,
-                                &cluster,
-                                &opts,
-                                &state,
-                                &mut shutdown,
-                                &why,
-                            )
-                            .await;
-                            continue;
-                        }
-                        Err(reason) => {
-                            wait_published(
-                                &coord,
-                                &cluster,
-                                &state,
-                                &opts,
-                                &mut shutdown,
-                                reason,
-                                opts.poll_interval,
-                            )
-                            .await;
-                            continue;
-                        }
-                    }
-                }
                 Ok(mode) => {
                     restore_failures = 0;
                     mode
                 }
-                Err(NotYet::Wait(reason)) => {
-                    wait_published(
+                Err(not_yet) => {
+                    let counted = &mut restore_failures;
+                    not_started(
                         &coord,
                         &cluster,
-                        &state,
                         &opts,
-                        &mut shutdown,
-                        reason,
-                        opts.retry_interval,
-                    )
-                    .await;
-                    continue;
-                }
-                Err(NotYet::RestoreFailed(reason)) => {
-                    restore_failures += 1;
-                    let backoff = (opts.poll_interval * 2u32.saturating_pow(restore_failures))
-                        .min(Duration::from_secs(300));
-                    let reason = Wait::new(format!(
-                        "restoring from the bucket failed ({} attempt(s); next in {}s): {reason}",
-                        restore_failures,
-                        backoff.as_secs()
-                    ));
-                    tracing::warn!(member = %opts.member, %reason, "restore failed");
-                    wait_published(
-                        &coord,
-                        &cluster,
                         &state,
-                        &opts,
                         &mut shutdown,
-                        reason,
-                        backoff,
+                        not_yet,
+                        counted,
                     )
                     .await;
                     continue;
@@ -224,11 +170,30 @@ pub async fn run_agent<C: Coordination>(
             RunEnd::Recover(mode) => next_mode = Some(mode),
             RunEnd::Dropped => {
                 tracing::warn!(member = %opts.member, "a quorum-loss recovery dropped this member; moving its data aside and rejoining as a learner");
-                move_aside(&state, &opts, &mut shutdown, "dropped by a recovery").await;
+                if let Err(reason) = start::move_data_aside(&opts, "dropped by a recovery") {
+                    wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
+                }
             }
             RunEnd::BehindBackup(why) => {
-                next_mode =
-                    replace_from_backup(&coord, &cluster, &opts, &state, &mut shutdown, &why).await;
+                // Read before the restore: these records cannot speak of the data it brings.
+                let superseded =
+                    RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
+                match start::replace_from_backup(&cluster, &opts, &state, &why, superseded).await {
+                    Ok(mode) => next_mode = Some(mode),
+                    Err(not_yet) => {
+                        let counted = &mut restore_failures;
+                        not_started(
+                            &coord,
+                            &cluster,
+                            &opts,
+                            &state,
+                            &mut shutdown,
+                            not_yet,
+                            counted,
+                        )
+                        .await;
+                    }
+                }
             }
             RunEnd::Exited(why) => {
                 failures += 1;
@@ -241,59 +206,36 @@ pub async fn run_agent<C: Coordination>(
     }
 }
 
-/// A lone member with backups: `Some(why)` when its data, opened on a private port before any
-/// client can reach it, is an older state of the bucket's history.
-async fn lone_member_behind(
-    cluster: &ClusterConfig,
-    opts: &AgentOptions,
-) -> Result<Option<String>, Wait> {
-    let (cluster_id, revision) = crate::private_start::data_facts(cluster, opts).await?;
-    Ok(behind_backups(cluster, cluster_id, revision).await)
-}
-
-/// Replaces the data with the bucket's newest state (the old data moved aside, never deleted);
-/// the decision was made on evidence already, so this restores without deciding again (the
-/// others may be gone, and the start decision would wait for them). The start mode afterwards,
-/// or `None` to decide again.
-async fn replace_from_backup(
-    coord: &impl Coordination,
+/// Waits as `not_yet` asks when etcd does not start yet: a refusal briefly, a comparison with
+/// the bucket at the configuration pace, a failed restore with a growing pause (counted in
+/// `restore_failures`).
+async fn not_started<C: Coordination>(
+    coord: &C,
     cluster: &ClusterConfig,
     opts: &AgentOptions,
     state: &SharedState,
     shutdown: &mut watch::Receiver<bool>,
-    why: &str,
-) -> Option<StartMode> {
-    tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
-    if !move_aside(state, opts, shutdown, why).await {
-        return None;
-    }
-    // Read before the restore: these records cannot speak of the data it brings.
-    let superseded = RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
-    match crate::restore::restore_member(cluster, opts, state, superseded).await {
-        Ok(()) => Some(StartMode::Restart),
-        Err(e) => {
-            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
-            None
+    not_yet: NotYet,
+    restore_failures: &mut u32,
+) {
+    let (reason, how_long) = match not_yet {
+        NotYet::DecideAgain => return,
+        NotYet::Wait(reason) => (reason, opts.retry_interval),
+        NotYet::CheckLater(reason) => (reason, opts.poll_interval),
+        NotYet::RestoreFailed(reason) => {
+            *restore_failures += 1;
+            let backoff = (opts.poll_interval * 2u32.saturating_pow(*restore_failures))
+                .min(Duration::from_secs(300));
+            let reason = Wait::new(format!(
+                "restoring from the bucket failed ({} attempt(s); next in {}s): {reason}",
+                restore_failures,
+                backoff.as_secs()
+            ));
+            tracing::warn!(member = %opts.member, %reason, "restore failed");
+            (reason, backoff)
         }
-    }
-}
-
-/// Moves the data directory aside (never deleting it); on failure waits, saying why, and
-/// returns false.
-async fn move_aside(
-    state: &SharedState,
-    opts: &AgentOptions,
-    shutdown: &mut watch::Receiver<bool>,
-    why: &str,
-) -> bool {
-    match data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()) {
-        Ok(_) => true,
-        Err(e) => {
-            let reason = Wait::new(format!("{why}; moving the data aside failed: {e}"));
-            wait(state, opts, shutdown, reason, opts.poll_interval).await;
-            false
-        }
-    }
+    };
+    wait_published(coord, cluster, state, opts, shutdown, reason, how_long).await;
 }
 
 /// Like [`wait`], and publishes the member's evidence on its lease when the reason is new.
@@ -610,28 +552,6 @@ pub(crate) fn own_etcd(
         ..tls
     });
     (own.url, tls)
-}
-
-/// A one-member cluster with backups: its data is compared with the bucket before it serves.
-fn is_lone_with_backups(cluster: &ClusterConfig) -> bool {
-    cluster.members.len() == 1 && cluster.leaving.is_empty() && cluster.backup.is_some()
-}
-
-/// `Some(why)` when this lone member's data is an older state of the history the bucket holds
-/// (same cluster, lower revision): only then is replacing it with the newest backup right. A
-/// cluster restored to an earlier revision is another history and is left alone.
-async fn behind_backups(cluster: &ClusterConfig, cluster_id: u64, revision: i64) -> Option<String> {
-    let Backups::Available { newest_revision } = crate::restore::backups_in_store(cluster).await
-    else {
-        return None;
-    };
-    let chain = crate::restore::chain_cluster(cluster).await;
-    (newest_revision > revision && chain == Some(cluster_id)).then(|| {
-        format!(
-            "the data ends at revision {revision} but the backups of the same cluster \
-             ({cluster_id:x}) reach {newest_revision}"
-        )
-    })
 }
 
 /// Whether the running etcd must restart to pick up `latest`.
