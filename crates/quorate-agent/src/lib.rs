@@ -8,6 +8,7 @@ mod backup_hash;
 mod certificates;
 pub mod clock;
 mod defrag;
+mod duties;
 pub mod etcd_process;
 pub mod etcd_version;
 pub mod executor;

@@ -8,13 +8,12 @@ use crate::recovery::QuorumAction;
 use crate::start::{self, NotYet, prepare_start};
 use crate::state::{Phase, SharedState};
 use crate::wait::Wait;
-use crate::{facts, publish};
+use crate::{duties, facts, publish};
 use quorate_coord::{CoordError, Coordination};
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::membership::MemberList;
 use quorate_core::membership::data_state::DataState;
-use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
@@ -97,6 +96,8 @@ pub async fn run_agent<C: Coordination>(
     let mut failures: u32 = 0;
     let mut restore_failures: u32 = 0;
     let mut next_mode: Option<StartMode> = None;
+    // Data found behind the bucket's history while etcd ran: why.
+    let mut behind: Option<String> = None;
     state.update(|s| {
         s.recovery = facts::load_recovery(&opts.data_dir);
         s.superseded_recoveries = facts::load_superseded(&opts.data_dir);
@@ -133,28 +134,35 @@ pub async fn run_agent<C: Coordination>(
         if let Err(reason) = crate::secret_files::write_backup_keys(&coord, &cluster).await {
             tracing::warn!(member = %opts.member, %reason, "backup encryption keys not written");
         }
-        let mode = match next_mode.take() {
-            Some(mode) => mode,
-            None => match prepare_start(&coord, &cluster, &opts, &state).await {
-                Ok(mode) => {
-                    restore_failures = 0;
-                    mode
-                }
-                Err(not_yet) => {
-                    let counted = &mut restore_failures;
-                    not_started(
-                        &coord,
-                        &cluster,
-                        &opts,
-                        &state,
-                        &mut shutdown,
-                        not_yet,
-                        counted,
-                    )
-                    .await;
-                    continue;
-                }
-            },
+        let started = match (next_mode.take(), behind.take()) {
+            (Some(mode), _) => Ok(mode),
+            (None, Some(why)) => {
+                // Read before the restore: these records cannot speak of the data it brings.
+                let superseded =
+                    RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
+                start::replace_from_backup(&cluster, &opts, &state, &why, superseded).await
+            }
+            (None, None) => prepare_start(&coord, &cluster, &opts, &state).await,
+        };
+        let mode = match started {
+            Ok(mode) => {
+                restore_failures = 0;
+                mode
+            }
+            Err(not_yet) => {
+                let counted = &mut restore_failures;
+                not_started(
+                    &coord,
+                    &cluster,
+                    &opts,
+                    &state,
+                    &mut shutdown,
+                    not_yet,
+                    counted,
+                )
+                .await;
+                continue;
+            }
         };
         match run_etcd(&coord, &cluster, &opts, mode, &state, &mut shutdown).await? {
             RunEnd::Shutdown => return Ok(AgentExit::Shutdown),
@@ -174,27 +182,8 @@ pub async fn run_agent<C: Coordination>(
                     wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
                 }
             }
-            RunEnd::BehindBackup(why) => {
-                // Read before the restore: these records cannot speak of the data it brings.
-                let superseded =
-                    RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
-                match start::replace_from_backup(&cluster, &opts, &state, &why, superseded).await {
-                    Ok(mode) => next_mode = Some(mode),
-                    Err(not_yet) => {
-                        let counted = &mut restore_failures;
-                        not_started(
-                            &coord,
-                            &cluster,
-                            &opts,
-                            &state,
-                            &mut shutdown,
-                            not_yet,
-                            counted,
-                        )
-                        .await;
-                    }
-                }
-            }
+            // Replaced from the bucket next, before anything else is decided.
+            RunEnd::BehindBackup(why) => behind = Some(why),
             RunEnd::Exited(why) => {
                 failures += 1;
                 let backoff = opts.poll_interval * failures.min(10);
@@ -460,6 +449,8 @@ async fn run_etcd<C: Coordination>(
                 let Some(client) = &member_client else { continue };
                 match client.status().await {
                     Ok(st) => {
+                        // This tick's one observation, for every duty that needs more than `st`.
+                        let tick = duties::Tick::observe(cluster, me, &st).await;
                         // Readiness asks for a linearizable read as a voter; a learner or a
                         // member without a leader is not asked (it cannot serve one).
                         let read = !st.is_learner
@@ -516,9 +507,8 @@ async fn run_etcd<C: Coordination>(
                             last_version_check = Some(Instant::now());
                             crate::etcd_version::check(&newest, me, client, &st, state).await;
                         }
-                        if st.is_learner {
-                            promote_if_my_turn(cluster, me, client, state).await;
-                        } else if !peer_urls_settled && st.leader_id != 0 {
+                        duties::promote::run(cluster, me, &tick, state).await;
+                        if !st.is_learner && !peer_urls_settled && st.leader_id != 0 {
                             peer_urls_settled =
                                 settle_peer_urls(client, cluster, me, st.member_id, state).await;
                         }
@@ -564,32 +554,6 @@ fn restart_needed(
     match member_etcd_config(latest, me, data_dir, &StartMode::Restart) {
         Ok(next) => next.runtime != running.runtime,
         Err(_) => false,
-    }
-}
-
-/// Promotes this learner when the planner names it, judged on etcd's view of every member.
-async fn promote_if_my_turn(
-    cluster: &ClusterConfig,
-    me: &str,
-    client: &MemberClient,
-    state: &SharedState,
-) {
-    let executor = Executor::new(cluster, me).with_metrics(state.metrics());
-    let Some(list) = executor.peers_member_list().await else {
-        return;
-    };
-    let observed = executor.observe(&list).await;
-    match may_join(&observed, &executor.desired(), me) {
-        JoinDecision::PromoteSelf { id } => {
-            let name = me.to_string();
-            match executor.apply(&Step::Promote { id, name }).await {
-                Ok(_) => tracing::info!(member = %me, "promoted from learner to voting member"),
-                Err(w) => tracing::debug!(member = %me, reason = %w, "promotion not possible yet"),
-            }
-        }
-        other => {
-            tracing::debug!(member = %me, ?other, endpoint = client.endpoint(), "not promoting yet")
-        }
     }
 }
 

@@ -171,14 +171,7 @@ pub fn decide(cluster: &ClusterConfig, me: &str, seen: &StartObservation) -> Sta
         };
     }
     if let DataState::Present { .. } = own {
-        return match lone_behind(&seen.lone) {
-            Ok(None) => StartAction::Start(StartMode::Restart),
-            Ok(Some(why)) => StartAction::MoveDataAside {
-                why,
-                then: AfterAside::RestoreFromBackup,
-            },
-            Err(why) => StartAction::CheckLater(why),
-        };
+        return restart_or_replace(&seen.lone);
     }
     match decide_start(cluster, me, &seen.evidence) {
         StartDecision::Start(mode) => StartAction::Start(mode),
@@ -201,28 +194,28 @@ pub fn decide(cluster: &ClusterConfig, me: &str, seen: &StartObservation) -> Sta
     }
 }
 
-/// `Ok(Some(why))` when a lone member's data is an older state of the history the bucket holds
-/// (same cluster, lower revision): only then is replacing it with the newest backup right. A
-/// cluster restored to an earlier revision is another history and is left alone. `Err` when
-/// the data could not be opened to compare.
-fn lone_behind(lone: &LoneData) -> Result<Option<String>, String> {
+/// A member with data restarts on it, unless it is a lone member whose data is an older state
+/// of the history the bucket holds (same cluster, lower revision): only then is replacing it
+/// with the newest backup right. A cluster restored to an earlier revision is another history
+/// and is left alone. Data that could not be opened is compared again later.
+fn restart_or_replace(lone: &LoneData) -> StartAction {
     match lone {
-        LoneData::NotCompared => Ok(None),
-        LoneData::Unopened(why) => Err(why.clone()),
+        LoneData::Unopened(why) => StartAction::CheckLater(why.clone()),
         LoneData::Opened {
             cluster_id,
             revision,
             backups: Backups::Available { newest_revision },
             chain,
-        } => Ok(
-            (newest_revision > revision && *chain == Some(*cluster_id)).then(|| {
-                format!(
+        } if newest_revision > revision && *chain == Some(*cluster_id) => {
+            StartAction::MoveDataAside {
+                why: format!(
                     "the data ends at revision {revision} but the backups of the same cluster \
-                 ({cluster_id:x}) reach {newest_revision}"
-                )
-            }),
-        ),
-        LoneData::Opened { .. } => Ok(None),
+                     ({cluster_id:x}) reach {newest_revision}"
+                ),
+                then: AfterAside::RestoreFromBackup,
+            }
+        }
+        LoneData::NotCompared | LoneData::Opened { .. } => StartAction::Start(StartMode::Restart),
     }
 }
 
