@@ -17,6 +17,7 @@ pub mod http;
 mod listener;
 pub mod member;
 pub mod metrics;
+pub mod options;
 mod private_start;
 pub mod publish;
 pub mod recovery;
@@ -27,7 +28,8 @@ pub mod start;
 pub mod state;
 pub mod wait;
 
-pub use member::{AgentError, AgentExit, AgentOptions, run_agent};
+pub use member::{AgentError, AgentExit, run_agent};
+pub use options::AgentOptions;
 pub use state::SharedState;
 
 use quorate_coord::Coordination;

@@ -3,7 +3,8 @@
 //! recovery, and stop for good when the member has been removed from the cluster.
 
 use crate::etcd_process::{EtcdProcess, SpawnError};
-use crate::executor::Executor;
+use crate::executor::{Executor, own_etcd};
+use crate::options::AgentOptions;
 use crate::recovery::QuorumAction;
 use crate::start::{self, NotYet, prepare_start};
 use crate::state::{Phase, SharedState};
@@ -19,8 +20,7 @@ use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
 use quorate_core::upgrade::{downgrade_gate, members_behind, snapshot_gate, snapshot_request};
 use quorate_etcd::MemberClient;
-use quorate_etcd::binaries::{EtcdBinaries, MissingEtcd};
-use std::path::PathBuf;
+use quorate_etcd::binaries::MissingEtcd;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -28,25 +28,6 @@ use tokio::sync::watch;
 /// How often a running member writes its TLS Secrets' files again, so a rotated certificate
 /// reaches etcd.
 const SECRET_REFRESH: Duration = Duration::from_secs(60);
-
-/// Settings of one agent.
-#[derive(Clone, Debug)]
-pub struct AgentOptions {
-    /// The member this agent runs (etcd member name).
-    pub member: String,
-    /// etcd's data directory.
-    pub data_dir: PathBuf,
-    /// File etcd's output is appended to.
-    pub etcd_log: PathBuf,
-    /// Where each etcd version's binary is; the cluster configuration says which version runs.
-    pub etcd_binaries: EtcdBinaries,
-    /// How often the agent checks its configuration for changes.
-    pub poll_interval: Duration,
-    /// How often the agent probes etcd and retries a refused step ("unhealthy cluster",
-    /// "learner not in sync"): short, because etcd lifts these refusals at a moment it does not
-    /// announce, and every retry is one cheap RPC.
-    pub retry_interval: Duration,
-}
 
 /// Why the agent stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -525,23 +506,6 @@ async fn run_etcd<C: Coordination>(
             }
         }
     }
-}
-
-/// The URL and client TLS with which member `me`'s agent reaches its own etcd: loopback, not
-/// the client URL's DNS name (core `own_client_endpoint`), the certificate still verified
-/// against that name.
-pub(crate) fn own_etcd(
-    cluster: &ClusterConfig,
-    me: &str,
-) -> (String, Option<quorate_etcd::EtcdTls>) {
-    let Some(own) = cluster.own_client_endpoint(me) else {
-        return (String::new(), quorate_etcd::client_tls(cluster));
-    };
-    let tls = quorate_etcd::client_tls(cluster).map(|tls| quorate_etcd::EtcdTls {
-        domain_name: own.server_name.clone(),
-        ..tls
-    });
-    (own.url, tls)
 }
 
 /// Whether the running etcd must restart to pick up `latest`.

@@ -9,9 +9,10 @@
 
 use crate::executor::Executor;
 use crate::facts;
+use crate::options::AgentOptions;
+use crate::publish;
 use crate::state::SharedState;
 use crate::wait::Wait;
-use crate::{AgentOptions, publish};
 use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::member_etcd_config::StartMode;
