@@ -22,7 +22,6 @@ mod private_start;
 pub mod publish;
 pub mod recovery;
 pub mod restore;
-mod scale_in;
 pub mod secret_files;
 pub mod start;
 pub mod state;

@@ -480,7 +480,7 @@ async fn run_etcd<C: Coordination>(
                         }
                         if leads && last_scale_in_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
                             last_scale_in_check = Some(Instant::now());
-                            crate::scale_in::remove_leaving_members(coord, me, client, st.raft_term, state).await;
+                            duties::scale_in::remove_leaving_members(coord, me, client, &tick, state).await;
                         } else if !leads {
                             state.update(|s| s.membership = None);
                         }

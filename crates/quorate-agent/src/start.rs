@@ -64,8 +64,7 @@ pub async fn prepare_start<C: Coordination>(
         }
     }
     Err(Wait::new(format!(
-        "{} was moved aside but {} holds data again; looking again",
-        opts.data_dir.display(),
+        "{} holds data again right after it was moved aside; looking again",
         opts.data_dir.display()
     ))
     .into())

@@ -5,6 +5,7 @@
 //! go").
 
 pub mod promote;
+pub mod scale_in;
 
 use crate::executor::Executor;
 use quorate_core::cluster_config::ClusterConfig;
