@@ -235,7 +235,7 @@ impl<C: Coordination> Leader<'_, C> {
 
     async fn member_client(&self) -> Result<MemberClient, BackupError> {
         // Over loopback: a stopping pod's last delta does not wait on cluster DNS.
-        let (url, tls) = crate::member::own_etcd(self.cluster, self.me);
+        let (url, tls) = crate::executor::own_etcd(self.cluster, self.me);
         MemberClient::connect(&url, tls.as_ref(), EtcdTimeouts::default())
             .await
             .map_err(|e| BackupError::Etcd(e.to_string()))

@@ -163,13 +163,7 @@ impl<'a> Executor<'a> {
 
     /// The desired members as the planner wants them (leaving members are not).
     pub fn desired(&self) -> Vec<DesiredMember> {
-        self.cluster
-            .desired_members()
-            .map(|m| DesiredMember {
-                name: m.name.clone(),
-                peer_urls: vec![m.peer_url.clone()],
-            })
-            .collect()
+        DesiredMember::of_cluster(self.cluster)
     }
 
     /// Carries out one membership step through the cluster; returns the member list after it.
@@ -218,4 +212,21 @@ impl<'a> Executor<'a> {
         })
         .await
     }
+}
+
+/// The URL and client TLS with which member `me`'s agent reaches its own etcd: loopback, not
+/// the client URL's DNS name (core `own_client_endpoint`), the certificate still verified
+/// against that name.
+pub(crate) fn own_etcd(
+    cluster: &ClusterConfig,
+    me: &str,
+) -> (String, Option<quorate_etcd::EtcdTls>) {
+    let Some(own) = cluster.own_client_endpoint(me) else {
+        return (String::new(), quorate_etcd::client_tls(cluster));
+    };
+    let tls = quorate_etcd::client_tls(cluster).map(|tls| quorate_etcd::EtcdTls {
+        domain_name: own.server_name.clone(),
+        ..tls
+    });
+    (own.url, tls)
 }

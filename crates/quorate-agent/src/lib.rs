@@ -8,6 +8,7 @@ mod backup_hash;
 mod certificates;
 pub mod clock;
 mod defrag;
+mod duties;
 pub mod etcd_process;
 pub mod etcd_version;
 pub mod executor;
@@ -16,17 +17,18 @@ pub mod http;
 mod listener;
 pub mod member;
 pub mod metrics;
+pub mod options;
 mod private_start;
 pub mod publish;
 pub mod recovery;
 pub mod restore;
-mod scale_in;
 pub mod secret_files;
 pub mod start;
 pub mod state;
 pub mod wait;
 
-pub use member::{AgentError, AgentExit, AgentOptions, run_agent};
+pub use member::{AgentError, AgentExit, run_agent};
+pub use options::AgentOptions;
 pub use state::SharedState;
 
 use quorate_coord::Coordination;

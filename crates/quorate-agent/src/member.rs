@@ -3,27 +3,24 @@
 //! recovery, and stop for good when the member has been removed from the cluster.
 
 use crate::etcd_process::{EtcdProcess, SpawnError};
-use crate::executor::Executor;
+use crate::executor::{Executor, own_etcd};
+use crate::options::AgentOptions;
 use crate::recovery::QuorumAction;
-use crate::start::{NotYet, prepare_start};
+use crate::start::{self, NotYet, prepare_start};
 use crate::state::{Phase, SharedState};
 use crate::wait::Wait;
-use crate::{facts, publish};
+use crate::{duties, facts, publish};
 use quorate_coord::{CoordError, Coordination};
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::membership::MemberList;
 use quorate_core::membership::data_state::DataState;
-use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
-use quorate_core::membership::start::Backups;
 use quorate_core::upgrade::{downgrade_gate, members_behind, snapshot_gate, snapshot_request};
 use quorate_etcd::MemberClient;
-use quorate_etcd::binaries::{EtcdBinaries, MissingEtcd};
-use quorate_etcd::data_dir;
-use std::path::PathBuf;
+use quorate_etcd::binaries::MissingEtcd;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -31,25 +28,6 @@ use tokio::sync::watch;
 /// How often a running member writes its TLS Secrets' files again, so a rotated certificate
 /// reaches etcd.
 const SECRET_REFRESH: Duration = Duration::from_secs(60);
-
-/// Settings of one agent.
-#[derive(Clone, Debug)]
-pub struct AgentOptions {
-    /// The member this agent runs (etcd member name).
-    pub member: String,
-    /// etcd's data directory.
-    pub data_dir: PathBuf,
-    /// File etcd's output is appended to.
-    pub etcd_log: PathBuf,
-    /// Where each etcd version's binary is; the cluster configuration says which version runs.
-    pub etcd_binaries: EtcdBinaries,
-    /// How often the agent checks its configuration for changes.
-    pub poll_interval: Duration,
-    /// How often the agent probes etcd and retries a refused step ("unhealthy cluster",
-    /// "learner not in sync"): short, because etcd lifts these refusals at a moment it does not
-    /// announce, and every retry is one cheap RPC.
-    pub retry_interval: Duration,
-}
 
 /// Why the agent stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +77,8 @@ pub async fn run_agent<C: Coordination>(
     let mut failures: u32 = 0;
     let mut restore_failures: u32 = 0;
     let mut next_mode: Option<StartMode> = None;
+    // Data found behind the bucket's history while etcd ran: why.
+    let mut behind: Option<String> = None;
     state.update(|s| {
         s.recovery = facts::load_recovery(&opts.data_dir);
         s.superseded_recoveries = facts::load_superseded(&opts.data_dir);
@@ -135,80 +115,35 @@ pub async fn run_agent<C: Coordination>(
         if let Err(reason) = crate::secret_files::write_backup_keys(&coord, &cluster).await {
             tracing::warn!(member = %opts.member, %reason, "backup encryption keys not written");
         }
-        let mode = match next_mode.take() {
-            Some(mode) => mode,
-            None => match prepare_start(&coord, &cluster, &opts, &state).await {
-                Ok(StartMode::Restart) if is_lone_with_backups(&cluster) => {
-                    restore_failures = 0;
-                    match lone_member_behind(&cluster, &opts).await {
-                        Ok(None) => StartMode::Restart,
-                        Ok(Some(why)) => {
-                            next_mode = replace_from_backup(
-                                &coord,
-                                &cluster,
-                                &opts,
-                                &state,
-                                &mut shutdown,
-                                &why,
-                            )
-                            .await;
-                            continue;
-                        }
-                        Err(reason) => {
-                            wait_published(
-                                &coord,
-                                &cluster,
-                                &state,
-                                &opts,
-                                &mut shutdown,
-                                reason,
-                                opts.poll_interval,
-                            )
-                            .await;
-                            continue;
-                        }
-                    }
-                }
-                Ok(mode) => {
-                    restore_failures = 0;
-                    mode
-                }
-                Err(NotYet::Wait(reason)) => {
-                    wait_published(
-                        &coord,
-                        &cluster,
-                        &state,
-                        &opts,
-                        &mut shutdown,
-                        reason,
-                        opts.retry_interval,
-                    )
-                    .await;
-                    continue;
-                }
-                Err(NotYet::RestoreFailed(reason)) => {
-                    restore_failures += 1;
-                    let backoff = (opts.poll_interval * 2u32.saturating_pow(restore_failures))
-                        .min(Duration::from_secs(300));
-                    let reason = Wait::new(format!(
-                        "restoring from the bucket failed ({} attempt(s); next in {}s): {reason}",
-                        restore_failures,
-                        backoff.as_secs()
-                    ));
-                    tracing::warn!(member = %opts.member, %reason, "restore failed");
-                    wait_published(
-                        &coord,
-                        &cluster,
-                        &state,
-                        &opts,
-                        &mut shutdown,
-                        reason,
-                        backoff,
-                    )
-                    .await;
-                    continue;
-                }
-            },
+        let started = match (next_mode.take(), behind.take()) {
+            (Some(mode), _) => Ok(mode),
+            (None, Some(why)) => {
+                // Read before the restore: these records cannot speak of the data it brings.
+                let superseded =
+                    RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
+                start::replace_from_backup(&cluster, &opts, &state, &why, superseded).await
+            }
+            (None, None) => prepare_start(&coord, &cluster, &opts, &state).await,
+        };
+        let mode = match started {
+            Ok(mode) => {
+                restore_failures = 0;
+                mode
+            }
+            Err(not_yet) => {
+                let counted = &mut restore_failures;
+                not_started(
+                    &coord,
+                    &cluster,
+                    &opts,
+                    &state,
+                    &mut shutdown,
+                    not_yet,
+                    counted,
+                )
+                .await;
+                continue;
+            }
         };
         match run_etcd(&coord, &cluster, &opts, mode, &state, &mut shutdown).await? {
             RunEnd::Shutdown => return Ok(AgentExit::Shutdown),
@@ -224,12 +159,12 @@ pub async fn run_agent<C: Coordination>(
             RunEnd::Recover(mode) => next_mode = Some(mode),
             RunEnd::Dropped => {
                 tracing::warn!(member = %opts.member, "a quorum-loss recovery dropped this member; moving its data aside and rejoining as a learner");
-                move_aside(&state, &opts, &mut shutdown, "dropped by a recovery").await;
+                if let Err(reason) = start::move_data_aside(&opts, "dropped by a recovery") {
+                    wait(&state, &opts, &mut shutdown, reason, opts.poll_interval).await;
+                }
             }
-            RunEnd::BehindBackup(why) => {
-                next_mode =
-                    replace_from_backup(&coord, &cluster, &opts, &state, &mut shutdown, &why).await;
-            }
+            // Replaced from the bucket next, before anything else is decided.
+            RunEnd::BehindBackup(why) => behind = Some(why),
             RunEnd::Exited(why) => {
                 failures += 1;
                 let backoff = opts.poll_interval * failures.min(10);
@@ -241,59 +176,36 @@ pub async fn run_agent<C: Coordination>(
     }
 }
 
-/// A lone member with backups: `Some(why)` when its data, opened on a private port before any
-/// client can reach it, is an older state of the bucket's history.
-async fn lone_member_behind(
-    cluster: &ClusterConfig,
-    opts: &AgentOptions,
-) -> Result<Option<String>, Wait> {
-    let (cluster_id, revision) = crate::private_start::data_facts(cluster, opts).await?;
-    Ok(behind_backups(cluster, cluster_id, revision).await)
-}
-
-/// Replaces the data with the bucket's newest state (the old data moved aside, never deleted);
-/// the decision was made on evidence already, so this restores without deciding again (the
-/// others may be gone, and the start decision would wait for them). The start mode afterwards,
-/// or `None` to decide again.
-async fn replace_from_backup(
-    coord: &impl Coordination,
+/// Waits as `not_yet` asks when etcd does not start yet: a refusal briefly, a comparison with
+/// the bucket at the configuration pace, a failed restore with a growing pause (counted in
+/// `restore_failures`).
+async fn not_started<C: Coordination>(
+    coord: &C,
     cluster: &ClusterConfig,
     opts: &AgentOptions,
     state: &SharedState,
     shutdown: &mut watch::Receiver<bool>,
-    why: &str,
-) -> Option<StartMode> {
-    tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
-    if !move_aside(state, opts, shutdown, why).await {
-        return None;
-    }
-    // Read before the restore: these records cannot speak of the data it brings.
-    let superseded = RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
-    match crate::restore::restore_member(cluster, opts, state, superseded).await {
-        Ok(()) => Some(StartMode::Restart),
-        Err(e) => {
-            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
-            None
+    not_yet: NotYet,
+    restore_failures: &mut u32,
+) {
+    let (reason, how_long) = match not_yet {
+        NotYet::DecideAgain => return,
+        NotYet::Wait(reason) => (reason, opts.retry_interval),
+        NotYet::CheckLater(reason) => (reason, opts.poll_interval),
+        NotYet::RestoreFailed(reason) => {
+            *restore_failures += 1;
+            let backoff = (opts.poll_interval * 2u32.saturating_pow(*restore_failures))
+                .min(Duration::from_secs(300));
+            let reason = Wait::new(format!(
+                "restoring from the bucket failed ({} attempt(s); next in {}s): {reason}",
+                restore_failures,
+                backoff.as_secs()
+            ));
+            tracing::warn!(member = %opts.member, %reason, "restore failed");
+            (reason, backoff)
         }
-    }
-}
-
-/// Moves the data directory aside (never deleting it); on failure waits, saying why, and
-/// returns false.
-async fn move_aside(
-    state: &SharedState,
-    opts: &AgentOptions,
-    shutdown: &mut watch::Receiver<bool>,
-    why: &str,
-) -> bool {
-    match data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()) {
-        Ok(_) => true,
-        Err(e) => {
-            let reason = Wait::new(format!("{why}; moving the data aside failed: {e}"));
-            wait(state, opts, shutdown, reason, opts.poll_interval).await;
-            false
-        }
-    }
+    };
+    wait_published(coord, cluster, state, opts, shutdown, reason, how_long).await;
 }
 
 /// Like [`wait`], and publishes the member's evidence on its lease when the reason is new.
@@ -518,6 +430,8 @@ async fn run_etcd<C: Coordination>(
                 let Some(client) = &member_client else { continue };
                 match client.status().await {
                     Ok(st) => {
+                        // This tick's one observation, for every duty that needs more than `st`.
+                        let tick = duties::Tick::observe(cluster, me, &st).await;
                         // Readiness asks for a linearizable read as a voter; a learner or a
                         // member without a leader is not asked (it cannot serve one).
                         let read = !st.is_learner
@@ -566,7 +480,7 @@ async fn run_etcd<C: Coordination>(
                         }
                         if leads && last_scale_in_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
                             last_scale_in_check = Some(Instant::now());
-                            crate::scale_in::remove_leaving_members(coord, me, client, st.raft_term, state).await;
+                            duties::scale_in::remove_leaving_members(coord, me, client, &tick, state).await;
                         } else if !leads {
                             state.update(|s| s.membership = None);
                         }
@@ -574,9 +488,8 @@ async fn run_etcd<C: Coordination>(
                             last_version_check = Some(Instant::now());
                             crate::etcd_version::check(&newest, me, client, &st, state).await;
                         }
-                        if st.is_learner {
-                            promote_if_my_turn(cluster, me, client, state).await;
-                        } else if !peer_urls_settled && st.leader_id != 0 {
+                        duties::promote::run(cluster, me, &tick, state).await;
+                        if !st.is_learner && !peer_urls_settled && st.leader_id != 0 {
                             peer_urls_settled =
                                 settle_peer_urls(client, cluster, me, st.member_id, state).await;
                         }
@@ -595,45 +508,6 @@ async fn run_etcd<C: Coordination>(
     }
 }
 
-/// The URL and client TLS with which member `me`'s agent reaches its own etcd: loopback, not
-/// the client URL's DNS name (core `own_client_endpoint`), the certificate still verified
-/// against that name.
-pub(crate) fn own_etcd(
-    cluster: &ClusterConfig,
-    me: &str,
-) -> (String, Option<quorate_etcd::EtcdTls>) {
-    let Some(own) = cluster.own_client_endpoint(me) else {
-        return (String::new(), quorate_etcd::client_tls(cluster));
-    };
-    let tls = quorate_etcd::client_tls(cluster).map(|tls| quorate_etcd::EtcdTls {
-        domain_name: own.server_name.clone(),
-        ..tls
-    });
-    (own.url, tls)
-}
-
-/// A one-member cluster with backups: its data is compared with the bucket before it serves.
-fn is_lone_with_backups(cluster: &ClusterConfig) -> bool {
-    cluster.members.len() == 1 && cluster.leaving.is_empty() && cluster.backup.is_some()
-}
-
-/// `Some(why)` when this lone member's data is an older state of the history the bucket holds
-/// (same cluster, lower revision): only then is replacing it with the newest backup right. A
-/// cluster restored to an earlier revision is another history and is left alone.
-async fn behind_backups(cluster: &ClusterConfig, cluster_id: u64, revision: i64) -> Option<String> {
-    let Backups::Available { newest_revision } = crate::restore::backups_in_store(cluster).await
-    else {
-        return None;
-    };
-    let chain = crate::restore::chain_cluster(cluster).await;
-    (newest_revision > revision && chain == Some(cluster_id)).then(|| {
-        format!(
-            "the data ends at revision {revision} but the backups of the same cluster \
-             ({cluster_id:x}) reach {newest_revision}"
-        )
-    })
-}
-
 /// Whether the running etcd must restart to pick up `latest`.
 fn restart_needed(
     running: &MemberEtcdConfig,
@@ -644,32 +518,6 @@ fn restart_needed(
     match member_etcd_config(latest, me, data_dir, &StartMode::Restart) {
         Ok(next) => next.runtime != running.runtime,
         Err(_) => false,
-    }
-}
-
-/// Promotes this learner when the planner names it, judged on etcd's view of every member.
-async fn promote_if_my_turn(
-    cluster: &ClusterConfig,
-    me: &str,
-    client: &MemberClient,
-    state: &SharedState,
-) {
-    let executor = Executor::new(cluster, me).with_metrics(state.metrics());
-    let Some(list) = executor.peers_member_list().await else {
-        return;
-    };
-    let observed = executor.observe(&list).await;
-    match may_join(&observed, &executor.desired(), me) {
-        JoinDecision::PromoteSelf { id } => {
-            let name = me.to_string();
-            match executor.apply(&Step::Promote { id, name }).await {
-                Ok(_) => tracing::info!(member = %me, "promoted from learner to voting member"),
-                Err(w) => tracing::debug!(member = %me, reason = %w, "promotion not possible yet"),
-            }
-        }
-        other => {
-            tracing::debug!(member = %me, ?other, endpoint = client.endpoint(), "not promoting yet")
-        }
     }
 }
 

@@ -4,8 +4,8 @@
 //! is ever acknowledged on data that is about to be moved aside (etcd-backup-restore validates
 //! with an embedded etcd for the same reason).
 
-use crate::AgentOptions;
 use crate::etcd_process::EtcdProcess;
+use crate::options::AgentOptions;
 use crate::wait::Wait;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::member_etcd_config::{StartMode, member_etcd_config};

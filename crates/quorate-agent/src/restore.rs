@@ -187,7 +187,7 @@ pub enum RestoreMemberError {
 /// time it took is in `etcdbr_restoration_duration_seconds`.
 pub async fn restore_member(
     cluster: &ClusterConfig,
-    opts: &crate::AgentOptions,
+    opts: &crate::options::AgentOptions,
     state: &crate::state::SharedState,
     superseded: Vec<RecoveryRecord>,
 ) -> Result<(), RestoreMemberError> {
@@ -201,7 +201,7 @@ pub async fn restore_member(
 
 async fn restore_from_bucket(
     cluster: &ClusterConfig,
-    opts: &crate::AgentOptions,
+    opts: &crate::options::AgentOptions,
     state: &crate::state::SharedState,
     superseded: Vec<RecoveryRecord>,
 ) -> Result<(), RestoreMemberError> {

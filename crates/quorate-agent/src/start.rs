@@ -1,27 +1,31 @@
-//! How this member's etcd starts: gather the evidence (own data directory, the other members'
-//! published data states, etcd's member list, the bucket), let core's start decision choose,
-//! and carry the choice out (through the membership executor for membership changes).
+//! How this member's etcd starts, in three steps: [`observe`] gathers the evidence once (own
+//! data directory, the leases, etcd's member lists, the bucket), core's one start decision
+//! ([`decide`]) chooses a [`StartAction`], and [`act`] carries it out (through the membership
+//! executor for membership changes). Nothing here decides: a new start rule goes into
+//! `quorate_core::membership::start_action`, with its unit test.
 //!
 //! Anything that is about to create data (bootstrap, join, restore) is published on the lease
 //! first, so no other member can ever read "no data" for a member that has some.
 
 use crate::executor::Executor;
 use crate::facts;
+use crate::options::AgentOptions;
+use crate::publish;
 use crate::state::SharedState;
 use crate::wait::Wait;
-use crate::{AgentOptions, publish};
 use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
-use quorate_core::lease::HolderIdentity;
 use quorate_core::member_etcd_config::StartMode;
 use quorate_core::membership::data_state::{DataState, PeerData};
-use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::Step;
 use quorate_core::membership::recovery::RecoveryRecord;
-use quorate_core::membership::start::{
-    StartDecision, StartEvidence, decide_start, join_initial_cluster, removed_member_data,
+use quorate_core::membership::start::{Backups, StartEvidence, join_initial_cluster};
+use quorate_core::membership::start_action::{
+    AfterAside, LoneData, StartAction, StartObservation, cluster_existed, compares_with_bucket,
+    decide,
 };
 use quorate_etcd::data_dir::{self, DataDirState};
+use std::path::PathBuf;
 
 /// Why the member does not start now.
 #[derive(Debug)]
@@ -30,6 +34,11 @@ pub enum NotYet {
     Wait(Wait),
     /// A restore from the bucket failed: try again with a growing pause, not in a storm.
     RestoreFailed(Wait),
+    /// The data could not be compared with the bucket, or not moved aside to be replaced: try
+    /// again at the configuration pace, as every comparison starts etcd.
+    CheckLater(Wait),
+    /// The data was moved aside to be replaced but the restore failed: decide again at once.
+    DecideAgain,
 }
 
 impl From<Wait> for NotYet {
@@ -38,158 +47,176 @@ impl From<Wait> for NotYet {
     }
 }
 
-/// This member's own data state, from its data directory (moving unusable data aside).
-pub fn own_data_state(opts: &AgentOptions) -> DataState {
-    match data_dir::inspect(&opts.data_dir) {
-        DataDirState::Valid => facts::load(&opts.data_dir),
-        DataDirState::Empty => DataState::Empty,
-        DataDirState::Unreadable(reason) => DataState::Unknown { reason },
-        DataDirState::Invalid(why) => {
-            match data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()) {
-                Ok(aside) => {
-                    tracing::warn!(member = %opts.member, %why, aside = %aside.display(), "unusable data directory moved aside");
-                    DataState::Empty
-                }
-                Err(e) => DataState::Unknown {
-                    reason: format!("{why}; moving it aside failed: {e}"),
-                },
-            }
-        }
-    }
-}
-
-/// Works out how etcd starts and performs what the start needs (adding this member as a
-/// learner, removing its stale entry, restoring from the bucket).
+/// Works out how etcd starts and performs what the start needs (moving unusable data aside,
+/// adding this member as a learner, removing its stale entry, restoring from the bucket).
 pub async fn prepare_start<C: Coordination>(
     coord: &C,
     cluster: &ClusterConfig,
     opts: &AgentOptions,
     state: &SharedState,
 ) -> Result<StartMode, NotYet> {
+    // Data moved aside is looked at again once: the directory is empty then.
+    for _ in 0..2 {
+        let seen = observe(coord, cluster, opts, state).await?;
+        let action = decide(cluster, &opts.member, &seen);
+        if let Some(mode) = act(coord, cluster, opts, state, &seen, action).await? {
+            return Ok(mode);
+        }
+    }
+    Err(Wait::new(format!(
+        "{} holds data again right after it was moved aside; looking again",
+        opts.data_dir.display()
+    ))
+    .into())
+}
+
+/// Gathers everything the start decision needs, each part read once; the member lists and the
+/// bucket only where they can matter (see [`StartObservation`]).
+async fn observe<C: Coordination>(
+    coord: &C,
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+    state: &SharedState,
+) -> Result<StartObservation, NotYet> {
     let me = &opts.member;
     data_dir::check_guard(&opts.data_dir, &cluster.cluster_token)
         .map_err(|e| Wait::new(e.to_string()))?;
     let validating = std::time::Instant::now();
-    let mut own = own_data_state(opts);
+    let (own, unusable) = match data_dir::inspect(&opts.data_dir) {
+        DataDirState::Valid => (facts::load(&opts.data_dir), None),
+        DataDirState::Empty => (DataState::Empty, None),
+        DataDirState::Unreadable(reason) => (DataState::Unknown { reason }, None),
+        DataDirState::Invalid(why) => (
+            DataState::Unknown {
+                reason: why.clone(),
+            },
+            Some(why),
+        ),
+    };
     state.metrics().validated(
         validating.elapsed(),
-        !matches!(own, DataState::Unknown { .. }),
+        !matches!(own, DataState::Unknown { .. }) || unusable.is_some(),
     );
     let leases = coord
         .member_leases()
         .await
         .map_err(|e| Wait::new(format!("reading the member leases: {e}")))?;
-    if let DataState::Present {
-        cluster_id: Some(cluster_id),
-        member_id: Some(member_id),
-        ..
-    } = own
-        && RecoveryRecord::dropped_by_any(
-            &leases,
-            cluster_id,
-            member_id,
-            &state.get().superseded_recoveries,
-        )
-        && state.get().recovery.is_none()
-    {
-        // A recovery dropped this member while it was away: its data belongs to a membership
-        // the cluster left. Kept aside, never deleted; the member rejoins as a learner.
-        let aside =
-            data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()).map_err(|e| {
-                Wait::new(format!(
-                    "a recovery dropped {me}; moving its data aside failed: {e}"
-                ))
-            })?;
-        tracing::warn!(member = %me, aside = %aside.display(), "a quorum-loss recovery dropped this member; its data was moved aside and it rejoins as a learner");
-        own = DataState::Empty;
-    }
-    if let DataState::Present { .. } = own
-        && let Some(list) = Executor::new(cluster, me).leader_member_list().await
-        && let Some(id) = removed_member_data(&own, &list)
-    {
-        // etcd removed this member (a scale-in) and its peers would refuse it. A member that
-        // is still desired (scaled out again) rejoins as a learner; its old data is kept aside.
-        if cluster.is_leaving(me) || cluster.member(me).is_none() {
-            return Err(Wait::new(format!(
-                "{me} was removed from the cluster (member {id:x}); its data is not started again"
-            ))
-            .into());
-        }
-        let aside =
-            data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()).map_err(|e| {
-                Wait::new(format!(
-                    "{me} was removed from the cluster (member {id:x}); moving its data aside failed: {e}"
-                ))
-            })?;
-        tracing::warn!(member = %me, id = %format!("{id:x}"), aside = %aside.display(), "this data belongs to a member the cluster removed; moved aside, rejoining as a learner");
-        own = DataState::Empty;
-    }
-    state.update(|s| s.data_state = Some(own.clone()));
-    if let DataState::Present { .. } = own {
-        return Ok(StartMode::Restart);
-    }
     let peers = PeerData::from_leases(cluster, me, &leases);
-    let cluster_existed = leases
-        .iter()
-        .filter_map(|l| l.holder_identity.as_deref())
-        .filter_map(|h| h.parse::<HolderIdentity>().ok())
-        .any(|h| h.cluster_id.is_some())
-        || peers.iter().any(|p| {
-            // Only data etcd ran on: a member about to bootstrap publishes `present` without a
-            // cluster ID first, and that must not make its fellow bootstrap members wait.
-            matches!(
-                p.state,
-                Some(DataState::Present {
-                    cluster_id: Some(_),
-                    ..
-                })
-            )
-        });
-    let executor = Executor::new(cluster, me).with_metrics(state.metrics());
-    let listed = executor.peers_member_list().await;
-    let backups = if listed.is_none() {
-        crate::restore::backups_in_store(cluster).await
-    } else {
-        quorate_core::membership::start::Backups::NotConfigured
+    let executor = Executor::new(cluster, me);
+    let mut seen = StartObservation {
+        evidence: StartEvidence {
+            own,
+            member_list: None,
+            cluster_existed: cluster_existed(&leases, &peers),
+            backups: Backups::NotConfigured,
+            peers,
+            recovery_requested: cluster.recovery_request.is_some(),
+        },
+        unusable,
+        leases,
+        superseded: state.get().superseded_recoveries,
+        recovering: state.get().recovery.is_some(),
+        leader_list: None,
+        observed: Vec::new(),
+        lone: LoneData::NotCompared,
     };
-    let evidence = StartEvidence {
-        own,
-        member_list: listed.as_ref().map(|l| l.members.clone()),
-        cluster_existed,
-        backups,
-        peers,
-        recovery_requested: cluster.recovery_request.is_some(),
-    };
-    match decide_start(cluster, me, &evidence) {
-        StartDecision::Start(mode) => {
-            about_to_have_data(coord, cluster, me, state).await?;
-            Ok(mode)
+    if let DataState::Present {
+        cluster_id,
+        member_id,
+        ..
+    } = &seen.evidence.own
+    {
+        if cluster_id.is_some() && member_id.is_some() {
+            seen.leader_list = executor.leader_member_list().await;
         }
-        StartDecision::Wait(reason) => Err(Wait::new(reason).into()),
-        StartDecision::RestoreFromBackup => {
+        if compares_with_bucket(cluster) {
+            seen.lone = lone_data(cluster, opts).await;
+        }
+    } else if let Some(list) = executor.peers_member_list().await {
+        seen.observed = executor.observe(&list).await;
+        seen.evidence.member_list = Some(list.members);
+    } else {
+        seen.evidence.backups = crate::restore::backups_in_store(cluster).await;
+    }
+    Ok(seen)
+}
+
+/// A lone member's data, opened on a private port before any client can reach it, and the
+/// bucket it is compared with.
+async fn lone_data(cluster: &ClusterConfig, opts: &AgentOptions) -> LoneData {
+    let (cluster_id, revision) = match crate::private_start::data_facts(cluster, opts).await {
+        Ok(facts) => facts,
+        Err(why) => return LoneData::Unopened(why.into()),
+    };
+    let backups = crate::restore::backups_in_store(cluster).await;
+    let chain = match backups {
+        Backups::Available { .. } => crate::restore::chain_cluster(cluster).await,
+        _ => None,
+    };
+    LoneData::Opened {
+        cluster_id,
+        revision,
+        backups,
+        chain,
+    }
+}
+
+/// Carries out the start decision: `Some(mode)` to start etcd in, `None` when the data was
+/// moved aside and the start is decided again.
+async fn act<C: Coordination>(
+    coord: &C,
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+    state: &SharedState,
+    seen: &StartObservation,
+    action: StartAction,
+) -> Result<Option<StartMode>, NotYet> {
+    let me = &opts.member;
+    if !matches!(
+        action,
+        StartAction::MoveDataAside {
+            then: AfterAside::DecideAgain,
+            ..
+        }
+    ) {
+        state.update(|s| s.data_state = Some(seen.evidence.own.clone()));
+    }
+    let executor = Executor::new(cluster, me).with_metrics(state.metrics());
+    match action {
+        StartAction::Start(StartMode::Restart) => Ok(Some(StartMode::Restart)),
+        StartAction::Start(mode) => {
             about_to_have_data(coord, cluster, me, state).await?;
-            crate::restore::restore_member(cluster, opts, state, RecoveryRecord::all(&leases))
+            Ok(Some(mode))
+        }
+        StartAction::Wait(reason) => Err(Wait::new(reason).into()),
+        StartAction::CheckLater(reason) => Err(NotYet::CheckLater(Wait::new(reason))),
+        StartAction::MoveDataAside {
+            why,
+            then: AfterAside::DecideAgain,
+        } => {
+            move_data_aside(opts, &why)?;
+            Ok(None)
+        }
+        StartAction::MoveDataAside {
+            why,
+            then: AfterAside::RestoreFromBackup,
+        } => replace_from_backup(
+            cluster,
+            opts,
+            state,
+            &why,
+            RecoveryRecord::all(&seen.leases),
+        )
+        .await
+        .map(Some),
+        StartAction::RestoreFromBackup => {
+            about_to_have_data(coord, cluster, me, state).await?;
+            crate::restore::restore_member(cluster, opts, state, RecoveryRecord::all(&seen.leases))
                 .await
                 .map_err(|e| NotYet::RestoreFailed(Wait::new(e.to_string())))?;
-            Ok(StartMode::Restart)
+            Ok(Some(StartMode::Restart))
         }
-        StartDecision::AddSelfAsLearner => {
-            let list = listed.unwrap_or_default();
-            let observed = executor.observe(&list).await;
-            let peer_urls = match may_join(&observed, &executor.desired(), me) {
-                JoinDecision::AddSelfAsLearner { peer_urls } => peer_urls,
-                JoinDecision::Wait { step } => {
-                    return Err(
-                        Wait::new(format!("not {me}'s turn to join yet; first: {step}")).into(),
-                    );
-                }
-                other => {
-                    return Err(Wait::new(format!(
-                        "{me} cannot add itself as a learner now ({other:?})"
-                    ))
-                    .into());
-                }
-            };
+        StartAction::AddSelfAsLearner { peer_urls } => {
             about_to_have_data(coord, cluster, me, state).await?;
             // A data directory left half-initialised by an earlier attempt would make etcd
             // refuse to join; it holds nothing of value because the member never ran.
@@ -201,11 +228,11 @@ pub async fn prepare_start<C: Coordination>(
                 })
                 .await?;
             tracing::info!(member = %me, "added as a learner");
-            Ok(StartMode::Join {
+            Ok(Some(StartMode::Join {
                 initial_cluster: join_initial_cluster(cluster, &members),
-            })
+            }))
         }
-        StartDecision::ReplaceSelf { id } => {
+        StartAction::ReplaceSelf { id } => {
             executor.remove_stale_self(id).await?;
             tracing::warn!(member = %me, id = %format!("{id:x}"), "removed stale member entry; will rejoin as a learner");
             Err(Wait::new(format!(
@@ -213,6 +240,42 @@ pub async fn prepare_start<C: Coordination>(
             ))
             .into())
         }
+    }
+}
+
+/// Replaces the data with the bucket's newest state (the old data moved aside, never deleted);
+/// the decision was made on evidence already, so this restores without deciding again (the
+/// others may be gone, and the start decision would wait for them). `superseded`: the recovery
+/// records read before the restore (they cannot speak of the data it brings).
+pub async fn replace_from_backup(
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+    state: &SharedState,
+    why: &str,
+    superseded: Vec<RecoveryRecord>,
+) -> Result<StartMode, NotYet> {
+    tracing::warn!(member = %opts.member, %why, "data is an older state of the backups' history; restoring");
+    move_data_aside(opts, why).map_err(NotYet::CheckLater)?;
+    match crate::restore::restore_member(cluster, opts, state, superseded).await {
+        Ok(()) => Ok(StartMode::Restart),
+        Err(e) => {
+            tracing::warn!(member = %opts.member, error = %e, "restoring from the bucket failed; deciding again");
+            Err(NotYet::DecideAgain)
+        }
+    }
+}
+
+/// The one place the agent moves this member's data directory aside (kept, never deleted), for
+/// the reason `why`; a failure is a wait that says both.
+pub fn move_data_aside(opts: &AgentOptions, why: &str) -> Result<PathBuf, Wait> {
+    match data_dir::move_aside(&opts.data_dir, crate::clock::now().as_second()) {
+        Ok(aside) => {
+            tracing::warn!(member = %opts.member, %why, aside = %aside.display(), "data directory moved aside");
+            Ok(aside)
+        }
+        Err(e) => Err(Wait::new(format!(
+            "{why}; moving the data aside failed: {e}"
+        ))),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod recovery;
 pub mod rollout;
 pub mod scale_in;
 pub mod start;
+pub mod start_action;
 pub mod turns;
 
 /// One entry of etcd's member list: the one type for it from the etcd adapter through every

@@ -73,6 +73,20 @@ pub struct DesiredMember {
     pub peer_urls: Vec<String>,
 }
 
+impl DesiredMember {
+    /// The desired members of `cluster` as the planner wants them (leaving members are not):
+    /// what every agent's turn to join or promote is judged against.
+    pub fn of_cluster(cluster: &crate::cluster_config::ClusterConfig) -> Vec<DesiredMember> {
+        cluster
+            .desired_members()
+            .map(|m| DesiredMember {
+                name: m.name.clone(),
+                peer_urls: vec![m.peer_url.clone()],
+            })
+            .collect()
+    }
+}
+
 /// Names one member in a step, by ID (for the etcd call) and name (for people).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberRef {

@@ -3,6 +3,7 @@
 //! (core's `scale_in::leader_step` picks the step). A leaving member is removed from etcd's
 //! membership before its process stops: its agent sees the removal and ends for good.
 
+use super::Tick;
 use crate::executor::Executor;
 use crate::state::SharedState;
 use quorate_coord::Coordination;
@@ -11,7 +12,7 @@ use quorate_core::membership::published::PublishedMembership;
 use quorate_core::membership::scale_in::leader_step;
 use quorate_etcd::MemberClient;
 
-/// As the leader (in raft term `term`), publishes etcd's member list and takes the steps that
+/// As the leader (in the raft term of the tick's status answer), publishes etcd's member list and takes the steps that
 /// move leaving members out of the cluster, or says (in the member's message, which its lease
 /// publishes) why the scale-in waits. After a removal the next step is decided at once, on a
 /// fresh member list and fresh health, instead of a poll interval later; after a leadership
@@ -20,9 +21,10 @@ pub async fn remove_leaving_members<C: Coordination>(
     coord: &C,
     me: &str,
     client: &MemberClient,
-    term: u64,
+    tick: &Tick<'_>,
     state: &SharedState,
 ) {
+    let term = tick.status.raft_term;
     let Ok(latest) = coord.cluster_config().await else {
         return;
     };
