@@ -267,9 +267,14 @@ EOF
   # containerd finds its shim (containerd-shim-runc-v2) on PATH
   PATH=$BIN:$PATH start_bg "containerd-$i" "$CTRD/config.toml" "$i" "$CONTAINERD" --config "$CTRD/config.toml"
 done
+# ctr SOCK ARGS...: ctr without its cgroup v1 deprecation warning (printed on every call here)
+ctr_quiet() {
+  local sock=$1; shift
+  "$BIN/ctr" --address "$sock" -n k8s.io "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
+}
 for i in $NODES; do
   SOCK=$(node_sock "$i")
-  CTR="$BIN/ctr --address $SOCK -n k8s.io"
+  CTR="ctr_quiet $SOCK"
   wait_for "containerd of node $i" 60 $CTR version || { tail -20 "$LOGS/containerd-$i.log" >&2; exit 1; }
   # images: base images + $QUORATE_K8S_NODE_IMAGES (no registry); again when changed or gone
   D=$(node_dir "$i"); touch "$D/imported"
@@ -434,6 +439,10 @@ dns_answers() { # from node 1, through the Service address
   grep -q '10\.0\.0\.1$' <<<"$(in_node 1 /bin/busybox nslookup "kubernetes.default.svc.$CLUSTER_DOMAIN" "$CLUSTER_DNS" 2>/dev/null)"
 }
 wait_for "DNS answers on $CLUSTER_DNS" 60 dns_answers || die "cluster DNS does not answer"
+# and reverse lookups (etcd checks a peer's certificate by the PTR name of its address)
+ptr=$(in_node 1 /bin/busybox nslookup 10.0.0.1 "$CLUSTER_DNS" 2>/dev/null || true)
+grep -q "name = kubernetes\.default\.svc\.$CLUSTER_DOMAIN" <<<"$ptr" ||
+  die "cluster DNS gives no PTR name for 10.0.0.1 (kubernetes.default.svc.$CLUSTER_DOMAIN expected): $ptr"
 wait_for "default ServiceAccount" 60 $KC -n default get serviceaccount default || true
 
 log "ready in $(( $(date +%s) - T0 ))s: $(echo $NODES | wc -w) nodes, DNS $CLUSTER_DNS (CoreDNS on $HOST_IP), logs in $LOGS"
