@@ -124,6 +124,14 @@ write_results() {
   log "results: $RESULTS_MD"
 }
 
+# The cluster the run used, in words for the benchmark pages.
+cluster_words() {
+  if [ "$NODE_KIT" = 0 ]; then echo "the cluster in KUBECONFIG"
+  elif [ "${QUORATE_K8S_KIT:-}" = current ]; then
+    echo "the node kit's current kit (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes)"
+  else echo "the node kit (Kubernetes v1.20.2, one node)"; fi
+}
+
 # The benchmark table (apply→Ready, the TLS-enabling 1→3 scale-out against the same scale-out
 # with TLS already on), written only when all three scenarios passed in this run.
 write_benchmark() {
@@ -136,7 +144,7 @@ write_benchmark() {
     echo "# End-to-end benchmark: apply to Ready, and the TLS-enabling scale-out"
     echo
     echo "Written by \`scripts/e2e.sh\` ($(date -u +%Y-%m-%dT%H:%M:%SZ)) from one run of the suite on"
-    echo "$([ "$NODE_KIT" = 1 ] && echo "the node kit (Kubernetes v1.20.2, one node)" || echo "the cluster in KUBECONFIG"), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
+    echo "$(cluster_words), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
     echo "Times run from \`kubectl apply\` until the condition holds, polled every 0.5 s. Restarts count new"
     echo "pod incarnations plus container restarts of every member pod. Both scale-outs run \`quorate canary\`"
     echo "(\`--write-timeout 5s\`: a write every 100 ms through the client Service, each retried for at most 5 s); their scenarios"
@@ -196,7 +204,7 @@ write_rollout_benchmark() {
     echo "# Rolling update: quorate against the StatefulSet controller"
     echo
     echo "Written by \`scripts/e2e.sh\` ($(date -u +%Y-%m-%dT%H:%M:%SZ)) from one run of scenarios s9 and s9b on"
-    echo "$([ "$NODE_KIT" = 1 ] && echo "the node kit (Kubernetes v1.20.2, one node)" || echo "the cluster in KUBECONFIG"), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
+    echo "$(cluster_words), $(nproc) cores, commit \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`."
     echo "The same change (the etcd container's CPU request 50m → 60m) on a 3-member cluster with backups"
     echo "on etcd 3.5, under \`quorate canary --write-timeout 5s\` (a write every 100 ms through the client"
     echo "Service). Time runs from the change until every pod runs the new template and is ready."

@@ -98,7 +98,7 @@ if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
   log "creating bridge $BRIDGE $NODE_IP/24"
   ip link add "$BRIDGE" type bridge
 fi
-ip addr show dev "$BRIDGE" | grep -q "inet $NODE_IP/24" || ip addr add "$NODE_IP/24" dev "$BRIDGE"
+[[ "$(ip -o -4 addr show dev "$BRIDGE")" == *" inet $NODE_IP/24 "* ]] || ip addr add "$NODE_IP/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 
 # The apiserver dials the kubelet by node name (logs, exec, port-forward): make it resolve.

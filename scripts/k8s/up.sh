@@ -90,6 +90,16 @@ legacy_flags() { # flags only releases before 1.24 know: the plain-HTTP health p
   esac
 }
 
+# QUORATE_K8S_APISERVER_ENDPOINT_ROUTING=1 (set by the current node kit, whose kube-proxies run
+# in the nodes' network namespaces, not on this host): the apiserver reaches a webhook's Service
+# through one of its endpoints (a pod IP, routed to its node) instead of the ClusterIP, which only
+# a kube-proxy on this host could translate (unanswered here it leaves the host by the default
+# route).
+routing_flags() {
+  [ "${QUORATE_K8S_APISERVER_ENDPOINT_ROUTING:-0}" = 1 ] && echo --enable-aggregator-routing=true
+  return 0
+}
+
 # ---- PKI (generated once per state dir) ----
 gen_pki() {
   local o="openssl"
@@ -188,6 +198,7 @@ start_bg kube-apiserver "$BIN/kube-apiserver" \
   --bind-address=127.0.0.1 \
   --secure-port=$API_PORT \
   $(legacy_flags kube-apiserver) \
+  $(routing_flags) \
   --endpoint-reconciler-type=none \
   --etcd-servers=http://127.0.0.1:$ETCD_CLIENT_PORT \
   --service-cluster-ip-range=$SVC_CIDR \

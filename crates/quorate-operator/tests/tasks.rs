@@ -244,12 +244,19 @@ async fn a_copy_task_runs_as_a_job_reports_its_conditions_and_takes_the_job_with
     assert_eq!(args[..3], ["backups", "copy", "--task-json"]);
     assert!(args[3].contains("\"maxBackups\":2"), "{}", args[3]);
 
-    // Play the Job controller: the Job completes.
+    // Play the Job controller: the Job completes. Since 1.31 the API server wants what that
+    // controller writes with it: start and completion time, SuccessCriteriaMet before Complete.
     let now = jiff::Timestamp::now().to_string();
+    let condition = |kind: &str| json!({"type": kind, "status": "True", "lastTransitionTime": now, "lastProbeTime": now});
     jobs.patch_status(
         "move-worker",
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": now, "lastProbeTime": now}]}})),
+        &Patch::Merge(json!({"status": {
+            "startTime": now,
+            "completionTime": now,
+            "succeeded": 1,
+            "conditions": [condition("SuccessCriteriaMet"), condition("Complete")]
+        }})),
     )
     .await
     .expect("job status");

@@ -48,7 +48,7 @@ if [ -f "$MARKER" ]; then
   # leftover shims of our containerds (their -address names our socket) and their containers
   for p in $(pgrep -x containerd-shim 2>/dev/null); do
     [ "$(exe_of "$p")" = "$(readlink -f "$SHIM")" ] || continue
-    tr '\0' ' ' < "/proc/$p/cmdline" | grep -qF -- "$NS/" || continue
+    [[ "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" == *"$NS/"* ]] || continue
     for k in $(cat /proc/"$p"/task/*/children 2>/dev/null); do kill -KILL "$k" 2>/dev/null || true; done
     log "stopping leftover containerd-shim (pid $p)"; kill_pid "$p" containerd-shim
   done

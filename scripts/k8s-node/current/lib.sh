@@ -14,6 +14,8 @@ UP_HOME="" UP_CP_STATE=""
 # shellcheck disable=SC1091
 [ -f "$NS/env" ] && . "$NS/env"
 export QUORATE_K8S_HOME=$HOME_DIR QUORATE_K8S_STATE=$CP_STATE
+# kube-apiserver runs on the host, kube-proxy only inside the nodes: webhooks by endpoint
+export QUORATE_K8S_APISERVER_ENDPOINT_ROUTING=1
 CALLER_PATH=$PATH               # build.sh needs the caller's Go
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 

@@ -87,10 +87,18 @@ start_bg() {
 }
 
 # ---- host network: bridge, one namespace per node, routes to the pod ranges ----
+# has_addr NETNS|"" DEV ADDR/LEN: DEV has that address. (Not `ip addr show | grep -q`: under
+# pipefail, grep quitting at the first match can make ip die of SIGPIPE on its next line, and
+# the address would be added a second time; seen as "Address already assigned" on a rerun.)
+has_addr() {
+  local out
+  out=$(ip ${1:+-n "$1"} -o -4 addr show dev "$2") || return 1
+  grep -qF " inet $3 " <<<"$out"
+}
 modprobe br_netfilter 2>/dev/null || true
 sysctl -qw net.ipv4.ip_forward=1
 ip link show "$HOST_BRIDGE" >/dev/null 2>&1 || { log "creating bridge $HOST_BRIDGE $HOST_IP/24"; ip link add "$HOST_BRIDGE" type bridge; }
-ip addr show dev "$HOST_BRIDGE" | grep -q "inet $HOST_IP/24" || ip addr add "$HOST_IP/24" dev "$HOST_BRIDGE"
+has_addr "" "$HOST_BRIDGE" "$HOST_IP/24" || ip addr add "$HOST_IP/24" dev "$HOST_BRIDGE"
 ip link set "$HOST_BRIDGE" up
 for i in $NODES; do
   n=$(node_netns "$i") veth=qk8s-n$i
@@ -100,12 +108,12 @@ for i in $NODES; do
   fi
   ip link set "$veth" master "$HOST_BRIDGE" up
   ip -n "$n" link set lo up
-  ip -n "$n" addr show dev eth0 | grep -q "inet $(node_ip "$i")/24" || ip -n "$n" addr add "$(node_ip "$i")/24" dev eth0
+  has_addr "$n" eth0 "$(node_ip "$i")/24" || ip -n "$n" addr add "$(node_ip "$i")/24" dev eth0
   ip -n "$n" link set eth0 up
   ip -n "$n" route replace default via "$HOST_IP"
   # the node's CNI bridge, pre-created so that its gateway address exists before the first pod
   ip -n "$n" link show "$CNI_BRIDGE" >/dev/null 2>&1 || ip -n "$n" link add "$CNI_BRIDGE" type bridge
-  ip -n "$n" addr show dev "$CNI_BRIDGE" | grep -q "inet $(node_pod_gw "$i")/24" || ip -n "$n" addr add "$(node_pod_gw "$i")/24" dev "$CNI_BRIDGE"
+  has_addr "$n" "$CNI_BRIDGE" "$(node_pod_gw "$i")/24" || ip -n "$n" addr add "$(node_pod_gw "$i")/24" dev "$CNI_BRIDGE"
   ip -n "$n" link set "$CNI_BRIDGE" up
   in_node "$i" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.route_localnet=1
   in_node "$i" sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || log "no br_netfilter in $n"
@@ -267,9 +275,14 @@ EOF
   # containerd finds its shim (containerd-shim-runc-v2) on PATH
   PATH=$BIN:$PATH start_bg "containerd-$i" "$CTRD/config.toml" "$i" "$CONTAINERD" --config "$CTRD/config.toml"
 done
+# ctr SOCK ARGS...: ctr without its cgroup v1 deprecation warning (printed on every call here)
+ctr_quiet() {
+  local sock=$1; shift
+  "$BIN/ctr" --address "$sock" -n k8s.io "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
+}
 for i in $NODES; do
   SOCK=$(node_sock "$i")
-  CTR="$BIN/ctr --address $SOCK -n k8s.io"
+  CTR="ctr_quiet $SOCK"
   wait_for "containerd of node $i" 60 $CTR version || { tail -20 "$LOGS/containerd-$i.log" >&2; exit 1; }
   # images: base images + $QUORATE_K8S_NODE_IMAGES (no registry); again when changed or gone
   D=$(node_dir "$i"); touch "$D/imported"
@@ -434,6 +447,10 @@ dns_answers() { # from node 1, through the Service address
   grep -q '10\.0\.0\.1$' <<<"$(in_node 1 /bin/busybox nslookup "kubernetes.default.svc.$CLUSTER_DOMAIN" "$CLUSTER_DNS" 2>/dev/null)"
 }
 wait_for "DNS answers on $CLUSTER_DNS" 60 dns_answers || die "cluster DNS does not answer"
+# and reverse lookups (etcd checks a peer's certificate by the PTR name of its address)
+ptr=$(in_node 1 /bin/busybox nslookup 10.0.0.1 "$CLUSTER_DNS" 2>/dev/null || true)
+grep -q "name = kubernetes\.default\.svc\.$CLUSTER_DOMAIN" <<<"$ptr" ||
+  die "cluster DNS gives no PTR name for 10.0.0.1 (kubernetes.default.svc.$CLUSTER_DOMAIN expected): $ptr"
 wait_for "default ServiceAccount" 60 $KC -n default get serviceaccount default || true
 
 log "ready in $(( $(date +%s) - T0 ))s: $(echo $NODES | wc -w) nodes, DNS $CLUSTER_DNS (CoreDNS on $HOST_IP), logs in $LOGS"
