@@ -44,9 +44,9 @@ cd "$ROOT"
 log() { echo "[quorate e2e] $*" >&2; }
 die() { log "$*"; exit 1; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/quorate/target}
-# QUORATE_K8S_KIT=current: the node kit's current kit (Kubernetes v1.37 from Go modules, three
-# nodes, containerd v2, CoreDNS; scripts/k8s-node/current/); else the v1.20.2 single-node kit.
-if [ "${QUORATE_K8S_KIT:-}" = current ]; then
+# The node kit's current kit by default (Kubernetes v1.37 from Go modules, three nodes,
+# containerd v2, CoreDNS; scripts/k8s-node/current/); QUORATE_K8S_KIT=v1.20: the old one-node kit.
+if [ "${QUORATE_K8S_KIT:-current}" = current ]; then
   K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
 else
   K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
@@ -83,6 +83,18 @@ else
   HOSTPATH_DIR=$WORK/volumes
 fi
 [ -z "$HOSTPATH_DIR" ] || mkdir -p "$HOSTPATH_DIR"
+# Free disk before the node kit starts: the release build, the image, three containerd roots and
+# the members' volumes need a few GiB; a disk that fills mid-run fails scenarios for no reason of
+# theirs. QUORATE_E2E_MIN_FREE_GIB sets the floor (default 5).
+if [ "$NODE_KIT" = 1 ]; then
+  for dir in /tmp /var/lib "$CARGO_TARGET_DIR"; do
+    mkdir -p "$dir"
+    free=$(df -P -BG "$dir" | awk 'NR == 2 { sub(/G$/, "", $4); print $4 }')
+    [ "$free" -ge "${QUORATE_E2E_MIN_FREE_GIB:-5}" ] \
+      || die "only ${free} GiB free under $dir; the node kit needs ${QUORATE_E2E_MIN_FREE_GIB:-5} GiB (free space, e.g. docker/go caches or old target dirs, or set QUORATE_E2E_MIN_FREE_GIB)"
+  done
+  log "free disk checked: at least ${QUORATE_E2E_MIN_FREE_GIB:-5} GiB under /tmp, /var/lib and $CARGO_TARGET_DIR"
+fi
 
 # ---- results and logs, whatever happens ----
 write_results() {
@@ -96,7 +108,7 @@ write_results() {
     echo
     echo "- commit: \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || echo ' (with uncommitted changes in crates/)')"
     if [ "$NODE_KIT" = 1 ]; then
-      if [ "${QUORATE_K8S_KIT:-}" = current ]; then
+      if [ "${QUORATE_K8S_KIT:-current}" = current ]; then
         echo "- cluster: scripts/k8s-node/current (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes, containerd $("$K8S_HOME/bin/containerd" --version 2>/dev/null | awk '{print $3}'), runc $(runc --version 2>/dev/null | awk 'NR == 1 {print $3}'), $("$K8S_HOME/bin/coredns" -version 2>/dev/null | head -1))"
       else
         echo "- cluster: scripts/k8s-node (Kubernetes v1.20.2, one node, containerd $(containerd --version 2>/dev/null | awk '{print $3}'), DNS kube-dns-lite)"
@@ -127,7 +139,7 @@ write_results() {
 # The cluster the run used, in words for the benchmark pages.
 cluster_words() {
   if [ "$NODE_KIT" = 0 ]; then echo "the cluster in KUBECONFIG"
-  elif [ "${QUORATE_K8S_KIT:-}" = current ]; then
+  elif [ "${QUORATE_K8S_KIT:-current}" = current ]; then
     echo "the node kit's current kit (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes)"
   else echo "the node kit (Kubernetes v1.20.2, one node)"; fi
 }

@@ -95,13 +95,13 @@ bash "$(dirname "$0")/install-promtool.sh"
 # tools/history-check into ~/.cache/quorate/bin).
 bash "$(dirname "$0")/build-history-check.sh"
 
-# A real Kubernetes control plane for the tests that need a kube-apiserver. By default
-# kube-apiserver and kubectl v1.20.2, built once from Debian's `kubernetes` source package by
-# scripts/k8s/build.sh into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin (about 10 minutes on 2
-# cores, the first time). With QUORATE_K8S_KIT=current: v1.37.2 from its Go modules
-# (scripts/k8s/build-modules.sh) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin; point
-# the tests there with QUORATE_K8S_HOME.
-if [ "${QUORATE_K8S_KIT:-}" = current ]; then
+# A real Kubernetes for the tests that need a kube-apiserver and for the node kit: by default
+# v1.37.2 from its Go modules (scripts/k8s/build-modules.sh: one multi-call binary, containerd,
+# crictl, CoreDNS) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin, once. With
+# QUORATE_K8S_KIT=v1.20: kube-apiserver and kubectl v1.20.2 from Debian's `kubernetes` source
+# package (scripts/k8s/build.sh) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin, for the old
+# one-node kit.
+if [ "${QUORATE_K8S_KIT:-current}" = current ]; then
   echo "building Kubernetes v1.37.2 (and containerd, crictl, CoreDNS) from Go modules, when not built yet" >&2
   bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null
 else

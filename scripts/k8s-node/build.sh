@@ -14,8 +14,8 @@
 # 2 cores (the six Kubernetes binaries; Go 1.15 and the source package from apt) plus package
 # downloads; then seconds. Needs root. Adapted from shared/k8s-node/build.sh.
 set -euo pipefail
-# QUORATE_K8S_KIT=current: the current kit (Kubernetes v1.37 from Go modules, three nodes), current/.
-if [ "${QUORATE_K8S_KIT:-}" = current ]; then exec "$(dirname "${BASH_SOURCE[0]}")/current/build.sh" "$@"; fi
+# The current kit (Kubernetes v1.37 from Go modules, three nodes, current/) unless QUORATE_K8S_KIT=v1.20.
+if [ "${QUORATE_K8S_KIT:-current}" = current ]; then exec "$(dirname "${BASH_SOURCE[0]}")/current/build.sh" "$@"; fi
 KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
 export QUORATE_K8S_HOME=$HOME_DIR

@@ -5,8 +5,8 @@
 # control plane with ../k8s/down.sh (which wipes its state dir too). Idempotent.
 # Keeps $QUORATE_K8S_HOME (binaries, images). See docs/development/testing.md. Adapted from shared/k8s-node/down.sh.
 set -uo pipefail
-# QUORATE_K8S_KIT=current, or nodes that the current kit started: current/down.sh.
-if [ "${QUORATE_K8S_KIT:-}" = current ] || grep -qs '^UP_KIT=current$' "${QUORATE_K8S_NODE_STATE:-/tmp/quorate-k8s-node}/env"; then
+# The current kit (unless QUORATE_K8S_KIT=v1.20), or nodes that the current kit started: current/down.sh.
+if [ "${QUORATE_K8S_KIT:-current}" = current ] || grep -qs '^UP_KIT=current$' "${QUORATE_K8S_NODE_STATE:-/tmp/quorate-k8s-node}/env"; then
   exec "$(dirname "${BASH_SOURCE[0]}")/current/down.sh" "$@"
 fi
 # shellcheck source=lib.sh

@@ -9,8 +9,8 @@
 # Needs root and the output of build.sh. Undo everything with down.sh. See docs/development/testing.md.
 # Adapted from shared/k8s-node/up.sh (the project's control plane and build cache).
 set -euo pipefail
-# QUORATE_K8S_KIT=current: the current kit (Kubernetes v1.37 from Go modules, three nodes), current/.
-if [ "${QUORATE_K8S_KIT:-}" = current ]; then exec "$(dirname "${BASH_SOURCE[0]}")/current/up.sh" "$@"; fi
+# The current kit (Kubernetes v1.37 from Go modules, three nodes, current/) unless QUORATE_K8S_KIT=v1.20.
+if [ "${QUORATE_K8S_KIT:-current}" = current ]; then exec "$(dirname "${BASH_SOURCE[0]}")/current/up.sh" "$@"; fi
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 log() { echo "[quorate k8s-node up] $*" >&2; }

@@ -1,4 +1,5 @@
-//! A real kube-apiserver (v1.20.2, built by `scripts/k8s/build.sh`) on its own etcd, for tests
+//! A real kube-apiserver (v1.37.2 from Go modules by `scripts/install-deps.sh`; v1.20.2 with
+//! `QUORATE_K8S_KIT=v1.20`) on its own etcd, for tests
 //! of code that talks to Kubernetes: CRDs, RBAC, admission and API discovery behave exactly as on
 //! a cluster, with no fake to drift from the real thing. No kubelet or controller-manager runs,
 //! so Pods stay Pending and namespaces get no default ServiceAccount.
@@ -67,12 +68,12 @@ const OWNER_FILE: &str = "owner.pid";
 /// Why no kube-apiserver could be started or reached. Each variant says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeApiServerError {
-    /// The binaries of `scripts/k8s/build.sh` are not there. Tests turn this into a skip
+    /// The binaries of `scripts/install-deps.sh` are not there. Tests turn this into a skip
     /// (outside CI) or a failure (in CI) with [`KubeApiServer::shared_or_skip`].
     #[error(
-        "{binary} does not exist: run scripts/k8s/build.sh (or scripts/install-deps.sh) once to \
-         build kube-apiserver and kubectl v1.20.2 into {bin_dir} (about 10 minutes on 2 cores); \
-         set {K8S_HOME_ENV} if the build lives elsewhere"
+        "{binary} does not exist: run scripts/install-deps.sh once to build kube-apiserver and \
+         kubectl into {bin_dir} (v1.37.2 from Go modules; QUORATE_K8S_KIT=v1.20 builds v1.20.2 \
+         into ~/.cache/quorate/k8s instead); set {K8S_HOME_ENV} if the build lives elsewhere"
     )]
     BinariesMissing {
         /// The first binary found missing.
@@ -165,14 +166,23 @@ impl KubeApiServerError {
     }
 }
 
-/// Where `scripts/k8s/build.sh` puts the binaries: `$QUORATE_K8S_HOME/bin`, else
-/// `~/.cache/quorate/k8s/bin`.
+/// Where `scripts/install-deps.sh` puts the binaries: `$QUORATE_K8S_HOME/bin`, else the
+/// current release's `~/.cache/quorate/k8s-1.37/bin` (`scripts/k8s/build-modules.sh`), or with
+/// `QUORATE_K8S_KIT=v1.20` the old release's `~/.cache/quorate/k8s/bin` (`scripts/k8s/build.sh`).
 pub fn k8s_bin_dir() -> PathBuf {
     let home = std::env::var_os(K8S_HOME_ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quorate/k8s")
+            let kit = std::env::var("QUORATE_K8S_KIT").unwrap_or_default();
+            let dir = if kit.is_empty() || kit == "current" {
+                "k8s-1.37"
+            } else {
+                "k8s"
+            };
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/quorate")
+                .join(dir)
         });
     home.join("bin")
 }
@@ -182,7 +192,7 @@ pub fn kube_apiserver_binary() -> Result<PathBuf, KubeApiServerError> {
     k8s_binary("kube-apiserver")
 }
 
-/// The kubectl binary of the same build (v1.20.2, matching the server), or why there is none.
+/// The kubectl binary of the same build (matching the server), or why there is none.
 pub fn kubectl_binary() -> Result<PathBuf, KubeApiServerError> {
     k8s_binary("kubectl")
 }
@@ -334,7 +344,7 @@ impl KubeApiServer {
         Ok(created.metadata.name.unwrap_or_default())
     }
 
-    /// A `kubectl` command (the build's v1.20.2) already pointed at this server as the admin
+    /// A `kubectl` command (of the server's build) already pointed at this server as the admin
     /// user, with its discovery cache inside the server's directory and `KUBECONFIG` from the
     /// caller's environment removed.
     pub fn kubectl(&self) -> Command {
