@@ -572,7 +572,7 @@ async fn run_etcd<C: Coordination>(
                         }
                         if last_version_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
                             last_version_check = Some(Instant::now());
-                            crate::etcd_version::check(&newest, me, client, &st, state).await;
+                            crate::etcd_version::check(&newest, me, &opts.data_dir, client, &st, state).await;
                         }
                         if st.is_learner {
                             promote_if_my_turn(cluster, me, client, state).await;

@@ -23,6 +23,7 @@ mod error;
 mod member;
 mod retry;
 mod snapshot;
+pub mod snap_file;
 mod types;
 
 pub use cluster::ClusterClient;

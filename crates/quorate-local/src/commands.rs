@@ -136,7 +136,7 @@ fn settle_etcd_version(
             name: name.clone(),
             reason,
         })?;
-    let version = quorate_core::etcd_version::decide(requested.or(stored_target), running, &[])
+    let version = quorate_core::etcd_version::decide(requested.or(stored_target), running, &[], false)
         .map_err(|refused| LocalError::EtcdVersion {
             name,
             reason: refused.to_string(),
