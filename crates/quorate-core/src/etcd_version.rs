@@ -278,8 +278,14 @@ mod tests {
 
     #[test]
     fn a_new_cluster_gets_what_it_asks_for_or_the_default() {
-        assert_eq!(decide(None, None, &[], false).unwrap().run, EtcdVersion::DEFAULT);
-        assert_eq!(decide(Some(v("3.4")), None, &[], false).unwrap().run, v("3.4"));
+        assert_eq!(
+            decide(None, None, &[], false).unwrap().run,
+            EtcdVersion::DEFAULT
+        );
+        assert_eq!(
+            decide(Some(v("3.4")), None, &[], false).unwrap().run,
+            v("3.4")
+        );
     }
 
     #[test]
@@ -287,7 +293,13 @@ mod tests {
         let d = decide(None, Some(v("3.4")), &[], false).unwrap();
         assert_eq!((d.run, d.target, d.progress), (v("3.4"), v("3.4"), None));
         // Missing evidence while nothing changes is no change under way.
-        let d = decide(Some(v("3.5")), Some(v("3.5")), &members([("3.5", ""); 3]), false).unwrap();
+        let d = decide(
+            Some(v("3.5")),
+            Some(v("3.5")),
+            &members([("3.5", ""); 3]),
+            false,
+        )
+        .unwrap();
         assert_eq!(d.progress, None);
     }
 
@@ -322,7 +334,8 @@ mod tests {
         let d = decide(
             target,
             Some(v("3.6")),
-            &members([("3.6", "3.6"), ("3.6", ""), ("3.6", "3.6")]), false,
+            &members([("3.6", "3.6"), ("3.6", ""), ("3.6", "3.6")]),
+            false,
         )
         .unwrap();
         assert_eq!(d.run, v("3.6"));
@@ -331,7 +344,10 @@ mod tests {
                 .unwrap()
                 .contains("etcd-main-1 has not published")
         );
-        assert_eq!(decide(target, Some(v("3.6")), &[], false).unwrap().run, v("3.6"));
+        assert_eq!(
+            decide(target, Some(v("3.6")), &[], false).unwrap().run,
+            v("3.6")
+        );
         // etcd reports 3.6 everywhere: the second step starts.
         let d = decide(target, Some(v("3.6")), &all("3.6"), false).unwrap();
         assert_eq!(d.run, v("3.7"));
@@ -396,7 +412,8 @@ mod tests {
         let progress = d.progress.unwrap();
         assert!(
             progress.contains("step 3.6 → 3.7 (upgrade) waits for a raft snapshot")
-                && progress.contains("etcd-main-1's newest raft snapshot records cluster version 3.5")
+                && progress
+                    .contains("etcd-main-1's newest raft snapshot records cluster version 3.5")
                 && progress.contains("etcd-main-2 has reported no raft snapshot")
                 && !progress.contains("etcd-main-0")
                 && progress.contains("quorate.io/etcd-3.7-without-snapshot=true"),
@@ -413,15 +430,26 @@ mod tests {
         for m in &mut old {
             m.snapshot = None;
         }
-        assert_eq!(decide(target, Some(v("3.5")), &old, false).unwrap().run, v("3.6"));
+        assert_eq!(
+            decide(target, Some(v("3.5")), &old, false).unwrap().run,
+            v("3.6")
+        );
         let mut down = all("3.6");
         down[0].snapshot = None;
-        assert_eq!(decide(Some(v("3.5")), Some(v("3.6")), &down, false).unwrap().run, v("3.5"));
+        assert_eq!(
+            decide(Some(v("3.5")), Some(v("3.6")), &down, false)
+                .unwrap()
+                .run,
+            v("3.5")
+        );
     }
 
     #[test]
     fn members_snapshot_often_only_while_the_3_6_step_leads_on_to_3_7() {
-        assert_eq!(snapshot_count(v("3.6"), Some(v("3.7")), 10_000), SNAPSHOT_GATE_COUNT);
+        assert_eq!(
+            snapshot_count(v("3.6"), Some(v("3.7")), 10_000),
+            SNAPSHOT_GATE_COUNT
+        );
         assert_eq!(snapshot_count(v("3.6"), Some(v("3.7")), 5), 5);
         assert_eq!(snapshot_count(v("3.6"), Some(v("3.6")), 10_000), 10_000);
         assert_eq!(snapshot_count(v("3.6"), None, 10_000), 10_000);

@@ -22,8 +22,8 @@ pub mod data_dir;
 mod error;
 mod member;
 mod retry;
-mod snapshot;
 pub mod snap_file;
+mod snapshot;
 mod types;
 
 pub use cluster::ClusterClient;

@@ -188,8 +188,20 @@ mod tests {
     #[test]
     fn the_newest_file_by_term_then_index_is_read() {
         let dir = tempfile::tempdir().unwrap();
-        write_snap(dir.path(), "0000000000000002-0000000000000009.snap", 9, &store("3.5.0"), false);
-        write_snap(dir.path(), "0000000000000002-0000000000000010.snap", 16, &store("3.6.0"), false);
+        write_snap(
+            dir.path(),
+            "0000000000000002-0000000000000009.snap",
+            9,
+            &store("3.5.0"),
+            false,
+        );
+        write_snap(
+            dir.path(),
+            "0000000000000002-0000000000000010.snap",
+            16,
+            &store("3.6.0"),
+            false,
+        );
         let newest = newest(dir.path()).unwrap().unwrap();
         assert_eq!(newest.index, 16);
         assert_eq!(newest.cluster_version.as_deref(), Some("3.6.0"));
@@ -198,10 +210,22 @@ mod tests {
     #[test]
     fn a_damaged_file_is_an_error_not_a_version() {
         let dir = tempfile::tempdir().unwrap();
-        write_snap(dir.path(), "0000000000000002-0000000000000010.snap", 16, &store("3.6.0"), true);
+        write_snap(
+            dir.path(),
+            "0000000000000002-0000000000000010.snap",
+            16,
+            &store("3.6.0"),
+            true,
+        );
         let err = newest(dir.path()).unwrap_err().to_string();
         assert!(err.contains("checksum"), "{err}");
-        write_snap(dir.path(), "0000000000000003-0000000000000010.snap", 16, "{not json", false);
+        write_snap(
+            dir.path(),
+            "0000000000000003-0000000000000010.snap",
+            16,
+            "{not json",
+            false,
+        );
         let err = newest(dir.path()).unwrap_err().to_string();
         assert!(err.contains("store JSON"), "{err}");
     }

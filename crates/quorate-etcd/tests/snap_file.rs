@@ -10,8 +10,7 @@ use quorate_etcd::{EtcdTimeouts, MemberClient};
 use quorate_testkit::{EtcdMemberConfig, EtcdProcess, etcd_of_version_or_skip, eventually};
 
 async fn snapshot_records_the_cluster_version(version: EtcdVersion) {
-    let Some(binary) =
-        etcd_of_version_or_skip(version, EtcdBinaries::default().etcd(version))
+    let Some(binary) = etcd_of_version_or_skip(version, EtcdBinaries::default().etcd(version))
     else {
         return;
     };
