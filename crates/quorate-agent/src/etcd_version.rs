@@ -53,15 +53,16 @@ fn metrics_client() -> Option<&'static reqwest::Client> {
         .as_ref()
 }
 
-/// Whether this member should add raft entries so its etcd takes a snapshot: it runs with the
-/// lowered `--snapshot-count` of a 3.6 step that leads on to 3.7 (core
-/// `etcd_version::snapshot_count`), etcd reports cluster version `cluster` at least that step,
-/// and its newest snapshot (`snapshot`, `none` without one) records an older one.
+/// Whether this member should add raft entries so its etcd takes a snapshot (core
+/// `etcd_version::wants_snapshot_entries`); `snapshot` is the published value (`none`
+/// without one).
 fn wants_snapshot(latest: &ClusterConfig, cluster: EtcdVersion, snapshot: &str) -> bool {
-    let run = latest.etcd_version;
-    let lowered = latest.etcd.snapshot_count <= quorate_core::etcd_version::SNAPSHOT_GATE_COUNT;
-    let recorded = EtcdVersion::parse(snapshot).ok();
-    lowered && cluster >= run && recorded.is_none_or(|v| v < run) && run == EtcdVersion::V3_6
+    quorate_core::etcd_version::wants_snapshot_entries(
+        latest.etcd_version,
+        latest.etcd.snapshot_count,
+        cluster,
+        EtcdVersion::parse(snapshot).ok(),
+    )
 }
 
 /// What this member's etcd says about a downgrade: its status and the cluster version.

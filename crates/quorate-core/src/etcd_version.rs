@@ -240,6 +240,30 @@ pub fn snapshot_count(run: EtcdVersion, target: Option<EtcdVersion>, configured:
     }
 }
 
+/// Whether a member should add raft entries (a lease grant and revoke) so its etcd takes the
+/// snapshot the next step waits for: it runs step `run` with the lowered `snapshot_count` of
+/// a chain that goes on (core [`snapshot_count`]), its etcd reports cluster version `cluster`
+/// at least `run`, and its newest snapshot records an older version or none (`snapshot`).
+pub fn wants_snapshot_entries(
+    run: EtcdVersion,
+    snapshot_count: u64,
+    cluster: EtcdVersion,
+    snapshot: Option<EtcdVersion>,
+) -> bool {
+    let gated = snapshot_gate(
+        run,
+        EtcdVersion::V3_7,
+        &[MemberVersions {
+            name: String::new(),
+            server: Some(run),
+            cluster: Some(cluster),
+            snapshot,
+        }],
+    )
+    .is_some();
+    gated && snapshot_count <= SNAPSHOT_GATE_COUNT && cluster >= run
+}
+
 /// A refused change of the etcd version, with the version the cluster runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the cluster runs etcd {running}: {refused}")]
@@ -456,5 +480,27 @@ mod tests {
         assert_eq!(snapshot_count(v("3.7"), Some(v("3.7")), 10_000), 10_000);
         assert_eq!(snapshot_count(v("3.5"), Some(v("3.7")), 10_000), 10_000);
         assert_eq!(snapshot_count(v("3.6"), Some(v("3.5")), 10_000), 10_000);
+    }
+
+    #[test]
+    fn a_member_adds_entries_only_while_its_3_6_snapshot_is_missing_and_the_count_is_lowered() {
+        let lowered = SNAPSHOT_GATE_COUNT;
+        let six = v("3.6");
+        assert!(wants_snapshot_entries(six, lowered, six, None));
+        assert!(wants_snapshot_entries(six, lowered, six, Some(v("3.5"))));
+        assert!(
+            !wants_snapshot_entries(six, lowered, six, Some(six)),
+            "it has one"
+        );
+        assert!(
+            !wants_snapshot_entries(six, 10_000, six, None),
+            "no chain to 3.7"
+        );
+        assert!(
+            !wants_snapshot_entries(six, lowered, v("3.5"), None),
+            "not at 3.6 yet"
+        );
+        assert!(!wants_snapshot_entries(v("3.5"), lowered, v("3.5"), None));
+        assert!(!wants_snapshot_entries(v("3.7"), lowered, v("3.7"), None));
     }
 }
