@@ -64,6 +64,10 @@ pub struct VersionDecision {
     pub target: EtcdVersion,
     /// While a change is under way: which step runs and what it waits for (status).
     pub progress: Option<String>,
+    /// The next step waits for raft snapshots on the members ([`snapshot_gate`]): status
+    /// gives it its own reason, and the operator an event, as it needs a person's word when
+    /// etcd takes none.
+    pub snapshot_wait: bool,
 }
 
 /// Why a member is not yet through step `run`, or `None` when it is: it runs `run` and its
@@ -117,6 +121,7 @@ pub fn decide(
             run: version,
             target: version,
             progress: None,
+            snapshot_wait: false,
         });
     };
     let target = requested.unwrap_or(running);
@@ -140,6 +145,7 @@ pub fn decide(
             run: running,
             target,
             progress,
+            snapshot_wait: false,
         });
     };
     let chain = std::iter::once(running)
@@ -164,6 +170,7 @@ pub fn decide(
                 missing.join("; "),
                 quorate_api::annotations::ETCD_3_7_WITHOUT_SNAPSHOT,
             )),
+            snapshot_wait: true,
         });
     }
     if waiting.is_empty() {
@@ -180,6 +187,7 @@ pub fn decide(
                  {running} and etcd reports it as the cluster version{after}",
                 direction(running, next)
             )),
+            snapshot_wait: false,
         });
     }
     Ok(VersionDecision {
@@ -191,6 +199,7 @@ pub fn decide(
             direction(running, next),
             waiting.join("; ")
         )),
+        snapshot_wait: false,
     })
 }
 
@@ -433,6 +442,7 @@ mod tests {
         settled[2].snapshot = None;
         let d = decide(target, Some(v("3.6")), &settled, false).unwrap();
         assert_eq!(d.run, v("3.6"), "the step waits");
+        assert!(d.snapshot_wait);
         let progress = d.progress.unwrap();
         assert!(
             progress.contains("step 3.6 → 3.7 (upgrade) waits for a raft snapshot")

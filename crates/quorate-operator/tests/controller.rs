@@ -1587,6 +1587,23 @@ async fn a_waiting_version_step_requeues_and_keeps_the_reconcile_annotation_unti
         message.contains("etcd-single-0's newest raft snapshot records cluster version 3.5"),
         "{message}"
     );
+    let note = eventually("an event saying what the step waits for", WAIT, || async {
+        let events = Api::<Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        events
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("EtcdVersionStepWaitsForSnapshot"))?
+            .note
+    })
+    .await;
+    assert!(
+        note.contains("etcd-single-0's newest raft snapshot")
+            && note.contains("quorate.io/etcd-3.7-without-snapshot=true"),
+        "{note}"
+    );
     let config = cluster_config(&client, &ns, "etcd-single").await;
     assert_eq!(config["etcdVersion"], "3.6", "no member goes to 3.7 yet");
     assert_eq!(config["etcd"]["snapshotCount"], 10, "etcd snapshots soon");
