@@ -53,6 +53,18 @@ fn metrics_client() -> Option<&'static reqwest::Client> {
         .as_ref()
 }
 
+/// Whether this member should add raft entries so its etcd takes a snapshot (core
+/// `etcd_version::wants_snapshot_entries`); `snapshot` is the published value (`none`
+/// without one).
+fn wants_snapshot(latest: &ClusterConfig, cluster: EtcdVersion, snapshot: &str) -> bool {
+    quorate_core::etcd_version::wants_snapshot_entries(
+        latest.etcd_version,
+        latest.etcd.snapshot_count,
+        cluster,
+        EtcdVersion::parse(snapshot).ok(),
+    )
+}
+
 /// What this member's etcd says about a downgrade: its status and the cluster version.
 pub fn evidence(status: &MemberStatus, cluster: Option<EtcdVersion>) -> DowngradeEvidence {
     DowngradeEvidence {
@@ -71,12 +83,30 @@ pub fn evidence(status: &MemberStatus, cluster: Option<EtcdVersion>) -> Downgrad
 pub async fn check(
     latest: &ClusterConfig,
     me: &str,
+    data_dir: &std::path::Path,
     client: &MemberClient,
     status: &MemberStatus,
     state: &SharedState,
 ) {
     let cluster = cluster_version(latest, me).await;
     state.update(|s| s.cluster_version = cluster.map(|v| v.to_string()));
+    let snapshot = match quorate_etcd::snap_file::newest(data_dir) {
+        Ok(Some(file)) => Some(file.cluster_version.unwrap_or_else(|| "none".into())),
+        Ok(None) => Some("none".to_string()),
+        Err(e) => {
+            tracing::warn!(member = %me, error = %e, "reading etcd's newest raft snapshot failed");
+            None
+        }
+    };
+    if let (Some(cluster), Some(snapshot)) = (cluster, &snapshot)
+        && wants_snapshot(latest, cluster, snapshot)
+    {
+        // The 3.6 → 3.7 step waits for this member's snapshot: two entries bring it nearer.
+        if let Err(e) = client.lease_grant_and_revoke().await {
+            tracing::debug!(member = %me, error = %e, "adding raft entries for a snapshot failed");
+        }
+    }
+    state.update(|s| s.snapshot_cluster_version = snapshot);
     if !status.is_leader() {
         return;
     }

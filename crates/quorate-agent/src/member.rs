@@ -486,7 +486,7 @@ async fn run_etcd<C: Coordination>(
                         }
                         if last_version_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
                             last_version_check = Some(Instant::now());
-                            crate::etcd_version::check(&newest, me, client, &st, state).await;
+                            crate::etcd_version::check(&newest, me, &opts.data_dir, client, &st, state).await;
                         }
                         duties::promote::run(cluster, me, &tick, state).await;
                         if !st.is_learner && !peer_urls_settled && st.leader_id != 0 {

@@ -14,7 +14,9 @@ use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, WAITING_ANNOTA
 use quorate_core::membership::published::MEMBERSHIP_ANNOTATION;
 use quorate_core::membership::recovery::RECOVERY_ANNOTATION;
 use quorate_core::membership::rollout::{CONFIG_HASH_ANNOTATION, rollout_key};
-use quorate_core::upgrade::{CLUSTER_VERSION_ANNOTATION, RUNNING_VERSION_ANNOTATION};
+use quorate_core::upgrade::{
+    CLUSTER_VERSION_ANNOTATION, RUNNING_VERSION_ANNOTATION, SNAPSHOT_CLUSTER_VERSION_ANNOTATION,
+};
 
 /// Writes member `me`'s lease from `state`. With `renew`, the lease is renewed (etcd serves
 /// with a leader); without, holder and renew time stay as they are and only the evidence is
@@ -56,6 +58,12 @@ pub async fn publish<C: Coordination>(
                 lease
                     .annotations
                     .insert(CLUSTER_VERSION_ANNOTATION.to_string(), version.clone());
+            }
+            if let Some(version) = &s.snapshot_cluster_version {
+                lease.annotations.insert(
+                    SNAPSHOT_CLUSTER_VERSION_ANNOTATION.to_string(),
+                    version.clone(),
+                );
             }
             lease
         }

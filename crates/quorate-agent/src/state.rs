@@ -75,6 +75,9 @@ pub struct MemberState {
     pub etcd_version: Option<String>,
     /// The cluster version its etcd reports (its metrics), e.g. `3.6`.
     pub cluster_version: Option<String>,
+    /// The cluster version recorded in its etcd's newest raft snapshot file, `none` without
+    /// one; unset while the file cannot be read (no evidence).
+    pub snapshot_cluster_version: Option<String>,
     /// What this member, as backup leader, achieved for the final snapshot of a hibernation.
     pub final_snapshot: Option<FinalSnapshotReport>,
     /// `message` says why a scale-in this leader carries out waits; cleared once it moves on.

@@ -44,6 +44,10 @@ pub const NEW_BACKUP_CHAIN: &str = "quorate.io/new-backup-chain";
 /// the final full snapshot could not be taken. Without it the members keep running until the
 /// snapshot is in the bucket.
 pub const HIBERNATE_WITHOUT_FINAL_SNAPSHOT: &str = "quorate.io/hibernate-without-final-snapshot";
+/// quorate's own: `"true"` lets a chained upgrade take its 3.6 → 3.7 step although some member
+/// has not reported a raft snapshot taken at cluster version 3.6. etcd 3.7 cannot replay the
+/// 3.5-era entries an older write-ahead log may still hold, so without it the step waits.
+pub const ETCD_3_7_WITHOUT_SNAPSHOT: &str = "quorate.io/etcd-3.7-without-snapshot";
 /// quorate's own: the Secret holding the keys that encrypt every backup object: one entry per
 /// key, named by its key ID (32 bytes, 64 hex digits or base64), and `active` naming the key
 /// new objects are encrypted with; the others stay for reading older objects. Without it

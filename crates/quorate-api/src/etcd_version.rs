@@ -161,6 +161,16 @@ pub fn supported_list() -> String {
         .join(", ")
 }
 
+/// Whether the `Etcd` overrides the 3.6 → 3.7 step's snapshot gate
+/// (`quorate.io/etcd-3.7-without-snapshot: "true"`): a person's explicit word, never a default.
+pub fn without_snapshot(etcd: &Etcd) -> bool {
+    etcd.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::annotations::ETCD_3_7_WITHOUT_SNAPSHOT))
+        .is_some_and(|v| v == "true")
+}
+
 /// The version the `Etcd` asks for with `quorate.io/etcd-version`; `Ok(None)` when it does not
 /// choose. `Err` names what is wrong with the value.
 pub fn requested(etcd: &Etcd) -> Result<Option<EtcdVersion>, String> {

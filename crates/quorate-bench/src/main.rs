@@ -20,6 +20,9 @@
 //! `quorate-bench defrag` defragments a 3-member cluster with a ≥ 1 GB database under 8
 //! writing clients, in quorate's order and in druid's.
 //!
+//! `quorate-bench upgrade` takes a 3-member cluster 3.5 → 3.6 → 3.7 → 3.6 → 3.5 with
+//! `quorate apply` and by hand (etcd's rolling procedure and downgrade API), step by step.
+//!
 //! Build both binaries first, so the default `--quorate` (next to this executable) exists:
 //! `cargo build --release -p quorate -p quorate-bench`.
 
@@ -35,6 +38,7 @@ mod quorate_run;
 mod report;
 mod scale_in;
 mod scale_out_report;
+mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -80,6 +84,9 @@ enum Command {
     /// Full snapshot and delta uploads into a store with and without backup encryption; print
     /// both times and the ratio (target: at most 10 % slower).
     Encryption(encryption::EncryptionArgs),
+    /// Upgrade and downgrade a 3-member cluster 3.5 → 3.6 → 3.7 → 3.6 → 3.5 with quorate and
+    /// by hand; print each step's time, the ratio, failed writes and the longest write.
+    Upgrade(upgrade::UpgradeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -146,6 +153,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Operator(args) => operator::run(args).await,
         Command::Defrag(args) => defrag::run(args).await,
         Command::Encryption(args) => encryption::run(args).await,
+        Command::Upgrade(args) => upgrade::run(args).await,
     }
 }
 

@@ -9,7 +9,14 @@
 use quorate_api::{EtcdVersion, VersionChangeRefused};
 
 use crate::lease::MemberLease;
-use crate::upgrade::{CLUSTER_VERSION_ANNOTATION, running_version};
+use crate::upgrade::{
+    CLUSTER_VERSION_ANNOTATION, SNAPSHOT_CLUSTER_VERSION_ANNOTATION, running_version,
+};
+
+/// The `--snapshot-count` members run with while the 3.6 step of a chain that goes on to 3.7
+/// waits for its raft snapshots: etcd takes one after this many entries (the agents' lease
+/// grants provide them on an idle cluster), instead of after thousands.
+pub const SNAPSHOT_GATE_COUNT: u64 = 10;
 
 /// What one member's agent published about its etcd's versions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +27,9 @@ pub struct MemberVersions {
     pub server: Option<EtcdVersion>,
     /// The cluster version its etcd reports (`quorate.io/etcd-cluster-version`).
     pub cluster: Option<EtcdVersion>,
+    /// The cluster version recorded in its etcd's newest raft snapshot
+    /// (`quorate.io/etcd-snapshot-cluster-version`); `None` without one or unpublished.
+    pub snapshot: Option<EtcdVersion>,
 }
 
 impl MemberVersions {
@@ -36,6 +46,9 @@ impl MemberVersions {
                     cluster: lease
                         .and_then(|l| l.annotations.get(CLUSTER_VERSION_ANNOTATION))
                         .and_then(|v| EtcdVersion::parse(v).ok()),
+                    snapshot: lease
+                        .and_then(|l| l.annotations.get(SNAPSHOT_CLUSTER_VERSION_ANNOTATION))
+                        .and_then(|v| EtcdVersion::parse(v).ok()),
                 }
             })
             .collect()
@@ -51,6 +64,10 @@ pub struct VersionDecision {
     pub target: EtcdVersion,
     /// While a change is under way: which step runs and what it waits for (status).
     pub progress: Option<String>,
+    /// The next step waits for raft snapshots on the members ([`snapshot_gate`]): status
+    /// gives it its own reason, and the operator an event, as it needs a person's word when
+    /// etcd takes none.
+    pub snapshot_wait: bool,
 }
 
 /// Why a member is not yet through step `run`, or `None` when it is: it runs `run` and its
@@ -89,11 +106,14 @@ fn direction(from: EtcdVersion, to: EtcdVersion) -> &'static str {
 /// version or [`EtcdVersion::DEFAULT`]. An existing one runs `running` (the version its
 /// members were last configured with) until every member (`members`, from their leases) runs
 /// it and reports it as etcd's cluster version; then, while the request differs, the next
-/// minor version towards it. `Err` when the request is refused; nothing should change then.
+/// minor version towards it. The 3.6 → 3.7 step also waits for [`snapshot_gate`] unless
+/// `without_snapshot` (the `quorate.io/etcd-3.7-without-snapshot` override). `Err` when the
+/// request is refused; nothing should change then.
 pub fn decide(
     requested: Option<EtcdVersion>,
     running: Option<EtcdVersion>,
     members: &[MemberVersions],
+    without_snapshot: bool,
 ) -> Result<VersionDecision, VersionRefused> {
     let Some(running) = running else {
         let version = requested.unwrap_or(EtcdVersion::DEFAULT);
@@ -101,6 +121,7 @@ pub fn decide(
             run: version,
             target: version,
             progress: None,
+            snapshot_wait: false,
         });
     };
     let target = requested.unwrap_or(running);
@@ -124,6 +145,7 @@ pub fn decide(
             run: running,
             target,
             progress,
+            snapshot_wait: false,
         });
     };
     let chain = std::iter::once(running)
@@ -131,6 +153,26 @@ pub fn decide(
         .map(|v| v.to_string())
         .collect::<Vec<_>>()
         .join(" → ");
+    if waiting.is_empty()
+        && !without_snapshot
+        && let Some(missing) = snapshot_gate(running, next, members)
+    {
+        return Ok(VersionDecision {
+            run: running,
+            target,
+            progress: Some(format!(
+                "etcd {chain}: step {running} → {next} ({}) waits for a raft snapshot taken at \
+                 cluster version {running} on every member (etcd {next} cannot replay the older \
+                 entries a write-ahead log may still hold): {}; the members run with \
+                 --snapshot-count={SNAPSHOT_GATE_COUNT} until then, so etcd takes one after its \
+                 next writes; to go on without it, annotate the Etcd {}=true",
+                direction(running, next),
+                missing.join("; "),
+                quorate_api::annotations::ETCD_3_7_WITHOUT_SNAPSHOT,
+            )),
+            snapshot_wait: true,
+        });
+    }
     if waiting.is_empty() {
         let after = if next == target {
             String::new()
@@ -145,6 +187,7 @@ pub fn decide(
                  {running} and etcd reports it as the cluster version{after}",
                 direction(running, next)
             )),
+            snapshot_wait: false,
         });
     }
     Ok(VersionDecision {
@@ -156,7 +199,78 @@ pub fn decide(
             direction(running, next),
             waiting.join("; ")
         )),
+        snapshot_wait: false,
     })
+}
+
+/// Whether the step `from` → `to` needs a raft snapshot taken at cluster version `from` on
+/// every member first: etcd 3.7 replays a member's write-ahead log from its newest snapshot
+/// and cannot parse the v2 requests 3.5 wrote (it panics in `apply`), so each 3.6 member must
+/// have snapshotted past them, which a snapshot taken at cluster version 3.6 proves.
+fn needs_snapshot(from: EtcdVersion, to: EtcdVersion) -> bool {
+    from == EtcdVersion::V3_6 && to == EtcdVersion::V3_7
+}
+
+/// What the step `from` → `to` still lacks of its snapshot evidence: each member whose
+/// newest raft snapshot does not record cluster version `from` or later (`None`: nothing).
+pub fn snapshot_gate(
+    from: EtcdVersion,
+    to: EtcdVersion,
+    members: &[MemberVersions],
+) -> Option<Vec<String>> {
+    if !needs_snapshot(from, to) {
+        return None;
+    }
+    let missing: Vec<String> = members
+        .iter()
+        .filter_map(|m| match m.snapshot {
+            Some(v) if v >= from => None,
+            Some(v) => Some(format!(
+                "{}'s newest raft snapshot records cluster version {v}",
+                m.name
+            )),
+            None => Some(format!(
+                "{} has reported no raft snapshot taken at cluster version {from}",
+                m.name
+            )),
+        })
+        .collect();
+    (!missing.is_empty()).then_some(missing)
+}
+
+/// The `--snapshot-count` for members that run step `run` of a change towards `target`:
+/// [`SNAPSHOT_GATE_COUNT`] (or `configured` when lower) while `run` is a version whose next
+/// step towards `target` waits for raft snapshots, so etcd takes them soon; `configured`
+/// otherwise.
+pub fn snapshot_count(run: EtcdVersion, target: Option<EtcdVersion>, configured: u64) -> u64 {
+    match target.and_then(|t| run.next_toward(t)) {
+        Some(next) if needs_snapshot(run, next) => configured.min(SNAPSHOT_GATE_COUNT),
+        _ => configured,
+    }
+}
+
+/// Whether a member should add raft entries (a lease grant and revoke) so its etcd takes the
+/// snapshot the next step waits for: it runs step `run` with the lowered `snapshot_count` of
+/// a chain that goes on (core [`snapshot_count`]), its etcd reports cluster version `cluster`
+/// at least `run`, and its newest snapshot records an older version or none (`snapshot`).
+pub fn wants_snapshot_entries(
+    run: EtcdVersion,
+    snapshot_count: u64,
+    cluster: EtcdVersion,
+    snapshot: Option<EtcdVersion>,
+) -> bool {
+    let gated = snapshot_gate(
+        run,
+        EtcdVersion::V3_7,
+        &[MemberVersions {
+            name: String::new(),
+            server: Some(run),
+            cluster: Some(cluster),
+            snapshot,
+        }],
+    )
+    .is_some();
+    gated && snapshot_count <= SNAPSHOT_GATE_COUNT && cluster >= run
 }
 
 /// A refused change of the etcd version, with the version the cluster runs.
@@ -186,6 +300,7 @@ mod tests {
                 name: format!("etcd-main-{i}"),
                 server: EtcdVersion::parse(server).ok(),
                 cluster: EtcdVersion::parse(cluster).ok(),
+                snapshot: EtcdVersion::parse(cluster).ok(),
             })
             .collect()
     }
@@ -196,16 +311,28 @@ mod tests {
 
     #[test]
     fn a_new_cluster_gets_what_it_asks_for_or_the_default() {
-        assert_eq!(decide(None, None, &[]).unwrap().run, EtcdVersion::DEFAULT);
-        assert_eq!(decide(Some(v("3.4")), None, &[]).unwrap().run, v("3.4"));
+        assert_eq!(
+            decide(None, None, &[], false).unwrap().run,
+            EtcdVersion::DEFAULT
+        );
+        assert_eq!(
+            decide(Some(v("3.4")), None, &[], false).unwrap().run,
+            v("3.4")
+        );
     }
 
     #[test]
     fn an_existing_cluster_keeps_its_version_without_a_request() {
-        let d = decide(None, Some(v("3.4")), &[]).unwrap();
+        let d = decide(None, Some(v("3.4")), &[], false).unwrap();
         assert_eq!((d.run, d.target, d.progress), (v("3.4"), v("3.4"), None));
         // Missing evidence while nothing changes is no change under way.
-        let d = decide(Some(v("3.5")), Some(v("3.5")), &members([("3.5", ""); 3])).unwrap();
+        let d = decide(
+            Some(v("3.5")),
+            Some(v("3.5")),
+            &members([("3.5", ""); 3]),
+            false,
+        )
+        .unwrap();
         assert_eq!(d.progress, None);
     }
 
@@ -213,7 +340,7 @@ mod tests {
     fn a_request_two_minors_up_runs_as_two_steps_each_after_etcd_reports_the_last() {
         let target = Some(v("3.7"));
         // Settled on 3.5: the first step starts.
-        let d = decide(target, Some(v("3.5")), &all("3.5")).unwrap();
+        let d = decide(target, Some(v("3.5")), &all("3.5"), false).unwrap();
         assert_eq!((d.run, d.target), (v("3.6"), v("3.7")));
         let progress = d.progress.unwrap();
         assert!(
@@ -224,7 +351,7 @@ mod tests {
         );
         // Mid step: one member restarted, the cluster version is still 3.5.
         let mid = members([("3.5", "3.5"), ("3.6", "3.5"), ("3.5", "3.5")]);
-        let d = decide(target, Some(v("3.6")), &mid).unwrap();
+        let d = decide(target, Some(v("3.6")), &mid, false).unwrap();
         assert_eq!(d.run, v("3.6"), "the step runs on");
         let progress = d.progress.unwrap();
         assert!(
@@ -234,13 +361,14 @@ mod tests {
             "{progress}"
         );
         // Every member runs 3.6, but etcd has not moved the cluster version yet.
-        let d = decide(target, Some(v("3.6")), &members([("3.6", "3.5"); 3])).unwrap();
+        let d = decide(target, Some(v("3.6")), &members([("3.6", "3.5"); 3]), false).unwrap();
         assert_eq!(d.run, v("3.6"));
         // A member that has not published the cluster version is no evidence.
         let d = decide(
             target,
             Some(v("3.6")),
             &members([("3.6", "3.6"), ("3.6", ""), ("3.6", "3.6")]),
+            false,
         )
         .unwrap();
         assert_eq!(d.run, v("3.6"));
@@ -249,22 +377,25 @@ mod tests {
                 .unwrap()
                 .contains("etcd-main-1 has not published")
         );
-        assert_eq!(decide(target, Some(v("3.6")), &[]).unwrap().run, v("3.6"));
+        assert_eq!(
+            decide(target, Some(v("3.6")), &[], false).unwrap().run,
+            v("3.6")
+        );
         // etcd reports 3.6 everywhere: the second step starts.
-        let d = decide(target, Some(v("3.6")), &all("3.6")).unwrap();
+        let d = decide(target, Some(v("3.6")), &all("3.6"), false).unwrap();
         assert_eq!(d.run, v("3.7"));
         // The last step under way, then done.
-        let d = decide(target, Some(v("3.7")), &members([("3.7", "3.6"); 3])).unwrap();
+        let d = decide(target, Some(v("3.7")), &members([("3.7", "3.6"); 3]), false).unwrap();
         assert_eq!(d.run, v("3.7"));
         assert!(d.progress.unwrap().contains("the last step waits"));
-        let d = decide(target, Some(v("3.7")), &all("3.7")).unwrap();
+        let d = decide(target, Some(v("3.7")), &all("3.7"), false).unwrap();
         assert_eq!((d.run, d.progress), (v("3.7"), None));
     }
 
     #[test]
     fn a_downgrade_runs_one_minor_at_a_time_too() {
         let target = Some(v("3.5"));
-        let d = decide(target, Some(v("3.7")), &all("3.7")).unwrap();
+        let d = decide(target, Some(v("3.7")), &all("3.7"), false).unwrap();
         assert_eq!(d.run, v("3.6"));
         assert!(
             d.progress
@@ -272,34 +403,114 @@ mod tests {
                 .contains("step 3.7 → 3.6 (downgrade through etcd's downgrade API) starts")
         );
         // Downgrade enabled: etcd reports the lower cluster version before any restart.
-        let d = decide(target, Some(v("3.6")), &members([("3.7", "3.6"); 3])).unwrap();
+        let d = decide(target, Some(v("3.6")), &members([("3.7", "3.6"); 3]), false).unwrap();
         assert_eq!(d.run, v("3.6"));
-        let d = decide(target, Some(v("3.6")), &all("3.6")).unwrap();
+        let d = decide(target, Some(v("3.6")), &all("3.6"), false).unwrap();
         assert_eq!(d.run, v("3.5"));
     }
 
     #[test]
     fn a_refused_change_names_the_running_version_and_changes_nothing() {
-        let refused = decide(Some(v("3.4")), Some(v("3.5")), &all("3.5")).unwrap_err();
+        let refused = decide(Some(v("3.4")), Some(v("3.5")), &all("3.5"), false).unwrap_err();
         let text = refused.to_string();
         assert!(
             text.starts_with("the cluster runs etcd 3.5: downgrading"),
             "{text}"
         );
         // Mid chain the request is judged against the current step.
-        let refused = decide(Some(v("3.4")), Some(v("3.6")), &all("3.5")).unwrap_err();
+        let refused = decide(Some(v("3.4")), Some(v("3.6")), &all("3.5"), false).unwrap_err();
         assert_eq!(refused.running, v("3.6"));
     }
 
     #[test]
     fn a_changed_request_mid_chain_turns_back_from_the_current_step() {
         // 3.5 → 3.7 asked, step 3.6 done; now 3.5 is asked again: one step down.
-        let d = decide(Some(v("3.5")), Some(v("3.6")), &all("3.6")).unwrap();
+        let d = decide(Some(v("3.5")), Some(v("3.6")), &all("3.6"), false).unwrap();
         assert_eq!(d.run, v("3.5"));
         // Asked back to 3.6 while the step to 3.6 still runs: it finishes there.
         let mid = members([("3.6", "3.5"), ("3.5", "3.5"), ("3.5", "3.5")]);
-        let d = decide(Some(v("3.6")), Some(v("3.6")), &mid).unwrap();
+        let d = decide(Some(v("3.6")), Some(v("3.6")), &mid, false).unwrap();
         assert_eq!(d.run, v("3.6"));
         assert!(d.progress.unwrap().contains("etcd-main-1 runs etcd 3.5"));
+    }
+
+    #[test]
+    fn the_3_6_to_3_7_step_waits_for_a_raft_snapshot_taken_at_3_6_on_every_member() {
+        let target = Some(v("3.7"));
+        let mut settled = all("3.6");
+        settled[1].snapshot = Some(v("3.5"));
+        settled[2].snapshot = None;
+        let d = decide(target, Some(v("3.6")), &settled, false).unwrap();
+        assert_eq!(d.run, v("3.6"), "the step waits");
+        assert!(d.snapshot_wait);
+        let progress = d.progress.unwrap();
+        assert!(
+            progress.contains("step 3.6 → 3.7 (upgrade) waits for a raft snapshot")
+                && progress
+                    .contains("etcd-main-1's newest raft snapshot records cluster version 3.5")
+                && progress.contains("etcd-main-2 has reported no raft snapshot")
+                && !progress.contains("etcd-main-0")
+                && progress.contains("quorate.io/etcd-3.7-without-snapshot=true"),
+            "{progress}"
+        );
+        // The override goes on without the evidence.
+        let d = decide(target, Some(v("3.6")), &settled, true).unwrap();
+        assert_eq!(d.run, v("3.7"));
+        // Every member reports one: the step starts.
+        let d = decide(target, Some(v("3.6")), &all("3.6"), false).unwrap();
+        assert_eq!(d.run, v("3.7"));
+        // Other steps never wait for it.
+        let mut old = all("3.5");
+        for m in &mut old {
+            m.snapshot = None;
+        }
+        assert_eq!(
+            decide(target, Some(v("3.5")), &old, false).unwrap().run,
+            v("3.6")
+        );
+        let mut down = all("3.6");
+        down[0].snapshot = None;
+        assert_eq!(
+            decide(Some(v("3.5")), Some(v("3.6")), &down, false)
+                .unwrap()
+                .run,
+            v("3.5")
+        );
+    }
+
+    #[test]
+    fn members_snapshot_often_only_while_the_3_6_step_leads_on_to_3_7() {
+        assert_eq!(
+            snapshot_count(v("3.6"), Some(v("3.7")), 10_000),
+            SNAPSHOT_GATE_COUNT
+        );
+        assert_eq!(snapshot_count(v("3.6"), Some(v("3.7")), 5), 5);
+        assert_eq!(snapshot_count(v("3.6"), Some(v("3.6")), 10_000), 10_000);
+        assert_eq!(snapshot_count(v("3.6"), None, 10_000), 10_000);
+        assert_eq!(snapshot_count(v("3.7"), Some(v("3.7")), 10_000), 10_000);
+        assert_eq!(snapshot_count(v("3.5"), Some(v("3.7")), 10_000), 10_000);
+        assert_eq!(snapshot_count(v("3.6"), Some(v("3.5")), 10_000), 10_000);
+    }
+
+    #[test]
+    fn a_member_adds_entries_only_while_its_3_6_snapshot_is_missing_and_the_count_is_lowered() {
+        let lowered = SNAPSHOT_GATE_COUNT;
+        let six = v("3.6");
+        assert!(wants_snapshot_entries(six, lowered, six, None));
+        assert!(wants_snapshot_entries(six, lowered, six, Some(v("3.5"))));
+        assert!(
+            !wants_snapshot_entries(six, lowered, six, Some(six)),
+            "it has one"
+        );
+        assert!(
+            !wants_snapshot_entries(six, 10_000, six, None),
+            "no chain to 3.7"
+        );
+        assert!(
+            !wants_snapshot_entries(six, lowered, v("3.5"), None),
+            "not at 3.6 yet"
+        );
+        assert!(!wants_snapshot_entries(v("3.5"), lowered, v("3.5"), None));
+        assert!(!wants_snapshot_entries(v("3.7"), lowered, v("3.7"), None));
     }
 }

@@ -17,6 +17,9 @@ pub const RUNNING_VERSION_ANNOTATION: &str = "quorate.io/etcd-version";
 /// Member-lease annotation: the cluster version the member's etcd reports (e.g. `3.5`), the
 /// evidence a chained version change waits for before its next step.
 pub const CLUSTER_VERSION_ANNOTATION: &str = "quorate.io/etcd-cluster-version";
+/// Member-lease annotation: the cluster version recorded in the member's newest raft snapshot
+/// (its `member/snap/*.snap` file), or `none` when its etcd has not taken one: the evidence the 3.6 → 3.7 step waits for.
+pub const SNAPSHOT_CLUSTER_VERSION_ANNOTATION: &str = "quorate.io/etcd-snapshot-cluster-version";
 
 /// The cluster version in etcd's `/metrics` text (`etcd_cluster_version{cluster_version="3.6"} 1`,
 /// served by every version quorate runs); `None` when etcd does not report one yet.

@@ -22,6 +22,7 @@ pub mod data_dir;
 mod error;
 mod member;
 mod retry;
+pub mod snap_file;
 mod snapshot;
 mod types;
 

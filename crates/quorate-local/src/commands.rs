@@ -136,12 +136,13 @@ fn settle_etcd_version(
             name: name.clone(),
             reason,
         })?;
-    let version = quorate_core::etcd_version::decide(requested.or(stored_target), running, &[])
-        .map_err(|refused| LocalError::EtcdVersion {
-            name,
-            reason: refused.to_string(),
-        })?
-        .target;
+    let version =
+        quorate_core::etcd_version::decide(requested.or(stored_target), running, &[], false)
+            .map_err(|refused| LocalError::EtcdVersion {
+                name,
+                reason: refused.to_string(),
+            })?
+            .target;
     if let Some(pinned) = &ctx.etcd_bin {
         let found = quorate_etcd::binaries::binary_version(pinned);
         if found != Some(version) {

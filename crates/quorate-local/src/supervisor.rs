@@ -204,7 +204,8 @@ impl Supervisor {
         let requested = quorate_api::etcd_version::requested(etcd).ok().flatten();
         let running = record.etcd_version.or(requested);
         let members = MemberVersions::from_leases(desired, leases);
-        match quorate_core::etcd_version::decide(requested, running, &members) {
+        let without_snapshot = quorate_api::etcd_version::without_snapshot(etcd);
+        match quorate_core::etcd_version::decide(requested, running, &members, without_snapshot) {
             Ok(decision) => {
                 if record.etcd_version != Some(decision.run) {
                     tracing::info!(

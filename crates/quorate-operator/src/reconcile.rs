@@ -214,10 +214,17 @@ async fn announce(etcd: &Etcd, ctx: &Context, outcome: &PassOutcome) {
 async fn announce_waits(etcd: &Etcd, ctx: &Context, new: &quorate_api::status::EtcdStatus) {
     use quorate_api::status::ConditionStatus::{False, True};
     use quorate_core::conditions::{
-        LAST_QUORUM_RECOVERY, MEMBERS_WAITING, SCALE_OPERATION_COMPLETE,
+        ETCD_VERSION_CURRENT, LAST_QUORUM_RECOVERY, MEMBERS_WAITING, SCALE_OPERATION_COMPLETE,
     };
     for (type_, status, only_reason, reason) in [
         (MEMBERS_WAITING, True, None, "MembersWaiting"),
+        // Says which members lack the snapshot and the annotation that overrides the wait.
+        (
+            ETCD_VERSION_CURRENT,
+            False,
+            Some("VersionStepWaitsForSnapshot"),
+            "EtcdVersionStepWaitsForSnapshot",
+        ),
         (LAST_QUORUM_RECOVERY, True, None, "QuorumRecovered"),
         (
             SCALE_OPERATION_COMPLETE,

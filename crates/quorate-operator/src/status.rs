@@ -358,6 +358,7 @@ mod tests {
             run: v("3.6"),
             target: v("3.7"),
             progress: Some("etcd 3.5 → 3.6 → 3.7: step to 3.6 runs".into()),
+            snapshot_wait: false,
         };
         let mut i = inputs(&e, &[], None, &ready, &outcome);
         i.etcd_version = Some(&step);
@@ -386,6 +387,7 @@ mod tests {
             run: v("3.7"),
             target: v("3.7"),
             progress: None,
+            snapshot_wait: false,
         };
         let mut i = inputs(&e, &[], None, &ready, &outcome);
         i.etcd_version = Some(&done);

@@ -1515,3 +1515,140 @@ async fn a_lease_changing_role_starts_a_status_pass_and_renewals_do_not() {
         RENEWALS * 3
     );
 }
+
+/// Publishes on the member lease `lease` what its agent reports about etcd's versions: the
+/// server's, the cluster's and the one recorded in its newest raft snapshot.
+async fn publish_versions(
+    client: &Client,
+    namespace: &str,
+    lease: &str,
+    (server, cluster, snapshot): (&str, &str, &str),
+) {
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        "quorate.io/etcd-version": server,
+        "quorate.io/etcd-cluster-version": cluster,
+        "quorate.io/etcd-snapshot-cluster-version": snapshot,
+    }}});
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .patch(lease, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("publish the versions");
+}
+
+fn version_condition_message(etcd: &Etcd) -> String {
+    etcd.status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "EtcdVersionCurrent")
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// A version change asked for with the reconcile annotation runs step by step over several
+/// passes: while a step waits (here for the 3.6 → 3.7 step's raft snapshot, then for the
+/// member to run 3.7), each pass ends in Requeue, not Succeeded, so the annotation stays and
+/// the next pass takes the next step; only the pass that finds the change done removes it.
+#[tokio::test]
+async fn a_waiting_version_step_requeues_and_keeps_the_reconcile_annotation_until_done() {
+    let Some((client, ns)) = setup("version_step_requeue").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, false);
+    let mut etcd = manifest(SINGLE, &ns);
+    etcd.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("quorate.io/etcd-version".into(), "3.6".into());
+    let api = create(&client, &etcd).await;
+    wait_observed(&api, "etcd-single", 1).await;
+    set_ready(&client, &ns, "etcd-single", 1).await;
+    renew(&client, &ns, "etcd-single-0", "Leader", false).await;
+    publish_versions(&client, &ns, "etcd-single-0", ("3.6.16", "3.6", "3.5.0")).await;
+
+    let annotate = serde_json::json!({"metadata": {"annotations": {
+        DRUID_OPERATION: "reconcile",
+        "quorate.io/etcd-version": "3.7",
+    }}});
+    api.patch(
+        "etcd-single",
+        &PatchParams::default(),
+        &Patch::Merge(&annotate),
+    )
+    .await
+    .unwrap();
+    let message = eventually("the step to wait for the snapshot", WAIT, || async {
+        let message = version_condition_message(&api.get("etcd-single").await.ok()?);
+        message
+            .contains("waits for a raft snapshot")
+            .then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("etcd-single-0's newest raft snapshot records cluster version 3.5"),
+        "{message}"
+    );
+    let note = eventually("an event saying what the step waits for", WAIT, || async {
+        let events = Api::<Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        events
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("EtcdVersionStepWaitsForSnapshot"))?
+            .note
+    })
+    .await;
+    assert!(
+        note.contains("etcd-single-0's newest raft snapshot")
+            && note.contains("quorate.io/etcd-3.7-without-snapshot=true"),
+        "{note}"
+    );
+    let config = cluster_config(&client, &ns, "etcd-single").await;
+    assert_eq!(config["etcdVersion"], "3.6", "no member goes to 3.7 yet");
+    assert_eq!(config["etcd"]["snapshotCount"], 10, "etcd snapshots soon");
+    // Passes keep coming (every wait period) and none removes the annotation.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let annotations = api.get("etcd-single").await.unwrap().metadata.annotations;
+    assert!(
+        annotations
+            .unwrap_or_default()
+            .contains_key(DRUID_OPERATION),
+        "a waiting step removed the reconcile annotation"
+    );
+
+    // The snapshot is reported: the step to 3.7 is configured, and waits for the member.
+    publish_versions(&client, &ns, "etcd-single-0", ("3.6.16", "3.6", "3.6.0")).await;
+    eventually("the step to 3.7 to be configured", WAIT, || async {
+        let config = cluster_config(&client, &ns, "etcd-single").await;
+        (config["etcdVersion"] == "3.7").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let etcd = api.get("etcd-single").await.unwrap();
+    assert!(
+        etcd.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(DRUID_OPERATION),
+        "the last step's wait removed the reconcile annotation"
+    );
+
+    // The member runs 3.7 and etcd reports it: the change is done, the annotation goes.
+    publish_versions(&client, &ns, "etcd-single-0", ("3.7.3", "3.7", "3.6.0")).await;
+    eventually("the reconcile annotation to be removed", WAIT, || async {
+        let a = api.get("etcd-single").await.ok()?.metadata.annotations?;
+        (!a.contains_key(DRUID_OPERATION)).then_some(())
+    })
+    .await;
+    let etcd = api.get("etcd-single").await.unwrap();
+    assert_eq!(
+        condition(&etcd, "EtcdVersionCurrent").as_deref(),
+        Some("True")
+    );
+    let config = cluster_config(&client, &ns, "etcd-single").await;
+    assert_ne!(config["etcd"]["snapshotCount"], 10, "the count is back");
+}

@@ -342,6 +342,27 @@ impl EtcdProcess {
         Ok(())
     }
 
+    /// Stops the member gracefully (SIGTERM, then SIGKILL after `grace`) and starts it again
+    /// on the same data dir and ports with `binary` and `extra_args`: a rolling upgrade or
+    /// downgrade step done by hand.
+    pub fn restart_on(
+        &mut self,
+        binary: PathBuf,
+        extra_args: Vec<String>,
+        grace: Duration,
+    ) -> io::Result<()> {
+        self.child
+            .signal(nix::sys::signal::Signal::SIGTERM)
+            .map_err(io::Error::from)?;
+        if self.child.wait_timeout(grace)?.is_none() {
+            self.child.kill()?;
+        }
+        self.config.binary = Some(binary);
+        self.config.extra_args = extra_args;
+        self.child = spawn_etcd(&self.config)?;
+        Ok(())
+    }
+
     /// True while the etcd process has not exited.
     pub fn is_running(&mut self) -> bool {
         self.child.is_running()

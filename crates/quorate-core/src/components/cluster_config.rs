@@ -121,7 +121,15 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         bootstrap_members: placement.bootstrap_members,
         listen_host: placement.listen_host,
         etcd_version: placement.etcd_version,
-        etcd: EtcdSettings::from_etcd(etcd),
+        etcd: EtcdSettings {
+            // Lowered while the 3.6 step of a chain to 3.7 waits for raft snapshots.
+            snapshot_count: crate::etcd_version::snapshot_count(
+                placement.etcd_version,
+                quorate_api::etcd_version::requested(etcd).ok().flatten(),
+                etcd.spec.etcd.snapshot_count(),
+            ),
+            ..EtcdSettings::from_etcd(etcd)
+        },
         client_tls: placement.client_tls,
         peer_tls: placement.peer_tls,
         agent_tls: placement.agent_tls,

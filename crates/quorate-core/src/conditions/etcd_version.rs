@@ -10,6 +10,12 @@ use crate::etcd_version::VersionDecision;
 /// version; False with the step and its wait while a change runs.
 pub fn check_etcd_version(decision: &VersionDecision) -> CheckResult {
     match &decision.progress {
+        Some(progress) if decision.snapshot_wait => result(
+            ETCD_VERSION_CURRENT,
+            ConditionStatus::False,
+            "VersionStepWaitsForSnapshot",
+            progress.clone(),
+        ),
         Some(progress) => result(
             ETCD_VERSION_CURRENT,
             ConditionStatus::False,
@@ -46,6 +52,7 @@ mod tests {
             run: v("3.6"),
             target: v("3.7"),
             progress: Some("etcd 3.5 → 3.6 → 3.7: step to 3.6 runs".into()),
+            snapshot_wait: false,
         };
         let r = check_etcd_version(&running);
         assert_eq!(r.status, ConditionStatus::False);
@@ -54,6 +61,7 @@ mod tests {
             run: v("3.7"),
             target: v("3.7"),
             progress: None,
+            snapshot_wait: false,
         };
         let r = check_etcd_version(&done);
         assert_eq!(r.status, ConditionStatus::True);

@@ -81,6 +81,7 @@ impl References {
             requested,
             self.running_etcd_version,
             &self.member_versions,
+            quorate_api::etcd_version::without_snapshot(etcd),
         )
         .map_err(|refused| Error::EtcdVersion(refused.to_string()))?;
         ctx.etcd_version = decision.run;
