@@ -117,7 +117,7 @@ write_results() {
       echo "- cluster: \`$($KUBECTL --kubeconfig "$KUBECONFIG" config current-context 2>/dev/null || echo '?')\` ($($KUBECTL --kubeconfig "$KUBECONFIG" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1))"
     fi
     echo "- machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -r)"
-    echo "- image: \`$IMAGE\` (quorate + etcd 3.4 and 3.5), init image \`$INIT_IMAGE\`"
+    echo "- image: \`$IMAGE\` (quorate, etcd 3.4 from Debian, 3.5, 3.6 and 3.7 from Go modules), init image \`$INIT_IMAGE\`"
     echo
     echo "| step | seconds |"
     echo "|---|---:|"

@@ -7,6 +7,7 @@
 
 mod s10_maintenance;
 mod s11_user_tls;
+mod s12_version_chain;
 mod s1_ready;
 mod s2_tls_scale_out;
 mod s3_member_loss;

@@ -18,21 +18,30 @@ use quorate_e2e::{E2eEnv, Scenario, status_summary};
 
 use crate::READY_TIMEOUT;
 
-/// The etcd version a member's agent publishes on its lease.
-async fn lease_versions(leases: &Api<Lease>, members: &[String]) -> Vec<String> {
-    let mut versions = Vec::new();
+/// The etcd version each member's agent publishes on its lease.
+pub(crate) async fn lease_versions(leases: &Api<Lease>, members: &[String]) -> Vec<String> {
+    lease_annotations(leases, members, "quorate.io/etcd-version").await
+}
+
+/// Annotation `key` of each member's lease (empty where it is not set).
+pub(crate) async fn lease_annotations(
+    leases: &Api<Lease>,
+    members: &[String],
+    key: &str,
+) -> Vec<String> {
+    let mut values = Vec::new();
     for m in members {
-        let version = leases
+        let value = leases
             .get_opt(m)
             .await
             .ok()
             .flatten()
             .and_then(|l| l.metadata.annotations)
-            .and_then(|a| a.get("quorate.io/etcd-version").cloned())
+            .and_then(|a| a.get(key).cloned())
             .unwrap_or_default();
-        versions.push(version);
+        values.push(value);
     }
-    versions
+    values
 }
 
 /// The member whose lease names it the leader.
@@ -239,13 +248,13 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
 }
 
 /// What a writer saw over one change.
-struct Writes {
-    failed: u64,
-    longest_ms: u64,
+pub(crate) struct Writes {
+    pub(crate) failed: u64,
+    pub(crate) longest_ms: u64,
 }
 
 /// The canary's totals, recorded as a measurement.
-async fn writer_totals(s: &mut Scenario, canary: &str, what: &str) -> Writes {
+pub(crate) async fn writer_totals(s: &mut Scenario, canary: &str, what: &str) -> Writes {
     let totals = canary_totals(&s.cluster, &s.namespace, canary)
         .await
         .expect("canary totals");
