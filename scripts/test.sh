@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 # The harness's own skip check is for direct `cargo test` runs; here e2e.sh runs it below.
-QUORATE_E2E= cargo test --workspace --all-targets "$@"
+# --no-fail-fast: every test binary runs even after one fails, so one CI run names every failure.
+QUORATE_E2E= cargo test --workspace --all-targets --no-fail-fast "$@"
 # The documentation renders as a book (links are checked by the quorate-docs tests above); the
 # output goes to a temporary directory and is thrown away.
 book="$(mktemp -d)"
