@@ -880,7 +880,7 @@ mod tests {
             bin_dir: PathBuf::from("/nowhere/bin"),
         };
         assert!(e.is_missing_binaries());
-        assert!(e.to_string().contains("scripts/k8s/build.sh"), "{e}");
+        assert!(e.to_string().contains("scripts/install-deps.sh"), "{e}");
     }
 
     #[test]
