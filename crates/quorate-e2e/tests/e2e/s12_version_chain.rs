@@ -62,8 +62,12 @@ async fn chain_to(
         {
             seen.push(minor);
         }
+        // Agents publish the server version in full (`3.7.3`) and the cluster version as etcd
+        // reports it (`3.7`).
         if servers.iter().all(|v| v.starts_with(&prefix))
-            && clusters.iter().all(|v| v.starts_with(&prefix))
+            && clusters
+                .iter()
+                .all(|v| v == version || v.starts_with(&prefix))
         {
             break;
         }
