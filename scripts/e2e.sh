@@ -9,10 +9,11 @@
 #    starts the single-node cluster of scripts/k8s-node with the image imported, and tears it down
 #    again on exit, whatever happened. With KUBECONFIG: uses that cluster and only loads the image
 #    with the command in QUORATE_E2E_LOAD_IMAGE (the tarball's path is appended);
-# 3. installs the operator from deploy/manifests/ (a patched copy in a temp dir: the image
-#    switched to the one built, and an IMAGEVECTOR_OVERWRITE ConfigMap mounted into the Deployment
-#    that maps `quorate` to it and `alpine` to $QUORATE_E2E_INIT_IMAGE), waits for the Deployment
-#    and for its webhooks to answer;
+# 3. installs the operator with Helm from deploy/helm/quorate-operator (the image set to the one
+#    built, `imageVectorOverwrite` mapping `quorate` to it and `alpine` to $QUORATE_E2E_INIT_IMAGE;
+#    helm from scripts/install-helm.sh), waits for the Deployment and for its webhooks to answer,
+#    and runs `helm test`; QUORATE_E2E_INSTALL=manifests installs deploy/manifests/ with kubectl
+#    instead (a patched copy with the same image and overwrite);
 # 4. runs `cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture [TEST_FILTER...]`
 #    with QUORATE_E2E_KUBECONFIG set. On the node kit, which has no storage provisioner, the
 #    harness creates a hostPath PersistentVolume (under a temp dir) for each claim and removes it
@@ -30,6 +31,7 @@
 #                              docker.io/library/busybox:1.36 elsewhere
 #   QUORATE_E2E_HOSTPATH_DIR   with KUBECONFIG: provision hostPath volumes under this directory
 #                              of the (single) node too, for clusters without a StorageClass
+#   QUORATE_E2E_INSTALL        helm (default) or manifests: how the operator is installed
 #   QUORATE_E2E_KEEP_NODE=1    leave the node kit up afterwards (down: scripts/k8s-node/down.sh)
 #   QUORATE_E2E_RESULTS_MD     where the timings go (default docs/e2e/results.md)
 #   QUORATE_E2E_BENCH_MD       where the benchmark goes when s1, s2 and s2b passed
@@ -327,24 +329,14 @@ $KC version >/dev/null 2>&1 || die "the cluster in $KUBECONFIG does not answer (
 NODE_COUNT=$($KC get nodes --no-headers 2>/dev/null | wc -l)
 
 # ---- 3. the operator ----
-phase_start "operator install (deploy/manifests, rollout, webhooks answer)"
-M=$WORK/manifests
-mkdir -p "$M"
-cp deploy/manifests/*.yaml "$M/"
-D=$M/08-deployment.yaml
-grep -q "^          image: quorate:$version\$" "$D" || die "$D: no 'image: quorate:$version' line to replace (did the manifest change?)"
-grep -q '^          env:$' "$D" && grep -q '^          volumeMounts:$' "$D" && grep -q '^      volumes:$' "$D" ||
-  die "$D: the env/volumeMounts/volumes lines this script patches are not where it expects them"
+# From the Helm chart (deploy/helm/quorate-operator, then `helm test`) by default, as a platform
+# team installs it; QUORATE_E2E_INSTALL=manifests: from deploy/manifests/ with kubectl.
+INSTALL=${QUORATE_E2E_INSTALL:-helm}
+case $INSTALL in helm | manifests) ;; *) die "QUORATE_E2E_INSTALL=$INSTALL: say helm or manifests" ;; esac
+phase_start "operator install ($INSTALL, rollout, webhooks answer)"
 # The scenarios' Local buckets live under the harness's bucket directory (E2eEnv::bucket_host_dir).
 BUCKETS_DIR=${HOSTPATH_DIR:+$HOSTPATH_DIR/buckets}
 BUCKETS_DIR=${BUCKETS_DIR:-/tmp/quorate-e2e-buckets}
-awk -v image="$IMAGE" -v buckets="$BUCKETS_DIR" '
-  /^          image: / { print "          image: " image; next }
-  /^            - --etcd-workers=/ { print; print "            - --allowed-local-backup-host-path=" buckets; next }
-  /^          env:$/ { print; print "            - name: IMAGEVECTOR_OVERWRITE"; print "              value: /etc/quorate/imagevector/images_overwrite.yaml"; next }
-  /^          volumeMounts:$/ { print; print "            - name: imagevector-overwrite"; print "              mountPath: /etc/quorate/imagevector"; print "              readOnly: true"; next }
-  /^      volumes:$/ { print; print "        - name: imagevector-overwrite"; print "          configMap:"; print "            name: quorate-operator-imagevector-overwrite"; next }
-  { print }' "$D" > "$D.new" && mv "$D.new" "$D"
 split_ref() { # image -> "repository tag"
   local ref=$1 repo tag
   repo=${ref%:*} tag=${ref##*:}
@@ -353,26 +345,51 @@ split_ref() { # image -> "repository tag"
 }
 read -r q_repo q_tag <<<"$(split_ref "$IMAGE")"
 read -r i_repo i_tag <<<"$(split_ref "$INIT_IMAGE")"
-cat > "$M/075-imagevector-overwrite.yaml" <<EOF
-# scripts/e2e.sh: the images under test (IMAGEVECTOR_OVERWRITE of the operator)
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: quorate-operator-imagevector-overwrite
-  namespace: quorate-system
-data:
-  images_overwrite.yaml: |
-    images:
-    - name: quorate
-      repository: $q_repo
-      tag: "$q_tag"
-    - name: alpine
-      repository: $i_repo
-      tag: "$i_tag"
-EOF
+# IMAGEVECTOR_OVERWRITE of the operator: the images under test in the etcd pods it makes
+OVERWRITE="images:
+- name: quorate
+  repository: $q_repo
+  tag: \"$q_tag\"
+- name: alpine
+  repository: $i_repo
+  tag: \"$i_tag\""
 existed=0
 $KC -n quorate-system get deployment quorate-operator >/dev/null 2>&1 && existed=1
-$KC apply -f "$M" >&2
+if [ "$INSTALL" = helm ]; then
+  bash "$ROOT/scripts/install-helm.sh" >&2
+  HELM="${QUORATE_BIN_DIR:-$HOME/.cache/quorate/bin}/helm --kubeconfig $KUBECONFIG"
+  $HELM upgrade --install quorate-operator deploy/helm/quorate-operator \
+    --namespace quorate-system --create-namespace \
+    --set image.repository="$q_repo" --set image.tag="$q_tag" \
+    --set-string imageVectorOverwrite="$OVERWRITE" \
+    --set "extraArgs={--allowed-local-backup-host-path=$BUCKETS_DIR}" >&2 ||
+    die "helm upgrade --install of deploy/helm/quorate-operator failed"
+else
+  M=$WORK/manifests
+  mkdir -p "$M"
+  cp deploy/manifests/*.yaml "$M/"
+  D=$M/08-deployment.yaml
+  grep -q "^          image: quorate:$version\$" "$D" || die "$D: no 'image: quorate:$version' line to replace (did the manifest change?)"
+  grep -q '^          env:$' "$D" && grep -q '^          volumeMounts:$' "$D" && grep -q '^      volumes:$' "$D" ||
+    die "$D: the env/volumeMounts/volumes lines this script patches are not where it expects them"
+  awk -v image="$IMAGE" -v buckets="$BUCKETS_DIR" '
+    /^          image: / { print "          image: " image; next }
+    /^            - --etcd-workers=/ { print; print "            - --allowed-local-backup-host-path=" buckets; next }
+    /^          env:$/ { print; print "            - name: IMAGEVECTOR_OVERWRITE"; print "              value: /etc/quorate/imagevector/images_overwrite.yaml"; next }
+    /^          volumeMounts:$/ { print; print "            - name: imagevector-overwrite"; print "              mountPath: /etc/quorate/imagevector"; print "              readOnly: true"; next }
+    /^      volumes:$/ { print; print "        - name: imagevector-overwrite"; print "          configMap:"; print "            name: quorate-operator-imagevector-overwrite"; next }
+    { print }' "$D" > "$D.new" && mv "$D.new" "$D"
+  {
+    echo "# scripts/e2e.sh: the images under test (IMAGEVECTOR_OVERWRITE of the operator)"
+    echo "apiVersion: v1"
+    echo "kind: ConfigMap"
+    echo "metadata: {name: quorate-operator-imagevector-overwrite, namespace: quorate-system}"
+    echo "data:"
+    echo "  images_overwrite.yaml: |"
+    sed 's/^/    /' <<<"$OVERWRITE"
+  } > "$M/075-imagevector-overwrite.yaml"
+  $KC apply -f "$M" >&2
+fi
 # an existing Deployment keeps running the old image under the same tag: restart it
 [ "$existed" = 0 ] || $KC -n quorate-system rollout restart deployment/quorate-operator >&2
 $KC -n quorate-system rollout status deployment/quorate-operator --timeout=180s >&2 ||
@@ -398,10 +415,19 @@ out=$($KC create --dry-run=server -f "$WORK/probe-invalid.yaml" 2>&1) &&
 # (the CRD has no pattern for storageClass: this refusal is the webhook's, with quorate's message)
 grep -q 'spec.storageClass: "Not_A_Name" is not a valid name' <<<"$out" ||
   die "an invalid Etcd was refused, but not with quorate's webhook message: $out"
+if [ "$INSTALL" = helm ]; then
+  $HELM test quorate-operator --namespace quorate-system --timeout 120s >&2 ||
+    die "helm test quorate-operator failed (its pod checks the operator's /readyz)"
+fi
 phase_end
 
 # ---- 4. the scenarios ----
 phase_start "scenarios (cargo test -p quorate-e2e)"
+# s14 loses a node and brings it back: only the current node kit can (scripts/k8s-node/current/node.sh)
+NODE_CONTROL=""
+if [ "$NODE_KIT" = 1 ] && [ "${QUORATE_K8S_KIT:-current}" = current ]; then
+  NODE_CONTROL=$ROOT/scripts/k8s-node/current/node.sh
+fi
 TESTS_RAN=1
 set +e
 QUORATE_E2E_KUBECONFIG=$KUBECONFIG \
@@ -409,6 +435,7 @@ QUORATE_E2E_KUBECTL=$KUBECTL \
 QUORATE_E2E_IMAGE=$IMAGE \
 QUORATE_E2E_INIT_IMAGE=$INIT_IMAGE \
 QUORATE_E2E_HOSTPATH_DIR=$HOSTPATH_DIR \
+QUORATE_E2E_NODE_CONTROL=$NODE_CONTROL \
 QUORATE_E2E_RESULTS=$RESULTS QUORATE_E2E_BENCH=$BENCH \
 RUST_BACKTRACE=0 \
   cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture "$@"

@@ -19,6 +19,7 @@ pub mod env;
 pub mod etcd;
 pub mod manifests;
 pub mod members;
+pub mod nodes;
 pub mod observe;
 pub mod provisioner;
 pub mod scenario;

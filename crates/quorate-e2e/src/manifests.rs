@@ -147,6 +147,36 @@ metadata:
     }
 }
 
+impl EtcdShape<'_> {
+    /// [`EtcdShape::yaml`] with one member per node and node-bound volumes, as on a cluster
+    /// with local disks: the pods require different nodes (`spec.schedulingConstraints`, pod
+    /// anti-affinity on `kubernetes.io/hostname`) and claim their volumes from the harness's
+    /// [`crate::provisioner::NODE_LOCAL_CLASS`] (`spec.storageClass`), so a member stays with
+    /// its node.
+    pub fn yaml_one_per_node(&self) -> String {
+        let name = self.name;
+        let class = crate::provisioner::NODE_LOCAL_CLASS;
+        format!(
+            r#"{}  storageClass: {class}
+  schedulingConstraints:
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              app: {name}
+"#,
+            self.yaml()
+        )
+    }
+}
+
+/// Label of the scenarios' client pods (`e2e.quorate.io/role: client`): a drain leaves them
+/// where they are (`kubectl drain --pod-selector`), so the client that watches a drain is not
+/// itself drained.
+pub const CLIENT_ROLE_LABEL: &str = "e2e.quorate.io/role";
+
 /// The client URL of `etcd` through its `<name>-client` Service.
 pub fn client_url(etcd: &str, namespace: &str) -> String {
     format!("http://{etcd}-client.{namespace}.svc:2379")
@@ -223,6 +253,7 @@ kind: Pod
 metadata:
   name: {etcd}-canary
   namespace: {namespace}
+  labels: {{{CLIENT_ROLE_LABEL}: client}}
 spec:
   restartPolicy: Never
   securityContext: {{runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532}}

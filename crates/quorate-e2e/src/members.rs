@@ -54,6 +54,14 @@ pub struct ListedMember {
     pub is_learner: bool,
 }
 
+/// `(name, ID)` of every listed member, sorted: what stays the same when members come back with
+/// their data, and changes when one is replaced.
+pub fn names_and_ids(list: &[ListedMember]) -> Vec<(String, u64)> {
+    let mut ids: Vec<(String, u64)> = list.iter().map(|m| (m.name.clone(), m.id)).collect();
+    ids.sort();
+    ids
+}
+
 /// The member list as member pod `pod` sees it; `Err` with the reason while it cannot answer.
 pub async fn member_list(
     cluster: &Cluster,

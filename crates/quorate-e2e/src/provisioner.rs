@@ -4,6 +4,11 @@
 //! whose claim is gone (Released) is deleted with its directory. The directories are mode 0777,
 //! as the usual local-path provisioners make them, since a hostPath volume does not get the
 //! pod's `fsGroup`.
+//!
+//! Claims of the StorageClass [`NODE_LOCAL_CLASS`] get node-bound volumes instead, as local disks
+//! are on a real cluster: the class binds at the first consumer, and each node keeps a small pool
+//! of `local` volumes whose node affinity names it, so the scheduler places a pod on a node with a
+//! free volume and the pod stays with that node (a drained node's member waits for the node).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -11,9 +16,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-    PersistentVolumeSpec,
+    HostPathVolumeSource, LocalVolumeSource, Node, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeSpec, VolumeNodeAffinity,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -22,6 +29,15 @@ use tokio::task::JoinHandle;
 
 /// Label on the volumes made for a namespace.
 pub const NAMESPACE_LABEL: &str = "e2e.quorate.io/namespace";
+
+/// The StorageClass of node-bound volumes (`spec.storageClass` of an `Etcd` that wants them).
+pub const NODE_LOCAL_CLASS: &str = "quorate-e2e-node-local";
+
+/// Label on a node-bound volume: the node it lives on.
+const NODE_LABEL: &str = "e2e.quorate.io/node";
+
+/// Free node-bound volumes kept per node and namespace.
+const POOL_PER_NODE: usize = 2;
 
 /// The running provisioner of one namespace; stopped on drop.
 pub struct HostPathProvisioner {
@@ -68,9 +84,19 @@ impl Drop for HostPathProvisioner {
 
 async fn run(client: Client, namespace: String, dir: PathBuf) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
-    let pvs: Api<PersistentVolume> = Api::all(client);
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let mine = ListParams::default().labels(&format!("{NAMESPACE_LABEL}={namespace}"));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let classes: Api<StorageClass> = Api::all(client);
+    let mut class_made = false;
     loop {
+        if !class_made {
+            class_made = ensure_node_local_class(&classes).await;
+        }
+        if let Ok(list) = nodes.list(&ListParams::default()).await {
+            let names: Vec<String> = list.into_iter().filter_map(|n| n.metadata.name).collect();
+            fill_node_pools(&pvs, &mine, &names, &namespace, &dir).await;
+        }
         if let Ok(list) = claims.list(&ListParams::default()).await {
             for claim in list {
                 if let Some(pv) = volume_for(&claim, &namespace, &dir) {
@@ -105,11 +131,12 @@ async fn run(client: Client, namespace: String, dir: PathBuf) {
                 let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
                 if phase == Some("Released") {
                     let name = pv.metadata.name.clone().unwrap_or_default();
-                    let path = pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.host_path.as_ref())
-                        .map(|h| h.path.clone());
+                    let path = pv.spec.as_ref().and_then(|s| {
+                        s.host_path
+                            .as_ref()
+                            .map(|h| h.path.clone())
+                            .or_else(|| s.local.as_ref().map(|l| l.path.clone()))
+                    });
                     if pvs.delete(&name, &DeleteParams::default()).await.is_ok() {
                         if let Some(path) = path {
                             let _ = std::fs::remove_dir_all(&path);
@@ -181,6 +208,121 @@ fn volume_for(
         }),
         status: None,
     })
+}
+
+/// Creates the [`NODE_LOCAL_CLASS`] StorageClass unless it exists; true once it does.
+async fn ensure_node_local_class(classes: &Api<StorageClass>) -> bool {
+    if classes
+        .get_opt(NODE_LOCAL_CLASS)
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        return true;
+    }
+    let class = StorageClass {
+        metadata: ObjectMeta {
+            name: Some(NODE_LOCAL_CLASS.into()),
+            ..ObjectMeta::default()
+        },
+        provisioner: "kubernetes.io/no-provisioner".into(),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        reclaim_policy: Some("Retain".into()),
+        ..StorageClass::default()
+    };
+    match classes.create(&PostParams::default(), &class).await {
+        Ok(_) => true,
+        Err(e) => {
+            println!("  [provisioner] creating StorageClass {NODE_LOCAL_CLASS}: {e}");
+            false
+        }
+    }
+}
+
+/// Tops up every node's pool of free node-bound volumes for `namespace` to [`POOL_PER_NODE`].
+async fn fill_node_pools(
+    pvs: &Api<PersistentVolume>,
+    mine: &ListParams,
+    nodes: &[String],
+    namespace: &str,
+    dir: &Path,
+) {
+    let Ok(list) = pvs.list(mine).await else {
+        return;
+    };
+    for node in nodes {
+        let free = list
+            .iter()
+            .filter(|pv| {
+                pv.metadata.labels.as_ref().and_then(|l| l.get(NODE_LABEL)) == Some(node)
+                    && pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_none())
+            })
+            .count();
+        for _ in free..POOL_PER_NODE {
+            let pv = node_volume(node, namespace, dir);
+            let path = PathBuf::from(
+                &pv.spec
+                    .as_ref()
+                    .and_then(|s| s.local.as_ref())
+                    .expect("a local volume")
+                    .path,
+            );
+            if let Err(e) = make_dir(&path) {
+                println!("  [provisioner] cannot make {}: {e}", path.display());
+                return;
+            }
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            match pvs.create(&PostParams::default(), &pv).await {
+                Ok(_) => println!("  [provisioner] PersistentVolume {name} on node {node}"),
+                Err(e) => println!("  [provisioner] creating {name}: {e}"),
+            }
+        }
+    }
+}
+
+/// A free `local` volume on `node` (node affinity to it) of [`NODE_LOCAL_CLASS`], 1 GiB.
+fn node_volume(node: &str, namespace: &str, dir: &Path) -> PersistentVolume {
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("e2e-{namespace}-{node}-{}-{n}", std::process::id());
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(BTreeMap::from([
+                (NAMESPACE_LABEL.to_string(), namespace.to_string()),
+                (NODE_LABEL.to_string(), node.to_string()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            capacity: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity("1Gi".into()),
+            )])),
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            persistent_volume_reclaim_policy: Some("Retain".into()),
+            storage_class_name: Some(NODE_LOCAL_CLASS.into()),
+            local: Some(LocalVolumeSource {
+                path: dir.join(node).join(&name).display().to_string(),
+                fs_type: None,
+            }),
+            node_affinity: Some(VolumeNodeAffinity {
+                required: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: "kubernetes.io/hostname".into(),
+                            operator: "In".into(),
+                            values: Some(vec![node.to_string()]),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+            }),
+            ..PersistentVolumeSpec::default()
+        }),
+        status: None,
+    }
 }
 
 fn make_dir(path: &Path) -> std::io::Result<()> {

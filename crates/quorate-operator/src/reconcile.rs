@@ -21,6 +21,7 @@ use quorate_core::backup_ready::BackupLeases;
 use quorate_core::etcd_version::VersionDecision;
 use quorate_core::last_operation::ErrorCode;
 use quorate_core::reconcile_control::{SpecDecision, spec_decision};
+use quorate_core::status::{MemberObservation, Presence};
 
 use crate::context::Context;
 use crate::delete_flow::{self, DeleteProgress};
@@ -295,13 +296,14 @@ async fn update_status(
                 .map(|l| snapshot_lease(&l)),
         }
     });
-    let ready: BTreeMap<String, bool> = (0..etcd.spec.replicas.max(0) as u32)
+    let members: BTreeMap<String, MemberObservation> = (0..etcd.spec.replicas.max(0) as u32)
         .map(|i| {
             let pod = caches.pod(namespace, &pod_name(name, i));
-            (
-                member_lease_name(etcd, i),
-                pod.is_some_and(|p| container_ready(&p)),
-            )
+            let observed = MemberObservation {
+                presence: pod.as_deref().map_or(Presence::Unknown, presence),
+                ready: pod.is_some_and(|p| container_ready(&p)),
+            };
+            (member_lease_name(etcd, i), observed)
         })
         .collect();
     let statefulset = caches.statefulset(namespace, name);
@@ -312,7 +314,7 @@ async fn update_status(
         leases: &leases,
         backup,
         statefulset: statefulset.as_deref(),
-        ready: &ready,
+        members: &members,
         scale: Some(&scale),
         outcome,
         etcd_version,
@@ -335,6 +337,29 @@ async fn update_status(
 }
 
 /// Whether the pod's etcd container is ready (druid reads the same for member health).
+/// What a member's pod says for certain about its etcd: not running (`Stopped`) while the pod
+/// waits to be scheduled or its etcd container is not running (waiting to start, or ended),
+/// which a lease renewed moments before must not hide; otherwise the pod cannot tell (a
+/// container the API server lists as running may be on a node that is gone), and the lease
+/// rules decide.
+fn presence(pod: &Pod) -> Presence {
+    let Some(status) = pod.status.as_ref() else {
+        return Presence::Unknown;
+    };
+    let etcd_running = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == "etcd")
+        .and_then(|c| c.state.as_ref())
+        .is_some_and(|s| s.running.is_some());
+    if status.phase.as_deref() == Some("Pending") && !etcd_running {
+        Presence::Stopped
+    } else {
+        Presence::Unknown
+    }
+}
+
 fn container_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
@@ -367,4 +392,40 @@ async fn remove_operation_annotation(
         written.metadata.resource_version.as_deref(),
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "e-0"}, "status": status}))
+            .expect("a pod")
+    }
+
+    #[test]
+    fn a_pod_that_waits_for_a_node_or_for_etcd_to_start_says_its_member_is_stopped() {
+        // Evicted by a drain, its replacement waits for the node that holds its volume.
+        let unscheduled = pod(serde_json::json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}));
+        assert_eq!(presence(&unscheduled), Presence::Stopped);
+        let starting = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [
+            {"name": "etcd", "ready": false, "restartCount": 0, "image": "q", "imageID": "",
+             "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
+        assert_eq!(presence(&starting), Presence::Stopped);
+    }
+
+    #[test]
+    fn a_running_pod_leaves_the_judgement_to_the_leases() {
+        // A node that is gone leaves its pods "Running" in the API server.
+        let running = pod(
+            serde_json::json!({"phase": "Running", "containerStatuses": [
+            {"name": "etcd", "ready": false, "restartCount": 0, "image": "q", "imageID": "",
+             "state": {"running": {}}}]}),
+        );
+        assert_eq!(presence(&running), Presence::Unknown);
+        assert_eq!(presence(&pod(serde_json::Value::Null)), Presence::Unknown);
+    }
 }

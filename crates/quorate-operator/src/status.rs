@@ -14,7 +14,7 @@ use quorate_core::backup_ready::BackupLeases;
 use quorate_core::conditions::{ETCD_VERSION_CURRENT, StatefulSetRollout};
 use quorate_core::etcd_version::VersionDecision;
 use quorate_core::lease::MemberLease;
-use quorate_core::status::{MemberObservation, ObservedCluster, Presence, Workload};
+use quorate_core::status::{MemberObservation, ObservedCluster, Workload};
 
 /// What the spec flow did in this pass (shared with local mode, which reports its passes the
 /// same way).
@@ -30,8 +30,9 @@ pub struct StatusInputs<'a> {
     pub backup: Option<BackupLeases>,
     /// The StatefulSet, if it exists.
     pub statefulset: Option<&'a StatefulSet>,
-    /// Readiness of the etcd container, by member lease name (pod readiness).
-    pub ready: &'a BTreeMap<String, bool>,
+    /// What each member's pod says (presence, readiness of the etcd container), by member
+    /// lease name.
+    pub members: &'a BTreeMap<String, MemberObservation>,
     /// Which member pods run and why (voters, hibernation), from `spec_flow::scale`.
     pub scale: Option<&'a quorate_core::scale_plan::ScalePlan>,
     /// The spec flow's outcome.
@@ -48,23 +49,13 @@ pub struct StatusInputs<'a> {
 
 /// The new status, by the rules of `quorate_core::status::compute_status`.
 ///
-/// Pod presence is not among the inputs yet, so members are judged from their leases and pod
-/// readiness ([`Presence::Unknown`]); etcd's alarms and member list are not observed by the
-/// operator yet either, except etcd's voting members as the leader's agent publishes them.
+/// Members are judged from their leases, corrected by what their pods say for certain; etcd's
+/// alarms and member list are not observed by the operator, except etcd's voting members as the
+/// leader's agent publishes them.
 pub fn compute_status(i: StatusInputs<'_>) -> EtcdStatus {
     let previous = i.etcd.status.clone().unwrap_or_default();
     let sts_status = i.statefulset.and_then(|s| s.status.as_ref());
-    let members = i
-        .ready
-        .iter()
-        .map(|(member, ready)| {
-            let observed = MemberObservation {
-                presence: Presence::Unknown,
-                ready: *ready,
-            };
-            (member.clone(), observed)
-        })
-        .collect();
+    let members = i.members.clone();
     let workload = Workload {
         // With `OnDelete` the StatefulSet controller counts as current only the pods of a
         // revision it never moves on from; the pods of the latest template are the current ones.
@@ -279,7 +270,7 @@ mod tests {
         etcd: &'a Etcd,
         leases: &'a [MemberLease],
         sts: Option<&'a StatefulSet>,
-        ready: &'a BTreeMap<String, bool>,
+        members: &'a BTreeMap<String, MemberObservation>,
         outcome: &'a PassOutcome,
     ) -> StatusInputs<'a> {
         StatusInputs {
@@ -287,7 +278,7 @@ mod tests {
             leases,
             backup: None,
             statefulset: sts,
-            ready,
+            members,
             scale: None,
             outcome,
             etcd_version: None,

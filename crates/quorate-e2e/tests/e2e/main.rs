@@ -8,6 +8,9 @@
 mod s10_maintenance;
 mod s11_user_tls;
 mod s12_version_chain;
+mod s13_drain;
+mod s14_node_loss;
+mod s15_wildcard_tls;
 mod s1_ready;
 mod s2_tls_scale_out;
 mod s3_member_loss;
