@@ -362,6 +362,7 @@ if [ "$INSTALL" = helm ]; then
     --namespace quorate-system --create-namespace \
     --set image.repository="$q_repo" --set image.tag="$q_tag" \
     --set-string imageVectorOverwrite="$OVERWRITE" \
+    --set testImage.repository="$i_repo" --set testImage.tag="$i_tag" \
     --set "extraArgs={--allowed-local-backup-host-path=$BUCKETS_DIR}" >&2 ||
     die "helm upgrade --install of deploy/helm/quorate-operator failed"
 else
