@@ -111,6 +111,21 @@ pub fn snapshot_request(version: EtcdVersion) -> String {
     format!("etcd-{version}")
 }
 
+/// The full snapshot an etcd upgrade to `latest` waits for (its request name), while this
+/// member (running `running`) or, seen from the leader (`leads`), any member's lease is not on
+/// `latest`'s version yet; `None` without a bucket.
+pub fn upgrade_snapshot_request(
+    running: EtcdVersion,
+    latest: &ClusterConfig,
+    leads: bool,
+    leases: &[MemberLease],
+) -> Option<String> {
+    latest.backup.as_ref()?;
+    let behind =
+        running != latest.etcd_version || (leads && !members_behind(latest, leases).is_empty());
+    behind.then(|| snapshot_request(latest.etcd_version))
+}
+
 /// The version a member's lease says it runs.
 pub fn running_version(lease: &MemberLease) -> Option<EtcdVersion> {
     EtcdVersion::parse(lease.annotations.get(RUNNING_VERSION_ANNOTATION)?).ok()
@@ -283,6 +298,35 @@ mod tests {
             lease("etcd-main-1", "3.4.23"),
         ];
         assert_eq!(members_behind(&cluster, &leases), ["etcd-main-1"]);
+        let v34 = EtcdVersion::V3_4;
+        assert_eq!(
+            upgrade_snapshot_request(v34, &cluster, false, &[]),
+            None,
+            "without a bucket there is no snapshot to ask for"
+        );
+        cluster.backup = Some(crate::cluster_config::BackupConfig {
+            spec: quorate_api::BackupSpec::default(),
+            local_root: "/b".into(),
+            secret_dir: None,
+            full_snapshot_lease: "full".into(),
+            delta_snapshot_lease: "delta".into(),
+            cluster_uid: "uid".into(),
+            adopt_foreign_backups: false,
+            new_chain_request: None,
+            encryption_secret: None,
+            encryption_key_dir: None,
+        });
+        let request = Some(snapshot_request(EtcdVersion::V3_5));
+        assert_eq!(upgrade_snapshot_request(v34, &cluster, false, &[]), request);
+        let v35 = EtcdVersion::V3_5;
+        assert_eq!(
+            upgrade_snapshot_request(v35, &cluster, false, &leases),
+            None
+        );
+        assert_eq!(
+            upgrade_snapshot_request(v35, &cluster, true, &leases),
+            request
+        );
     }
 
     #[test]

@@ -12,9 +12,9 @@
 //! The survivor with the highest revision is chosen (ties: the first in desired order). If the
 //! bucket holds a newer state of the same history, that member restores it instead.
 
-use super::Member;
 use super::data_state::DataState;
 use super::planner::quorum;
+use super::{Member, MemberList};
 use crate::cluster_config::ClusterConfig;
 use crate::lease::MemberLease;
 use serde::{Deserialize, Serialize};
@@ -395,6 +395,40 @@ pub fn quorum_action(evidence: &QuorumEvidence<'_>) -> QuorumAction {
     }
 }
 
+/// Why a member's etcd is gone, as a member list from its own cluster shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// No evidence that it left the cluster: etcd just exited.
+    Exited,
+    /// It was removed from the cluster; restarting it would be wrong.
+    Removed,
+    /// A quorum-loss recovery dropped it: its data belongs to the old membership.
+    Dropped,
+}
+
+/// After member `member_id`'s etcd exited: was it removed from cluster `cluster_id`, dropped by
+/// a recovery (a record on the leases, `superseded` ones left out), or neither? Only a
+/// non-empty member list from its own cluster (`list`, as another member answered) is
+/// evidence; a fork's is not.
+pub fn why_gone(
+    list: &MemberList,
+    member_id: u64,
+    cluster_id: u64,
+    leases: &[MemberLease],
+    superseded: &[RecoveryRecord],
+) -> Gone {
+    if list.cluster_id != cluster_id
+        || list.members.is_empty()
+        || list.members.iter().any(|m| m.id == member_id)
+    {
+        Gone::Exited
+    } else if RecoveryRecord::dropped_by_any(leases, cluster_id, member_id, superseded) {
+        Gone::Dropped
+    } else {
+        Gone::Removed
+    }
+}
+
 fn describe(data: Option<&DataState>) -> String {
     data.map(DataState::describe)
         .unwrap_or_else(|| "has not reported its data".into())
@@ -745,5 +779,45 @@ mod tests {
         let leases = [lease_with(&served)];
         asked.leases = &leases;
         assert!(matches!(quorum_action(&asked), QuorumAction::Wait(_)));
+    }
+
+    #[test]
+    fn only_a_list_of_its_own_cluster_says_a_member_is_gone() {
+        let list = |cluster_id, ids: &[u64]| MemberList {
+            cluster_id,
+            members: ids.iter().map(|&id| voter(id, None, None).member).collect(),
+        };
+        assert_eq!(
+            why_gone(&list(0xc1, &[1, 2]), 2, 0xc1, &[], &[]),
+            Gone::Exited
+        );
+        assert_eq!(
+            why_gone(&list(0xf0, &[1]), 2, 0xc1, &[], &[]),
+            Gone::Exited,
+            "a fork"
+        );
+        assert_eq!(why_gone(&list(0xc1, &[]), 2, 0xc1, &[], &[]), Gone::Exited);
+        assert_eq!(
+            why_gone(&list(0xc1, &[1]), 2, 0xc1, &[], &[]),
+            Gone::Removed
+        );
+        let record = RecoveryRecord {
+            member: "m-1".into(),
+            member_id: 1,
+            cluster_id: 0xc1,
+            revision: 50,
+            dropped: vec![2],
+            request: None,
+        };
+        let leases = [lease_with(&record)];
+        assert_eq!(
+            why_gone(&list(0xc1, &[1]), 2, 0xc1, &leases, &[]),
+            Gone::Dropped
+        );
+        assert_eq!(
+            why_gone(&list(0xc1, &[1]), 2, 0xc1, &leases, &[record]),
+            Gone::Removed,
+            "a record from before a restore speaks of data it no longer holds"
+        );
     }
 }
