@@ -683,6 +683,25 @@ mod tests {
         })
     }
 
+    /// The record of a recovery by `member` (`member_id`) of cluster `cluster_id`.
+    fn record_of(
+        member: &str,
+        member_id: u64,
+        cluster_id: u64,
+        revision: i64,
+        dropped: &[u64],
+        request: Option<&str>,
+    ) -> RecoveryRecord {
+        RecoveryRecord {
+            member: member.into(),
+            member_id,
+            cluster_id,
+            revision,
+            dropped: dropped.to_vec(),
+            request: request.map(str::to_string),
+        }
+    }
+
     fn lease_with(record: &RecoveryRecord) -> MemberLease {
         let mut lease = MemberLease {
             name: "m-1".into(),
@@ -699,14 +718,7 @@ mod tests {
     fn the_chosen_member_reads_the_bucket_before_it_recovers_and_the_others_wait_for_it() {
         let read = quorum_action(&evidence("m-2", &[], wiped_but_m2(), BucketSeen::NotRead));
         assert_eq!(read, QuorumAction::ReadBucket);
-        let record = RecoveryRecord {
-            member: "m-2".into(),
-            member_id: 2,
-            cluster_id: 0xc1,
-            revision: 50,
-            dropped: vec![1, 3],
-            request: None,
-        };
+        let record = record_of("m-2", 2, 0xc1, 50, &[1, 3], None);
         let unreadable = evidence("m-2", &[], wiped_but_m2(), BucketSeen::Read(None));
         assert_eq!(
             quorum_action(&unreadable),
@@ -733,14 +745,7 @@ mod tests {
 
     #[test]
     fn a_dropped_member_learns_it_from_the_record_whatever_its_etcd_says() {
-        let record = RecoveryRecord {
-            member: "m-1".into(),
-            member_id: 1,
-            cluster_id: 0xc1,
-            revision: 50,
-            dropped: vec![2, 3],
-            request: None,
-        };
+        let record = record_of("m-1", 1, 0xc1, 50, &[2, 3], None);
         let leases = [lease_with(&record)];
         let healthy = evidence("m-2", &leases, None, BucketSeen::NotRead);
         assert_eq!(quorum_action(&healthy), QuorumAction::Dropped);
@@ -768,14 +773,7 @@ mod tests {
             quorum_action(&asked),
             QuorumAction::ForceNewCluster(RecoveryRecord { request: Some(r), .. }) if r == "r1"
         ));
-        let served = RecoveryRecord {
-            member: "m-2".into(),
-            member_id: 2,
-            cluster_id: 0xc0,
-            revision: 40,
-            dropped: vec![],
-            request: Some("r1".into()),
-        };
+        let served = record_of("m-2", 2, 0xc0, 40, &[], Some("r1"));
         let leases = [lease_with(&served)];
         asked.leases = &leases;
         assert!(matches!(quorum_action(&asked), QuorumAction::Wait(_)));
@@ -801,14 +799,7 @@ mod tests {
             why_gone(&list(0xc1, &[1]), 2, 0xc1, &[], &[]),
             Gone::Removed
         );
-        let record = RecoveryRecord {
-            member: "m-1".into(),
-            member_id: 1,
-            cluster_id: 0xc1,
-            revision: 50,
-            dropped: vec![2],
-            request: None,
-        };
+        let record = record_of("m-1", 1, 0xc1, 50, &[2], None);
         let leases = [lease_with(&record)];
         assert_eq!(
             why_gone(&list(0xc1, &[1]), 2, 0xc1, &leases, &[]),

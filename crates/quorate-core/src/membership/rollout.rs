@@ -414,18 +414,7 @@ mod tests {
     fn an_upgrade_waits_for_its_snapshot_and_a_downgrade_for_etcds_evidence() {
         let mut latest = three_members();
         latest.etcd_version = EtcdVersion::V3_5;
-        latest.backup = Some(crate::cluster_config::BackupConfig {
-            spec: quorate_api::BackupSpec::default(),
-            local_root: "/b".into(),
-            secret_dir: None,
-            full_snapshot_lease: "full".into(),
-            delta_snapshot_lease: "delta".into(),
-            cluster_uid: "uid".into(),
-            adopt_foreign_backups: false,
-            new_chain_request: None,
-            encryption_secret: None,
-            encryption_key_dir: None,
-        });
+        latest.backup = Some(crate::upgrade::tests::a_store());
         let answers = answers(2);
         let mut evidence = RestartEvidence {
             me: "etcd-main-0",
