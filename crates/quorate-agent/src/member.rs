@@ -5,22 +5,19 @@
 use crate::etcd_process::{EtcdProcess, SpawnError};
 use crate::executor::{Executor, own_etcd};
 use crate::options::AgentOptions;
-use crate::recovery::QuorumAction;
 use crate::start::{self, NotYet, prepare_start};
 use crate::state::{Phase, SharedState};
 use crate::wait::Wait;
 use crate::{duties, facts, publish};
 use quorate_coord::{CoordError, Coordination};
 use quorate_core::cluster_config::ClusterConfig;
+use quorate_core::maintenance::defrag::DefragOutcome;
 use quorate_core::member_etcd_config::{MemberEtcdConfig, StartMode, member_etcd_config};
 use quorate_core::membership::MemberList;
 use quorate_core::membership::data_state::DataState;
-use quorate_core::membership::planner::{MemberRef, Step};
-use quorate_core::membership::recovery::RecoveryRecord;
-use quorate_core::membership::rollout::{RolloutPeer, handover_target, may_restart, rollout_key};
-use quorate_core::upgrade::{downgrade_gate, members_behind, snapshot_gate, snapshot_request};
-use quorate_etcd::MemberClient;
+use quorate_core::membership::recovery::{Gone, RecoveryRecord, why_gone};
 use quorate_etcd::binaries::MissingEtcd;
+use quorate_etcd::{MemberClient, MemberStatus};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -252,6 +249,8 @@ fn note_wait(state: &SharedState, opts: &AgentOptions, reason: Wait) -> bool {
     new
 }
 
+/// Runs etcd in `mode` until a duty, its exit, a removal or a shutdown ends this run. The loop
+/// only schedules: each timer is one call into a duty (see `duties`).
 async fn run_etcd<C: Coordination>(
     coord: &C,
     cluster: &ClusterConfig,
@@ -278,37 +277,15 @@ async fn run_etcd<C: Coordination>(
         s.message = String::new();
         s.etcd_args = args.clone();
     });
-    let (endpoint, tls) = own_etcd(cluster, me);
-    let mut member_client: Option<MemberClient> = None;
-    let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
-    let mut last_publish: Option<Instant> = None;
-    // Whether the member list has this member's configured peer URL (checked once per run).
-    let mut peer_urls_settled = false;
-    let mut recorded_ids = None;
+    let mut run = Running::new(coord, cluster, opts, state, config).await;
     let mut probe = tokio::time::interval(opts.retry_interval);
     let mut config_check = tokio::time::interval(opts.poll_interval);
     let mut quorum_check = tokio::time::interval(opts.poll_interval);
-    let mut last_drop_check: Option<Instant> = None;
-    let mut last_scale_in_check: Option<Instant> = None;
-    let mut last_version_check: Option<Instant> = None;
-    let mut secrets_written = Instant::now();
-    if state.get().defrag == Default::default() {
-        let leases = coord.member_leases().await.unwrap_or_default();
-        let record = crate::defrag::record_of(&leases, cluster, me);
-        state.update(|s| s.defrag = record);
-    }
-    // The newest configuration the config check read (maintenance settings change without a
-    // restart, so the defragmentation check reads them from here).
-    let mut newest = cluster.clone();
-    let mut defragmenting: Option<crate::defrag::Running> = None;
-    let mut last_defrag_check: Option<Instant> = None;
-    let mut leading_since: Option<jiff::Timestamp> = None;
     loop {
-        tokio::select! {
-            outcome = async { defragmenting.as_mut().expect("guarded").await }, if defragmenting.is_some() => {
-                defragmenting = None;
-                crate::defrag::finished(me, state, outcome);
-                publish::publish(coord, cluster, me, state, true).await;
+        let ending = tokio::select! {
+            outcome = run.defragmentation(), if run.defragmenting.is_some() => {
+                run.defragmented(outcome).await;
+                None
             }
             status = process.wait() => {
                 let why = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
@@ -322,291 +299,250 @@ async fn run_etcd<C: Coordination>(
                 state.update(|s| s.healthy = false);
                 return Ok(RunEnd::Shutdown);
             }
-            _ = config_check.tick() => {
-                let latest = coord.cluster_config().await;
-                if let Ok(latest) = &latest
-                    && secrets_written.elapsed() >= SECRET_REFRESH
-                {
-                    secrets_written = Instant::now();
-                    if let Err(reason) = crate::secret_files::write_secret_files(coord, latest).await {
-                        tracing::warn!(member = %me, %reason, "refreshing the TLS files failed");
-                    }
-                    crate::certificates::record(state, latest);
-                    if let Err(reason) = crate::secret_files::write_backup_keys(coord, latest).await {
-                        tracing::warn!(member = %me, %reason, "refreshing the backup encryption keys failed");
-                    }
-                }
-                // After the refresh, so a new CA bundle is seen as soon as it is written; a
-                // bundle being written is looked at again next time.
-                let latest = match latest.map(crate::secret_files::with_trust_digests) {
-                    Ok(Ok(latest)) => Ok(latest),
-                    Ok(Err(reason)) => {
-                        tracing::debug!(member = %me, %reason, "configuration check skipped");
-                        continue;
-                    }
-                    Err(e) => Err(e),
-                };
-                if let Ok(latest) = &latest {
-                    newest = latest.clone();
-                    let upgrade = upgrade_snapshot_request(coord, cluster, latest, state).await;
-                    // With TLS configured the listener serves TLS or nothing, never plain: a
-                    // changed TLS configuration has its files written at once.
-                    if latest.agent_tls != state.get().agent_tls
-                        && let Err(reason) =
-                            crate::secret_files::write_secret_files(coord, latest).await
-                    {
-                        tracing::warn!(member = %me, %reason, "writing the agents' TLS files failed");
-                    }
-                    let agent_tls = latest.agent_tls.clone();
-                    state.update(|s| {
-                        s.agent_tls = agent_tls;
-                        s.hibernation_request = latest.hibernation_request.clone();
-                        s.upgrade_snapshot_request = upgrade;
-                    });
-                }
-                let pending = latest
-                    .as_ref()
-                    .is_ok_and(|latest| restart_needed(&config, latest, me, &data_dir));
-                if let Ok(latest) = &latest {
-                    state.metrics().member().configuration(latest, me, pending);
-                }
-                if let Ok(latest) = latest
-                    && pending
-                    && let Some(client) = &member_client
-                {
-                    match restart_turn(coord, cluster, &latest, opts, client).await {
-                        Ok(None) => {
-                            tracing::info!(member = %me, "configuration changed; restarting etcd");
-                            process.stop(Duration::from_secs(10)).await;
-                            return Ok(RunEnd::ConfigChanged);
-                        }
-                        Ok(Some((to, id))) => hand_over(&latest, me, state, MemberRef { id, name: to }).await,
-                        Err(reason) => state.update(|s| s.message = reason.into()),
-                    }
-                }
-            }
-            _ = quorum_check.tick(), if state.get().member_id.is_some() => {
-                let Some(client) = &member_client else { continue };
-                // With a leader, only whether a recovery dropped this member matters, and a
-                // heartbeat is soon enough; without one, quorum is looked at every tick.
-                let healthy = state.get().healthy;
-                if healthy && last_drop_check.is_some_and(|t: Instant| t.elapsed() < heartbeat) {
-                    continue;
-                }
-                last_drop_check = Some(Instant::now());
-                let latest = coord.cluster_config().await.unwrap_or_else(|_| cluster.clone());
-                let action = if healthy {
-                    crate::recovery::dropped(coord, state).await
-                } else {
-                    crate::recovery::check(coord, &latest, me, client, state).await
-                };
-                match action {
-                    QuorumAction::None => {}
-                    QuorumAction::Dropped => {
-                        process.stop(Duration::from_secs(10)).await;
-                        return Ok(RunEnd::Dropped);
-                    }
-                    QuorumAction::ForceNewCluster(record) => {
-                        if crate::recovery::record(coord, &latest, me, &opts.data_dir, state, &record).await {
-                            process.stop(Duration::from_secs(10)).await;
-                            return Ok(RunEnd::Recover(StartMode::ForceNewCluster));
-                        }
-                    }
-                    QuorumAction::RestoreFromBucket(record) => {
-                        if crate::recovery::record(coord, &latest, me, &opts.data_dir, state, &record).await {
-                            process.stop(Duration::from_secs(10)).await;
-                            return Ok(RunEnd::BehindBackup(format!(
-                                "quorum-loss recovery: the bucket holds a newer state (revision {}) of this cluster's history",
-                                record.revision
-                            )));
-                        }
-                    }
-                }
-            }
+            _ = config_check.tick() => run.config_check().await,
+            _ = quorum_check.tick(), if state.get().member_id.is_some() => run.quorum_check().await,
             _ = probe.tick() => {
-                if member_client.is_none() {
-                    member_client = MemberClient::connect(&endpoint, tls.as_ref(), crate::executor::timeouts()).await.ok();
-                }
-                let Some(client) = &member_client else { continue };
-                match client.status().await {
-                    Ok(st) => {
-                        // This tick's one observation, for every duty that needs more than `st`.
-                        let tick = duties::Tick::observe(cluster, me, &st).await;
-                        // Readiness asks for a linearizable read as a voter; a learner or a
-                        // member without a leader is not asked (it cannot serve one).
-                        let read = !st.is_learner
-                            && st.leader_id != 0
-                            && client.linearizable_read().await.is_ok();
-                        if recorded_ids != Some((st.cluster_id, st.member_id)) {
-                            facts::store(&opts.data_dir, st.cluster_id, st.member_id, st.revision);
-                            crate::restore::continue_chain_after_restore(cluster, &opts.data_dir, st.cluster_id).await;
-                            recorded_ids = Some((st.cluster_id, st.member_id));
-                        }
-                        state.update(|s| {
-                            s.member_id = Some(st.member_id);
-                            s.cluster_id = Some(st.cluster_id);
-                            s.is_learner = st.is_learner;
-                            s.is_leader = st.leader_id == st.member_id;
-                            s.etcd_version = Some(st.version.clone());
-                            s.healthy = st.leader_id != 0;
-                            s.linearizable_read = read;
-                            if s.healthy && s.message_is_quorum_wait {
-                                s.message.clear();
-                                s.message_is_quorum_wait = false;
-                            }
-                            s.data_state = Some(DataState::Present {
-                                cluster_id: Some(st.cluster_id),
-                                member_id: Some(st.member_id),
-                                revision: Some(st.revision),
-                            });
-                        });
-                        let leads = st.leader_id == st.member_id && st.leader_id != 0;
-                        if !leads {
-                            leading_since = None;
-                        } else if leading_since.is_none() {
-                            leading_since = Some(crate::clock::now());
-                        }
-                        if defragmenting.is_none()
-                            && st.leader_id != 0
-                            && !st.is_learner
-                            && last_defrag_check.is_none_or(|t| t.elapsed() >= opts.poll_interval)
-                        {
-                            last_defrag_check = Some(Instant::now());
-                            let (started, changed) = crate::defrag::check(coord, &newest, me, client, &st, state, leading_since).await;
-                            defragmenting = started;
-                            if changed {
-                                publish::publish(coord, cluster, me, state, true).await;
-                            }
-                        }
-                        if leads && last_scale_in_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
-                            last_scale_in_check = Some(Instant::now());
-                            duties::scale_in::remove_leaving_members(coord, me, client, &tick, state).await;
-                        } else if !leads {
-                            state.update(|s| s.membership = None);
-                        }
-                        if last_version_check.is_none_or(|t| t.elapsed() >= opts.poll_interval) {
-                            last_version_check = Some(Instant::now());
-                            crate::etcd_version::check(&newest, me, &opts.data_dir, client, &st, state).await;
-                        }
-                        duties::promote::run(cluster, me, &tick, state).await;
-                        if !st.is_learner && !peer_urls_settled && st.leader_id != 0 {
-                            peer_urls_settled =
-                                settle_peer_urls(client, cluster, me, st.member_id, state).await;
-                        }
-                        let due = last_publish.is_none_or(|t| t.elapsed() >= heartbeat);
-                        if due && publish::publish(coord, cluster, me, state, st.leader_id != 0).await {
-                            last_publish = Some(Instant::now());
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(member = %me, error = %e, "status probe failed");
-                        state.update(|s| s.healthy = false);
-                    }
-                }
+                run.probe().await;
+                None
+            }
+        };
+        if let Some(ending) = ending {
+            process.stop(Duration::from_secs(10)).await;
+            return Ok(ending.into());
+        }
+    }
+}
+
+impl From<duties::Ending> for RunEnd {
+    fn from(ending: duties::Ending) -> Self {
+        match ending {
+            duties::Ending::ConfigChanged => RunEnd::ConfigChanged,
+            duties::Ending::Dropped => RunEnd::Dropped,
+            duties::Ending::Recover(mode) => RunEnd::Recover(mode),
+            duties::Ending::BehindBackup(why) => RunEnd::BehindBackup(why),
+        }
+    }
+}
+
+/// One run of etcd as the loop's timers see it: what the duties remember from one tick to the
+/// next (when each last ran, the client of this member's etcd, a defragmentation in progress).
+struct Running<'a, C> {
+    coord: &'a C,
+    cluster: &'a ClusterConfig,
+    opts: &'a AgentOptions,
+    state: &'a SharedState,
+    /// The configuration etcd runs with.
+    config: MemberEtcdConfig,
+    member_client: Option<MemberClient>,
+    last_publish: Option<Instant>,
+    /// Whether the member list has this member's configured peer URL (checked once per run).
+    peer_urls_settled: bool,
+    recorded_ids: Option<(u64, u64)>,
+    last_drop_check: Option<Instant>,
+    last_scale_in_check: Option<Instant>,
+    last_version_check: Option<Instant>,
+    last_defrag_check: Option<Instant>,
+    secrets_written: Instant,
+    /// The newest configuration the config check read (maintenance settings change without a
+    /// restart, so the defragmentation check reads them from here).
+    newest: ClusterConfig,
+    defragmenting: Option<duties::defrag::Running>,
+    leading_since: Option<jiff::Timestamp>,
+}
+
+impl<'a, C: Coordination> Running<'a, C> {
+    async fn new(
+        coord: &'a C,
+        cluster: &'a ClusterConfig,
+        opts: &'a AgentOptions,
+        state: &'a SharedState,
+        config: MemberEtcdConfig,
+    ) -> Self {
+        if state.get().defrag == Default::default() {
+            let leases = coord.member_leases().await.unwrap_or_default();
+            let record = duties::defrag::record_of(&leases, cluster, &opts.member);
+            state.update(|s| s.defrag = record);
+        }
+        Running {
+            coord,
+            cluster,
+            opts,
+            state,
+            config,
+            member_client: None,
+            last_publish: None,
+            peer_urls_settled: false,
+            recorded_ids: None,
+            last_drop_check: None,
+            last_scale_in_check: None,
+            last_version_check: None,
+            last_defrag_check: None,
+            secrets_written: Instant::now(),
+            newest: cluster.clone(),
+            defragmenting: None,
+            leading_since: None,
+        }
+    }
+
+    /// The defragmentation in progress (the loop polls it only while there is one).
+    async fn defragmentation(&mut self) -> DefragOutcome {
+        self.defragmenting.as_mut().expect("guarded").await
+    }
+
+    /// Records and publishes a finished defragmentation.
+    async fn defragmented(&mut self, outcome: DefragOutcome) {
+        self.defragmenting = None;
+        let me = &self.opts.member;
+        duties::defrag::finished(me, self.state, outcome);
+        publish::publish(self.coord, self.cluster, me, self.state, true).await;
+    }
+
+    /// The configuration check: follow the newest configuration, restart for it in turn.
+    async fn config_check(&mut self) -> Option<duties::Ending> {
+        let seen = duties::Seen::new(self.coord);
+        let refresh =
+            self.secrets_written.elapsed() >= SECRET_REFRESH && seen.latest().await.is_some();
+        if refresh {
+            self.secrets_written = Instant::now();
+        }
+        let latest = duties::rollout::follow(&seen, &self.opts.member, self.state, refresh).await?;
+        self.newest = latest.clone();
+        let client = self.member_client.as_ref();
+        duties::rollout::run(
+            &seen,
+            self.cluster,
+            &latest,
+            &self.config,
+            self.opts,
+            client,
+            self.state,
+        )
+        .await
+    }
+
+    /// The quorum check: with a leader, only whether a recovery dropped this member matters,
+    /// and a heartbeat is soon enough; without one, quorum is looked at every time.
+    async fn quorum_check(&mut self) -> Option<duties::Ending> {
+        let client = self.member_client.as_ref()?;
+        let heartbeat = Duration::from_millis(self.cluster.heartbeat_millis);
+        if self.state.get().healthy
+            && self
+                .last_drop_check
+                .is_some_and(|t| t.elapsed() < heartbeat)
+        {
+            return None;
+        }
+        self.last_drop_check = Some(Instant::now());
+        let seen = duties::Seen::new(self.coord);
+        let (me, data_dir) = (&self.opts.member, &self.opts.data_dir);
+        duties::quorum::run(&seen, self.cluster, me, data_dir, client, self.state).await
+    }
+
+    /// The probe tick: ask this member's etcd for its status, record it, and hand the tick's
+    /// one observation to every duty that is due.
+    async fn probe(&mut self) {
+        let (cluster, opts, state) = (self.cluster, self.opts, self.state);
+        let me = opts.member.as_str();
+        if self.member_client.is_none() {
+            let (endpoint, tls) = own_etcd(cluster, me);
+            let timeouts = crate::executor::timeouts();
+            self.member_client = MemberClient::connect(&endpoint, tls.as_ref(), timeouts)
+                .await
+                .ok();
+        }
+        let Some(client) = &self.member_client else {
+            return;
+        };
+        let st = match client.status().await {
+            Ok(st) => st,
+            Err(e) => {
+                tracing::debug!(member = %me, error = %e, "status probe failed");
+                state.update(|s| s.healthy = false);
+                return;
+            }
+        };
+        // This tick's one observation, for every duty that needs more than `st`.
+        let tick = duties::Tick::observe(self.coord, cluster, me, &st).await;
+        // Readiness asks for a linearizable read as a voter; a learner or a member without a
+        // leader is not asked (it cannot serve one).
+        let read = !st.is_learner && st.leader_id != 0 && client.linearizable_read().await.is_ok();
+        if self.recorded_ids != Some((st.cluster_id, st.member_id)) {
+            facts::store(&opts.data_dir, st.cluster_id, st.member_id, st.revision);
+            crate::restore::continue_chain_after_restore(cluster, &opts.data_dir, st.cluster_id)
+                .await;
+            self.recorded_ids = Some((st.cluster_id, st.member_id));
+        }
+        record_status(state, &st, read);
+        let leads = st.leader_id == st.member_id && st.leader_id != 0;
+        if !leads {
+            self.leading_since = None;
+        } else if self.leading_since.is_none() {
+            self.leading_since = Some(crate::clock::now());
+        }
+        if self.defragmenting.is_none()
+            && st.leader_id != 0
+            && !st.is_learner
+            && due(&mut self.last_defrag_check, opts.poll_interval)
+        {
+            let since = self.leading_since;
+            let (started, changed) =
+                duties::defrag::run(&self.newest, me, client, &tick, state, since).await;
+            self.defragmenting = started;
+            if changed {
+                publish::publish(self.coord, cluster, me, state, true).await;
             }
         }
-    }
-}
-
-/// Whether the running etcd must restart to pick up `latest`.
-fn restart_needed(
-    running: &MemberEtcdConfig,
-    latest: &ClusterConfig,
-    me: &str,
-    data_dir: &str,
-) -> bool {
-    match member_etcd_config(latest, me, data_dir, &StartMode::Restart) {
-        Ok(next) => next.runtime != running.runtime,
-        Err(_) => false,
-    }
-}
-
-/// Whether this member may restart now for a new configuration, from etcd's view of every
-/// member: `Ok(None)` restart now; `Ok(Some(follower))` this member leads, so leadership moves
-/// to that updated follower first; `Err` what it waits for.
-async fn restart_turn<C: Coordination>(
-    coord: &C,
-    running: &ClusterConfig,
-    latest: &ClusterConfig,
-    opts: &AgentOptions,
-    client: &MemberClient,
-) -> Result<Option<(String, u64)>, Wait> {
-    let me = opts.member.as_str();
-    // A restart onto a version this machine lacks, or without the TLS files the new
-    // configuration names, would only stop the member.
-    opts.etcd_binaries
-        .etcd(latest.etcd_version)
-        .map_err(|missing| Wait::new(missing.to_string()))?;
-    crate::secret_files::write_secret_files(coord, latest).await?;
-    let list = client
-        .member_list_of_cluster()
-        .await
-        .map_err(|e| Wait::new(format!("reading the member list: {e}")))?;
-    let leases = coord.member_leases().await.unwrap_or_default();
-    let executor = Executor::new(latest, me);
-    let answers: Vec<(
-        String,
-        Option<quorate_core::membership::recovery::EtcdAnswer>,
-    )> = executor
-        .answers(&list)
-        .await
-        .into_iter()
-        .map(|(m, a)| (m.name, a))
-        .collect();
-    snapshot_gate(running.etcd_version, latest, &leases).map_err(Wait::new)?;
-    if latest.etcd_version < running.etcd_version {
-        let status = client
-            .status()
-            .await
-            .map_err(|e| Wait::new(format!("reading etcd's status: {e}")))?;
-        let cluster = crate::etcd_version::cluster_version(latest, me).await;
-        let evidence = crate::etcd_version::evidence(&status, cluster);
-        downgrade_gate(running.etcd_version, latest.etcd_version, evidence).map_err(Wait::new)?;
-    }
-    let peers = RolloutPeer::from_leases(latest, &leases, &answers);
-    let hash = rollout_key(latest);
-    may_restart(me, &peers, &hash).map_err(Wait::new)?;
-    Ok(handover_target(me, &peers, &hash))
-}
-
-/// Moves leadership from this member to `to` (an updated follower) before this member restarts
-/// for a new configuration; the next configuration check restarts it once it no longer leads.
-async fn hand_over(latest: &ClusterConfig, me: &str, state: &SharedState, to: MemberRef) {
-    let from = MemberRef {
-        id: state.get().member_id.unwrap_or(0),
-        name: me.to_string(),
-    };
-    let name = to.name.clone();
-    match Executor::new(latest, me)
-        .apply(&Step::MoveLeader { from, to })
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(member = %me, to = %name, "moved leadership to an updated member before restarting")
+        if leads && due(&mut self.last_scale_in_check, opts.poll_interval) {
+            duties::scale_in::remove_leaving_members(me, client, &tick, state).await;
+        } else if !leads {
+            state.update(|s| s.membership = None);
         }
-        Err(wait) => state.update(|s| {
-            s.message = format!(
-                "moving leadership to {name} before restarting: {}",
-                String::from(wait)
-            )
-        }),
+        if due(&mut self.last_version_check, opts.poll_interval) {
+            crate::etcd_version::check(&self.newest, me, &opts.data_dir, client, &st, state).await;
+        }
+        duties::promote::run(cluster, me, &tick, state).await;
+        if !st.is_learner && !self.peer_urls_settled && st.leader_id != 0 {
+            self.peer_urls_settled =
+                settle_peer_urls(client, cluster, me, st.member_id, state).await;
+        }
+        let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
+        let publish_due = self.last_publish.is_none_or(|t| t.elapsed() >= heartbeat);
+        if publish_due && publish::publish(self.coord, cluster, me, state, st.leader_id != 0).await
+        {
+            self.last_publish = Some(Instant::now());
+        }
     }
 }
 
-/// The full snapshot an etcd upgrade of `latest` waits for, while this member (running
-/// `running`) or, seen from the leader, any member's lease is not on `latest`'s version yet.
-async fn upgrade_snapshot_request<C: Coordination>(
-    coord: &C,
-    running: &ClusterConfig,
-    latest: &ClusterConfig,
-    state: &SharedState,
-) -> Option<String> {
-    latest.backup.as_ref()?;
-    let behind = running.etcd_version != latest.etcd_version
-        || (state.get().is_leader
-            && !members_behind(latest, &coord.member_leases().await.unwrap_or_default())
-                .is_empty());
-    behind.then(|| snapshot_request(latest.etcd_version))
+/// Whether a check last done at `last` is due again after `every`; if so, notes it done now.
+fn due(last: &mut Option<Instant>, every: Duration) -> bool {
+    if last.is_some_and(|t| t.elapsed() < every) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
+}
+
+/// Records what this member's etcd answered (`read`: whether a linearizable read worked).
+fn record_status(state: &SharedState, st: &MemberStatus, read: bool) {
+    state.update(|s| {
+        s.member_id = Some(st.member_id);
+        s.cluster_id = Some(st.cluster_id);
+        s.is_learner = st.is_learner;
+        s.is_leader = st.leader_id == st.member_id;
+        s.etcd_version = Some(st.version.clone());
+        s.healthy = st.leader_id != 0;
+        s.linearizable_read = read;
+        if s.healthy && s.message_is_quorum_wait {
+            s.message.clear();
+            s.message_is_quorum_wait = false;
+        }
+        s.data_state = Some(DataState::Present {
+            cluster_id: Some(st.cluster_id),
+            member_id: Some(st.member_id),
+            revision: Some(st.revision),
+        });
+    });
 }
 
 /// Makes the cluster know this member by the peer URL it is configured with, as etcd keeps a
@@ -652,7 +588,7 @@ async fn settle_peer_urls(
 }
 
 /// After etcd exited: was this member removed from the cluster, dropped by a recovery, or
-/// neither? Only a member list from this member's own cluster is evidence (a fork's is not).
+/// neither (core `why_gone`, on a member list from another member)?
 async fn removal(
     coord: &impl Coordination,
     cluster: &ClusterConfig,
@@ -664,16 +600,15 @@ async fn removal(
         return None;
     };
     let list: MemberList = Executor::new(cluster, me).peers_member_list().await?;
-    if list.cluster_id != cluster_id
-        || list.members.is_empty()
-        || list.members.iter().any(|m| m.id == id)
-    {
+    // Leases are only read when the list says this member is gone.
+    let gone = why_gone(&list, id, cluster_id, &[], &s.superseded_recoveries);
+    if gone == Gone::Exited {
         return None;
     }
     let leases = coord.member_leases().await.unwrap_or_default();
-    if RecoveryRecord::dropped_by_any(&leases, cluster_id, id, &s.superseded_recoveries) {
-        Some(RunEnd::Dropped)
-    } else {
-        Some(RunEnd::Removed)
+    match why_gone(&list, id, cluster_id, &leases, &s.superseded_recoveries) {
+        Gone::Exited => None,
+        Gone::Removed => Some(RunEnd::Removed),
+        Gone::Dropped => Some(RunEnd::Dropped),
     }
 }

@@ -233,31 +233,47 @@ async fn quorate_chain(bin: &Path) -> Result<Vec<Step>> {
     let mut steps = Vec::new();
     for (i, pair) in CHAIN.windows(2).enumerate() {
         let (from, to) = (v(pair[0]), v(pair[1]));
-        let canary = Canary::start(bin, &endpoints, &format!("q{i}/"))?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let t0 = Instant::now();
-        cluster.apply(manifest(to)).await?;
-        wait_all_at(&endpoints, to, t0).await?;
-        let elapsed = t0.elapsed();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let canary = canary.finish().await?;
-        eprintln!(
-            "  quorate {from} → {to}: {:.1} s, {} failed, longest {} ms",
-            elapsed.as_secs_f64(),
-            canary.failed,
-            canary.longest_wait_ms
-        );
-        steps.push(Step {
-            from,
-            to,
-            elapsed,
-            canary,
-        });
+        let apply = async || cluster.apply(manifest(to)).await;
+        let prefix = format!("q{i}/");
+        steps.push(measure_step("quorate", bin, &endpoints, &prefix, (from, to), apply).await?);
     }
     if let Some(note) = cluster.down().await {
         eprintln!("  {note}");
     }
     Ok(steps)
+}
+
+/// Measures one step of the chain the same way for both methods (`who`): a canary writes
+/// under `prefix` from a second before `step` until a second after every member reached the
+/// step's target; the time is from the step's start until then.
+async fn measure_step(
+    who: &str,
+    quorate: &Path,
+    endpoints: &[String],
+    prefix: &str,
+    (from, to): (EtcdVersion, EtcdVersion),
+    step: impl AsyncFnOnce() -> Result<()>,
+) -> Result<Step> {
+    let canary = Canary::start(quorate, endpoints, prefix)?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t0 = Instant::now();
+    step().await?;
+    wait_all_at(endpoints, to, t0).await?;
+    let elapsed = t0.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let canary = canary.finish().await?;
+    eprintln!(
+        "  {who} {from} → {to}: {:.1} s, {} failed, longest {} ms",
+        elapsed.as_secs_f64(),
+        canary.failed,
+        canary.longest_wait_ms
+    );
+    Ok(Step {
+        from,
+        to,
+        elapsed,
+        canary,
+    })
 }
 
 /// Runs `etcdctl <args>` of `version` against `endpoints`.
@@ -438,26 +454,10 @@ async fn hand_chain(quorate: &Path, binaries: &EtcdBinaries) -> Result<Vec<Step>
         let (from, to) = (v(pair[0]), v(pair[1]));
         // The target a person has in mind for this leg of the chain (3.7 up, 3.5 down).
         let final_target = if to > from { v("3.7") } else { v("3.5") };
-        let canary = Canary::start(quorate, &endpoints, &format!("h{i}/"))?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let t0 = Instant::now();
-        hand_step(&mut cluster, binaries, from, to, final_target).await?;
-        wait_all_at(&endpoints, to, t0).await?;
-        let elapsed = t0.elapsed();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let canary = canary.finish().await?;
-        eprintln!(
-            "  by hand {from} → {to}: {:.1} s, {} failed, longest {} ms",
-            elapsed.as_secs_f64(),
-            canary.failed,
-            canary.longest_wait_ms
-        );
-        steps.push(Step {
-            from,
-            to,
-            elapsed,
-            canary,
-        });
+        let by_hand = async || hand_step(&mut cluster, binaries, from, to, final_target).await;
+        let prefix = format!("h{i}/");
+        let step = measure_step("by hand", quorate, &endpoints, &prefix, (from, to), by_hand);
+        steps.push(step.await?);
     }
     drop(cluster);
     Ok(steps)

@@ -276,6 +276,20 @@ fn version_flags(version: EtcdVersion) -> Vec<String> {
     }
 }
 
+/// Whether the etcd running with `running` must restart to pick up `latest` (its runtime flags
+/// differ); a configuration that no longer describes `me` is not a restart reason.
+pub fn restart_needed(
+    running: &MemberEtcdConfig,
+    latest: &ClusterConfig,
+    me: &str,
+    data_dir: &str,
+) -> bool {
+    match member_etcd_config(latest, me, data_dir, &StartMode::Restart) {
+        Ok(next) => next.runtime != running.runtime,
+        Err(_) => false,
+    }
+}
+
 /// The feature gates quorate turns on from etcd 3.6: the gates of the two experimental flags
 /// it sets on 3.5 (`ExperimentalFlagToFeatureMap` in etcd's `server/features`).
 pub const FEATURE_GATES: [&str; 2] = ["CompactHashCheck=true", "StopGRPCServiceOnDefrag=true"];
@@ -461,5 +475,19 @@ pub(crate) mod tests {
             text.contains("etcd-main-7") && text.contains("etcd-main-0, etcd-main-1, etcd-main-2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn only_a_change_of_etcd_flags_needs_a_restart() {
+        let cluster = three_members();
+        let running =
+            member_etcd_config(&cluster, "etcd-main-1", "/d", &StartMode::Restart).unwrap();
+        assert!(!restart_needed(&running, &cluster, "etcd-main-1", "/d"));
+        let mut bigger = cluster.clone();
+        bigger.etcd.quota_backend_bytes += 1;
+        assert!(restart_needed(&running, &bigger, "etcd-main-1", "/d"));
+        let mut without_me = cluster.clone();
+        without_me.members.retain(|m| m.name != "etcd-main-1");
+        assert!(!restart_needed(&running, &without_me, "etcd-main-1", "/d"));
     }
 }

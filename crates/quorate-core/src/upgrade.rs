@@ -111,6 +111,21 @@ pub fn snapshot_request(version: EtcdVersion) -> String {
     format!("etcd-{version}")
 }
 
+/// The full snapshot an etcd upgrade to `latest` waits for (its request name), while this
+/// member (running `running`) or, seen from the leader (`leads`), any member's lease is not on
+/// `latest`'s version yet; `None` without a bucket.
+pub fn upgrade_snapshot_request(
+    running: EtcdVersion,
+    latest: &ClusterConfig,
+    leads: bool,
+    leases: &[MemberLease],
+) -> Option<String> {
+    latest.backup.as_ref()?;
+    let behind =
+        running != latest.etcd_version || (leads && !members_behind(latest, leases).is_empty());
+    behind.then(|| snapshot_request(latest.etcd_version))
+}
+
 /// The version a member's lease says it runs.
 pub fn running_version(lease: &MemberLease) -> Option<EtcdVersion> {
     EtcdVersion::parse(lease.annotations.get(RUNNING_VERSION_ANNOTATION)?).ok()
@@ -168,8 +183,24 @@ pub fn snapshot_gate(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A bucket's configuration, for the cases that turn on with backups.
+    pub(crate) fn a_store() -> crate::cluster_config::BackupConfig {
+        crate::cluster_config::BackupConfig {
+            spec: quorate_api::BackupSpec::default(),
+            local_root: "/b".into(),
+            secret_dir: None,
+            full_snapshot_lease: "full".into(),
+            delta_snapshot_lease: "delta".into(),
+            cluster_uid: "uid".into(),
+            adopt_foreign_backups: false,
+            new_chain_request: None,
+            encryption_secret: None,
+            encryption_key_dir: None,
+        }
+    }
     use crate::hibernation::FINAL_SNAPSHOT_ANNOTATION;
     use crate::member_etcd_config::tests::three_members;
 
@@ -283,6 +314,24 @@ mod tests {
             lease("etcd-main-1", "3.4.23"),
         ];
         assert_eq!(members_behind(&cluster, &leases), ["etcd-main-1"]);
+        let v34 = EtcdVersion::V3_4;
+        assert_eq!(
+            upgrade_snapshot_request(v34, &cluster, false, &[]),
+            None,
+            "without a bucket there is no snapshot to ask for"
+        );
+        cluster.backup = Some(a_store());
+        let request = Some(snapshot_request(EtcdVersion::V3_5));
+        assert_eq!(upgrade_snapshot_request(v34, &cluster, false, &[]), request);
+        let v35 = EtcdVersion::V3_5;
+        assert_eq!(
+            upgrade_snapshot_request(v35, &cluster, false, &leases),
+            None
+        );
+        assert_eq!(
+            upgrade_snapshot_request(v35, &cluster, true, &leases),
+            request
+        );
     }
 
     #[test]
@@ -292,18 +341,7 @@ mod tests {
         let v34 = EtcdVersion::V3_4;
         // Without a store there is nothing to wait for.
         assert_eq!(snapshot_gate(v34, &cluster, &[]), Ok(()));
-        cluster.backup = Some(crate::cluster_config::BackupConfig {
-            spec: quorate_api::BackupSpec::default(),
-            local_root: "/b".into(),
-            secret_dir: None,
-            full_snapshot_lease: "full".into(),
-            delta_snapshot_lease: "delta".into(),
-            cluster_uid: "uid".into(),
-            adopt_foreign_backups: false,
-            new_chain_request: None,
-            encryption_secret: None,
-            encryption_key_dir: None,
-        });
+        cluster.backup = Some(a_store());
         let why = snapshot_gate(v34, &cluster, &[]).unwrap_err();
         assert!(
             why.contains("waits for the backup leader's full snapshot"),

@@ -43,6 +43,27 @@ pub const DEFAULT_CPU: &str = "50m";
 /// The delta snapshot period of [`EtcdShape::local_bucket`] clusters.
 pub const DELTA_PERIOD_SECONDS: u64 = 10;
 
+impl<'a> EtcdShape<'a> {
+    /// `replicas` members named `name` in `namespace`, and nothing else: no backups, no TLS,
+    /// no reconcile request, the default etcd version and CPU request. A scenario sets what it
+    /// needs on top (`EtcdShape { local_bucket: …, ..EtcdShape::new(…) }`).
+    pub fn new(name: &'a str, namespace: &'a str, replicas: u32) -> Self {
+        EtcdShape {
+            name,
+            namespace,
+            replicas,
+            local_bucket: None,
+            peer_tls: false,
+            client_tls: false,
+            reconcile: false,
+            etcd_version: None,
+            cpu: DEFAULT_CPU,
+            backup_tls: false,
+            backup_encryption_secret: None,
+        }
+    }
+}
+
 impl EtcdShape<'_> {
     /// The `Etcd` (and, with backups, its store Secret) as YAML.
     pub fn yaml(&self) -> String {

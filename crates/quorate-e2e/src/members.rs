@@ -1,9 +1,10 @@
 //! Looking at members from the inside: `etcdctl` in a member pod, the pods' incarnations and
-//! restarts, and the canary writer's totals.
+//! restarts, what their leases publish, and the canary writer's totals.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::Api;
 use quorate_api::Etcd;
@@ -12,6 +13,7 @@ use serde::Deserialize;
 use crate::cluster::{Cluster, KubectlOutput};
 use crate::etcd::{fully_ready, status_summary};
 use crate::observe::namespace_state;
+use crate::scenario::Scenario;
 use crate::wait::wait_for;
 
 /// `etcdctl <args>` inside member pod `pod`, against its own etcd.
@@ -361,6 +363,61 @@ pub async fn wait_fully_ready(
         },
     )
     .await
+}
+
+/// The etcd version each member's agent publishes on its lease.
+pub async fn lease_versions(leases: &Api<Lease>, members: &[String]) -> Vec<String> {
+    lease_annotations(leases, members, "quorate.io/etcd-version").await
+}
+
+/// Annotation `key` of each member's lease (empty where it is not set).
+pub async fn lease_annotations(leases: &Api<Lease>, members: &[String], key: &str) -> Vec<String> {
+    let mut values = Vec::new();
+    for m in members {
+        let value = leases
+            .get_opt(m)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.metadata.annotations)
+            .and_then(|a| a.get(key).cloned())
+            .unwrap_or_default();
+        values.push(value);
+    }
+    values
+}
+
+/// What a writer saw over one change.
+pub struct Writes {
+    pub failed: u64,
+    pub longest_ms: u64,
+}
+
+/// The canary's totals, recorded as a measurement.
+pub async fn writer_totals(s: &mut Scenario, canary: &str, what: &str) -> Writes {
+    let totals = canary_totals(&s.cluster, &s.namespace, canary)
+        .await
+        .expect("canary totals");
+    s.measure(
+        what,
+        format!(
+            "{} acknowledged, {} failed, longest write {} ms",
+            totals["acknowledged"], totals["failed"], totals["longest_wait_ms"]
+        ),
+    );
+    let through = totals["acknowledged_through"].as_u64().unwrap_or(0);
+    let stored = count_prefix(
+        &s.cluster,
+        &s.namespace,
+        &format!("{}-0", canary.trim_end_matches("-canary")),
+        "canary/",
+    )
+    .await;
+    assert!(stored >= through, "{through} acknowledged, {stored} stored");
+    Writes {
+        failed: totals["failed"].as_u64().unwrap_or(u64::MAX),
+        longest_ms: totals["longest_wait_ms"].as_u64().unwrap_or(u64::MAX),
+    }
 }
 
 #[cfg(test)]

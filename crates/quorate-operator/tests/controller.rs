@@ -17,66 +17,43 @@ use kube::{Client, Resource};
 use quorate_api::Etcd;
 use quorate_api::annotations::{DRUID_OPERATION, SUSPEND_ETCD_SPEC_RECONCILE};
 use quorate_api::status::LastOperationState;
-use quorate_operator::{Metrics, OperatorSettings, Scope, run_controller};
+use quorate_operator::{Metrics, Scope};
 use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+
+mod support;
+
+use support::operator::Operator;
 
 const CLUSTER: &str = include_str!("../../../examples/etcd-cluster.yaml");
 const SINGLE: &str = include_str!("../../../examples/etcd-single.yaml");
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A controller scoped to one namespace; stopped when dropped.
-struct Operator {
-    shutdown: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
+/// A controller scoped to the test's namespace (see `support::operator`).
 impl Operator {
     fn start(client: &Client, namespace: &str, auto_reconcile: bool) -> Operator {
-        let settings = OperatorSettings {
+        let period = Duration::from_millis(500);
+        Operator::run(
+            client,
+            scope(namespace),
             auto_reconcile,
-            status_sync_period: Duration::from_millis(500),
-            wait_period: Duration::from_millis(500),
-            ..OperatorSettings::default()
-        };
-        let (shutdown, stopped) = watch::channel(false);
-        let scope = Scope {
-            namespace: Some(namespace.to_string()),
-            identity: format!("test-{namespace}"),
-        };
-        let client = client.clone();
-        let task = tokio::spawn(async move {
-            run_controller(client, settings, Metrics::default(), scope, stopped)
-                .await
-                .expect("the controller starts");
-        });
-        Operator { shutdown, task }
+            period,
+            Metrics::default(),
+        )
     }
-}
 
-impl Operator {
     /// A controller whose periodic passes are an hour apart: every pass it makes within a
     /// test was started by a watch event. `metrics` counts them.
     fn start_event_driven(client: &Client, namespace: &str, metrics: Metrics) -> Operator {
-        let settings = OperatorSettings {
-            auto_reconcile: true,
-            status_sync_period: Duration::from_secs(3600),
-            wait_period: Duration::from_secs(3600),
-            ..OperatorSettings::default()
-        };
-        let (shutdown, stopped) = watch::channel(false);
-        let scope = Scope {
-            namespace: Some(namespace.to_string()),
-            identity: format!("test-{namespace}"),
-        };
-        let client = client.clone();
-        let task = tokio::spawn(async move {
-            run_controller(client, settings, metrics, scope, stopped)
-                .await
-                .expect("the controller starts");
-        });
-        Operator { shutdown, task }
+        let period = Duration::from_secs(3600);
+        Operator::run(client, scope(namespace), true, period, metrics)
+    }
+}
+
+/// The test's own namespace, under a leader identity of its own.
+fn scope(namespace: &str) -> Scope {
+    Scope {
+        namespace: Some(namespace.to_string()),
+        identity: format!("test-{namespace}"),
     }
 }
 
@@ -88,13 +65,6 @@ fn passes(metrics: &Metrics) -> u64 {
         .filter(|l| l.starts_with("quorate_operator_reconciles_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
-        self.task.abort();
-    }
 }
 
 async fn setup(test: &str) -> Option<(Client, String)> {

@@ -31,10 +31,15 @@ use quorate_operator::{
     COMPONENT_PROTECTION_PATH, DEFAULT_CERT_DIR, DEFAULT_WEBHOOK_PORT, ETCD_VALIDATION_PATH,
     OperatorArgs, PROTECTED_KINDS, TASK_VALIDATION_PATH,
 };
-use quorate_operator::{Metrics, OperatorSettings, Scope, run_controller};
+use quorate_operator::{Metrics, Scope};
 use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
 use serde_json::Value;
-use tokio::sync::watch;
+
+mod support;
+
+use support::operator::{
+    OPERATOR_USER, Operator, kubectl_apply, manifest, server_with_operator_rbac,
+};
 
 const CLUSTER: &str = include_str!("../../../examples/etcd-cluster.yaml");
 const WAIT: Duration = Duration::from_secs(60);
@@ -43,7 +48,6 @@ const NAMESPACE: &str = "quorate-system";
 const OPERATOR: &str = "quorate-operator";
 /// The ClusterRole granting Secrets, bound per Etcd namespace.
 const SECRETS_ROLE: &str = "quorate-operator-secrets";
-const OPERATOR_USER: &str = "system:serviceaccount:quorate-system:quorate-operator";
 
 // ---- files -------------------------------------------------------------------------------
 
@@ -902,29 +906,6 @@ fn the_chart_without_self_signed_certificates_mounts_the_secret_and_drops_the_pa
 
 // ---- against the API server ----------------------------------------------------------------
 
-/// `kubectl apply -f <each path>` as the admin; panics with kubectl's output on failure.
-fn kubectl_apply(server: &KubeApiServer, paths: &[PathBuf]) -> String {
-    let mut command = server.kubectl();
-    command.arg("apply");
-    for path in paths {
-        command.arg("-f").arg(path);
-    }
-    let output = command.output().expect("run kubectl");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout).to_string(),
-        String::from_utf8_lossy(&output.stderr).to_string(),
-    );
-    assert!(
-        output.status.success(),
-        "kubectl apply {paths:?} failed:\n{stdout}\n{stderr}"
-    );
-    stdout
-}
-
-fn manifest(name: &str) -> PathBuf {
-    repo(&format!("deploy/manifests/{name}"))
-}
-
 fn lease(name: &str) -> Lease {
     Lease {
         metadata: ObjectMeta {
@@ -1074,25 +1055,10 @@ async fn every_manifest_applies_and_the_leader_lease_is_allowed_only_at_home() {
 /// harmless, and an `Etcd` can be created as soon as it returns (Established).
 #[tokio::test]
 async fn the_operator_installs_the_crds_that_fit_its_server() {
-    let Some(server) =
-        KubeApiServer::start_or_skip("the_operator_installs_the_crds_that_fit_its_server").await
-    else {
+    let test = "the_operator_installs_the_crds_that_fit_its_server";
+    let Some((server, admin, operator)) = server_with_operator_rbac(test, &[]).await else {
         return;
     };
-    let admin = server.client().await.expect("admin client");
-    kubectl_apply(
-        &server,
-        &[
-            manifest("00-namespace.yaml"),
-            manifest("02-serviceaccount.yaml"),
-            manifest("03-clusterrole.yaml"),
-            manifest("04-clusterrolebinding.yaml"),
-        ],
-    );
-    let operator = server
-        .client_as(OPERATOR_USER, &[])
-        .await
-        .expect("impersonating client");
     let version = admin.apiserver_version().await.expect("server version");
     let expects_cel = quorate_api::crd::server_supports_cel(&version.major, &version.minor)
         .expect("the server reports MAJOR.MINOR");
@@ -1134,48 +1100,23 @@ async fn the_operator_installs_the_crds_that_fit_its_server() {
 
 #[tokio::test]
 async fn the_clusterrole_is_enough_for_the_controller() {
-    let Some(server) =
-        KubeApiServer::start_or_skip("the_clusterrole_is_enough_for_the_controller").await
-    else {
+    let test = "the_clusterrole_is_enough_for_the_controller";
+    let more = ["09-etcd-namespace-secrets.yaml"];
+    let Some((server, admin, operator)) = server_with_operator_rbac(test, &more).await else {
         return;
     };
-    let admin = server.client().await.expect("admin client");
     install_etcd_crd(&admin).await;
-    kubectl_apply(
-        &server,
-        &[
-            manifest("00-namespace.yaml"),
-            manifest("02-serviceaccount.yaml"),
-            manifest("03-clusterrole.yaml"),
-            manifest("04-clusterrolebinding.yaml"),
-            manifest("09-etcd-namespace-secrets.yaml"),
-        ],
-    );
-    let operator = server
-        .client_as(OPERATOR_USER, &[])
-        .await
-        .expect("impersonating client");
     let namespace = server
         .create_namespace(&admin, "etcd")
         .await
         .expect("namespace");
     // The controller as `quorate operator` runs it: all namespaces, as the ServiceAccount.
-    let (shutdown, stopped) = watch::channel(false);
-    let settings = OperatorSettings {
-        status_sync_period: Duration::from_millis(500),
-        wait_period: Duration::from_millis(500),
-        ..OperatorSettings::default()
-    };
     let scope = Scope {
         namespace: None,
         identity: "quorate-operator-0".to_string(),
     };
-    let as_operator = operator.clone();
-    let controller = tokio::spawn(async move {
-        run_controller(as_operator, settings, Metrics::default(), scope, stopped)
-            .await
-            .expect("the controller starts as the operator's ServiceAccount");
-    });
+    let period = Duration::from_millis(500);
+    let controller = Operator::run(&operator, scope, false, period, Metrics::default());
     let mut etcd: Etcd = serde_saphyr::from_str(CLUSTER).expect("example");
     etcd.metadata.namespace = Some(namespace.clone());
     let name = etcd.metadata.name.clone().expect("name");
@@ -1297,8 +1238,7 @@ async fn the_clusterrole_is_enough_for_the_controller() {
             .is_none(),
         "the StatefulSet was deleted with the Etcd"
     );
-    let _ = shutdown.send(true);
-    controller.abort();
+    drop(controller);
 }
 
 /// The opt-in cluster-wide Secrets variant binds the same ClusterRole as the namespaced

@@ -5,6 +5,7 @@
 use super::Tick;
 use crate::executor::Executor;
 use crate::state::SharedState;
+use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::membership::join::{JoinDecision, may_join};
 use quorate_core::membership::planner::{DesiredMember, Step};
@@ -12,7 +13,12 @@ use quorate_core::membership::planner::{DesiredMember, Step};
 /// Promotes this member while it is a learner, when it is its turn; otherwise says (in the
 /// debug log) what comes first. Does nothing without a membership observation (no other
 /// member answered).
-pub async fn run(cluster: &ClusterConfig, me: &str, tick: &Tick<'_>, state: &SharedState) {
+pub async fn run<C: Coordination>(
+    cluster: &ClusterConfig,
+    me: &str,
+    tick: &Tick<'_, C>,
+    state: &SharedState,
+) {
     if !tick.status.is_learner {
         return;
     }

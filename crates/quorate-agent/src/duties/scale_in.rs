@@ -18,17 +18,16 @@ use quorate_etcd::MemberClient;
 /// fresh member list and fresh health, instead of a poll interval later; after a leadership
 /// move this member no longer leads and stops.
 pub async fn remove_leaving_members<C: Coordination>(
-    coord: &C,
     me: &str,
     client: &MemberClient,
-    tick: &Tick<'_>,
+    tick: &Tick<'_, C>,
     state: &SharedState,
 ) {
     let term = tick.status.raft_term;
-    let Ok(latest) = coord.cluster_config().await else {
+    let Some(latest) = tick.seen.latest().await else {
         return;
     };
-    let executor = Executor::new(&latest, me).with_metrics(state.metrics());
+    let executor = Executor::new(latest, me).with_metrics(state.metrics());
     let desired = executor.desired();
     let waiting = loop {
         let Ok(list) = client.member_list_of_cluster().await else {

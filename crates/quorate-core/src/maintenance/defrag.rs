@@ -393,6 +393,116 @@ pub fn member_turn(
     }
 }
 
+/// What the leader adds to a defragmentation check.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaderView {
+    /// When this member became leader (by its clock).
+    pub since: Timestamp,
+    /// Whether etcd reports a `NOSPACE` alarm.
+    pub no_space: bool,
+    /// The cluster's revision now.
+    pub revision: i64,
+    /// Now, by this member's clock.
+    pub now: Timestamp,
+}
+
+/// What one member observed for its defragmentation check, gathered once by its duty.
+#[derive(Clone, Debug)]
+pub struct DefragEvidence<'a> {
+    /// This member's name.
+    pub me: &'a str,
+    /// Its own record (the lease it publishes).
+    pub mine: &'a DefragRecord,
+    /// The records the other members' leases carry.
+    pub known: &'a [DefragRecord],
+    /// Every member etcd lists, with its answer, sizes and record (in desired order); `None`
+    /// while not observed: a follower through with the newest round asks no member anything.
+    pub peers: Option<&'a [DefragPeer]>,
+    /// Set while this member leads.
+    pub leader: Option<LeaderView>,
+    /// The schedule (`spec.etcd.defragmentationSchedule`).
+    pub schedule: &'a CronSchedule,
+    /// Thresholds.
+    pub policy: DefragPolicy,
+    /// `--quota-backend-bytes`.
+    pub quota: u64,
+    /// The on-demand request the configuration carries.
+    pub request: Option<&'a str>,
+}
+
+/// What a member does in its defragmentation check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DefragStep {
+    /// A follower through with the newest round any lease names: it follows that round and
+    /// does nothing else.
+    Follow(Option<DefragRound>),
+    /// Ask every member etcd lists (answers, sizes) and decide again.
+    ObservePeers,
+    /// Act on the current round.
+    Act(DefragPlan),
+}
+
+/// A member's part in the current round, when it had to look at every member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefragPlan {
+    /// The newest round any member names.
+    pub current: Option<DefragRound>,
+    /// For the leader: the round to start now (a `NOSPACE` round compacts the history first;
+    /// when that fails, the round is not started and the member follows `current`, whose turn
+    /// is then over: a round is only due once the current one is complete).
+    pub start: Option<DefragRound>,
+    /// For the leader: what to do about a `NOSPACE` alarm after `current`.
+    pub no_space: NoSpaceVerdict,
+    /// This member's turn in the round it follows (`start`, or else `current`).
+    pub turn: DefragTurn,
+}
+
+/// The one defragmentation decision of a member's check: the round it follows, the round the
+/// leader starts, the leader's verdict on a `NOSPACE` alarm and this member's turn.
+pub fn decide(evidence: &DefragEvidence<'_>) -> DefragStep {
+    let e = evidence;
+    if e.leader.is_none() {
+        let newest = current_round(e.known.iter().chain([e.mine]));
+        if newest.as_ref().is_none_or(|r| e.mine.through(r.id)) {
+            return DefragStep::Follow(newest);
+        }
+    }
+    let Some(peers) = e.peers else {
+        return DefragStep::ObservePeers;
+    };
+    let current = current_round(peers.iter().map(|p| &p.record));
+    let (start, no_space) = match e.leader {
+        Some(leader) => {
+            let verdict = no_space_verdict(leader.no_space, current.as_ref(), peers, e.quota);
+            let inputs = RoundInputs {
+                schedule: e.schedule,
+                policy: e.policy,
+                quota: e.quota,
+                request: e.request,
+                no_space: leader.no_space,
+                revision: leader.revision,
+                leading_since: leader.since,
+                now: leader.now,
+            };
+            (round_due(current.as_ref(), peers, &inputs), verdict)
+        }
+        None => (None, NoSpaceVerdict::Nothing),
+    };
+    let turn = member_turn(
+        e.me,
+        start.as_ref().or(current.as_ref()),
+        peers,
+        e.policy,
+        e.quota,
+    );
+    DefragStep::Act(DefragPlan {
+        current,
+        start,
+        no_space,
+        turn,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -706,5 +816,69 @@ mod tests {
             .annotations
             .insert(DEFRAG_ANNOTATION.into(), b.to_annotation());
         assert_eq!(DefragRecord::of_lease(&lease), Some(b));
+    }
+
+    #[test]
+    fn one_decision_follows_observes_starts_and_takes_the_turn() {
+        let never = CronSchedule::parse("0 0 31 2 *").unwrap();
+        let r = round(3, RoundReason::Schedule);
+        let done = through(peer(1), 3).record;
+        let evidence = |me, mine, known, peers, leader| DefragEvidence {
+            me,
+            mine,
+            known,
+            peers,
+            leader,
+            schedule: &never,
+            policy: DefragPolicy::default(),
+            quota: QUOTA,
+            request: None,
+        };
+        let named = DefragRecord {
+            round: Some(r.clone()),
+            last: None,
+        };
+        let known = [named];
+        // A follower through with the newest round asks nobody anything.
+        assert_eq!(
+            decide(&evidence("etcd-main-1", &done, &known, None, None)),
+            DefragStep::Follow(Some(r.clone()))
+        );
+        // A follower not through with it looks at every member, then takes its turn.
+        let fresh = DefragRecord::default();
+        assert_eq!(
+            decide(&evidence("etcd-main-1", &fresh, &known, None, None)),
+            DefragStep::ObservePeers
+        );
+        let mut view = [peer(0), peer(1), peer(2)];
+        view[0].record.round = Some(r.clone());
+        let DefragStep::Act(plan) =
+            decide(&evidence("etcd-main-1", &fresh, &known, Some(&view), None))
+        else {
+            panic!("peers observed");
+        };
+        assert_eq!(plan.current, Some(r));
+        assert_eq!((plan.start, plan.turn), (None, DefragTurn::Defragment));
+        // The leader under a NOSPACE alarm starts a round and, leading, waits for the others.
+        let alarm = LeaderView {
+            since: at("2026-11-26T09:00:00Z"),
+            no_space: true,
+            revision: 42,
+            now: at("2026-11-26T10:00:00Z"),
+        };
+        let idle = [peer(0), peer(1), peer(2)];
+        let DefragStep::Act(plan) = decide(&evidence(
+            "etcd-main-0",
+            &fresh,
+            &[],
+            Some(&idle),
+            Some(alarm),
+        )) else {
+            panic!("the leader always looks");
+        };
+        let started = plan.start.expect("a NOSPACE round is due");
+        assert_eq!((started.id, started.reason), (1, RoundReason::NoSpace));
+        assert!(matches!(plan.turn, DefragTurn::Wait(_)), "{:?}", plan.turn);
+        assert_eq!(plan.no_space, NoSpaceVerdict::Nothing);
     }
 }

@@ -12,9 +12,10 @@
 //! The survivor with the highest revision is chosen (ties: the first in desired order). If the
 //! bucket holds a newer state of the same history, that member restores it instead.
 
-use super::Member;
 use super::data_state::DataState;
 use super::planner::quorum;
+use super::{Member, MemberList};
+use crate::cluster_config::ClusterConfig;
 use crate::lease::MemberLease;
 use serde::{Deserialize, Serialize};
 
@@ -250,6 +251,184 @@ pub fn decide_recovery(
     }
 }
 
+/// The voting members as one member's etcd lists them, with what each answered and published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voters {
+    /// The cluster the listing member's etcd belongs to.
+    pub cluster_id: u64,
+    /// Every voting member, in the list's order.
+    pub reports: Vec<VoterReport>,
+}
+
+impl Voters {
+    /// The voters of `cluster_id` (`answers`: each voting member with its etcd's answer), with
+    /// the data states their leases publish; an answer from another cluster counts as none.
+    pub fn new(
+        cluster: &ClusterConfig,
+        leases: &[MemberLease],
+        cluster_id: u64,
+        answers: Vec<(Member, Option<EtcdAnswer>)>,
+    ) -> Voters {
+        let reports = answers
+            .into_iter()
+            .map(|(member, answer)| {
+                let data = cluster
+                    .member(&member.name)
+                    .and_then(|d| leases.iter().find(|l| l.name == d.lease_name))
+                    .and_then(DataState::of_lease);
+                VoterReport {
+                    member,
+                    data,
+                    answer: answer.filter(|a| a.cluster_id == cluster_id),
+                }
+            })
+            .collect();
+        Voters {
+            cluster_id,
+            reports,
+        }
+    }
+}
+
+/// What the bucket's head is known as, for [`quorum_action`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BucketSeen {
+    /// Not read (only the member that would recover reads it).
+    NotRead,
+    /// Read: its head, `None` when there is no bucket or it could not be read.
+    Read(Option<BucketHead>),
+}
+
+/// What one running member observed about quorum, gathered once by its quorum duty.
+#[derive(Clone, Debug)]
+pub struct QuorumEvidence<'a> {
+    /// This member's name.
+    pub me: &'a str,
+    /// Its member ID and cluster ID, as its etcd reported them.
+    pub member_id: u64,
+    /// See `member_id`.
+    pub cluster_id: u64,
+    /// Recovery records that already existed when this member's data was restored from the
+    /// bucket: they speak of data it no longer holds.
+    pub superseded: &'a [RecoveryRecord],
+    /// Every member lease.
+    pub leases: &'a [MemberLease],
+    /// The voters, when this member's etcd has no leader and could list them; `None` when its
+    /// etcd has a leader (only a recovery's record matters then) or could not list them.
+    pub voters: Option<Voters>,
+    /// A person's request to recover (`quorate recover`, the recover annotation), if any.
+    pub request: Option<&'a str>,
+    /// The bucket's head.
+    pub bucket: BucketSeen,
+}
+
+/// What one member does about quorum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuorumAction {
+    /// Nothing: a leader exists, or evidence is missing.
+    None,
+    /// Quorum is lost and recovery may be needed, but evidence is missing; says what.
+    Wait(String),
+    /// Another member recovers the cluster; this one rejoins afterwards.
+    OtherRecovers(String),
+    /// This member would recover with its own data: read the bucket's head and decide again
+    /// (the bucket wins when it holds a newer state of the same history).
+    ReadBucket,
+    /// Restart etcd alone with `--force-new-cluster`: this member recovers the cluster.
+    ForceNewCluster(RecoveryRecord),
+    /// Move the data aside and restore the bucket's newer state: this member recovers.
+    RestoreFromBucket(RecoveryRecord),
+    /// A recovery dropped this member: move its data aside and rejoin as a learner.
+    Dropped,
+}
+
+/// Decides what member `me` does about quorum: a recovery that dropped it comes first; then,
+/// without a leader, [`decide_recovery`] over the voters, taking part only when it is the
+/// member chosen (its record made here, kept before it acts).
+pub fn quorum_action(evidence: &QuorumEvidence<'_>) -> QuorumAction {
+    let e = evidence;
+    if RecoveryRecord::dropped_by_any(e.leases, e.cluster_id, e.member_id, e.superseded) {
+        return QuorumAction::Dropped;
+    }
+    let Some(voters) = &e.voters else {
+        return QuorumAction::None;
+    };
+    let request = e
+        .request
+        .filter(|r| !RecoveryRecord::served(e.leases, r))
+        .map(str::to_string);
+    let bucket = match e.bucket {
+        BucketSeen::NotRead => None,
+        BucketSeen::Read(head) => head,
+    };
+    let record = |member_id: u64, revision: i64, dropped: Vec<u64>| RecoveryRecord {
+        member: e.me.to_string(),
+        member_id,
+        cluster_id: voters.cluster_id,
+        revision,
+        dropped,
+        request: request.clone(),
+    };
+    match decide_recovery(&voters.reports, bucket, request.is_some()) {
+        RecoveryDecision::NotNeeded => QuorumAction::None,
+        RecoveryDecision::Wait(reason) => QuorumAction::Wait(reason),
+        RecoveryDecision::ForceNewCluster { member, .. }
+            if member == e.me && e.bucket == BucketSeen::NotRead =>
+        {
+            QuorumAction::ReadBucket
+        }
+        RecoveryDecision::ForceNewCluster {
+            member,
+            member_id,
+            revision,
+            dropped,
+        } if member == e.me => QuorumAction::ForceNewCluster(record(member_id, revision, dropped)),
+        RecoveryDecision::RestoreFromBucket {
+            member,
+            revision,
+            dropped,
+        } if member == e.me => {
+            QuorumAction::RestoreFromBucket(record(e.member_id, revision, dropped))
+        }
+        RecoveryDecision::ForceNewCluster { member, .. }
+        | RecoveryDecision::RestoreFromBucket { member, .. } => QuorumAction::OtherRecovers(member),
+    }
+}
+
+/// Why a member's etcd is gone, as a member list from its own cluster shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    /// No evidence that it left the cluster: etcd just exited.
+    Exited,
+    /// It was removed from the cluster; restarting it would be wrong.
+    Removed,
+    /// A quorum-loss recovery dropped it: its data belongs to the old membership.
+    Dropped,
+}
+
+/// After member `member_id`'s etcd exited: was it removed from cluster `cluster_id`, dropped by
+/// a recovery (a record on the leases, `superseded` ones left out), or neither? Only a
+/// non-empty member list from its own cluster (`list`, as another member answered) is
+/// evidence; a fork's is not.
+pub fn why_gone(
+    list: &MemberList,
+    member_id: u64,
+    cluster_id: u64,
+    leases: &[MemberLease],
+    superseded: &[RecoveryRecord],
+) -> Gone {
+    if list.cluster_id != cluster_id
+        || list.members.is_empty()
+        || list.members.iter().any(|m| m.id == member_id)
+    {
+        Gone::Exited
+    } else if RecoveryRecord::dropped_by_any(leases, cluster_id, member_id, superseded) {
+        Gone::Dropped
+    } else {
+        Gone::Removed
+    }
+}
+
 fn describe(data: Option<&DataState>) -> String {
     data.map(DataState::describe)
         .unwrap_or_else(|| "has not reported its data".into())
@@ -472,6 +651,164 @@ mod tests {
         assert_eq!(
             decide_recovery(&voters, None, false),
             RecoveryDecision::NotNeeded
+        );
+    }
+
+    fn evidence<'a>(
+        me: &'a str,
+        leases: &'a [MemberLease],
+        voters: Option<Voters>,
+        bucket: BucketSeen,
+    ) -> QuorumEvidence<'a> {
+        QuorumEvidence {
+            me,
+            member_id: 2,
+            cluster_id: 0xc1,
+            superseded: &[],
+            leases,
+            voters,
+            request: None,
+            bucket,
+        }
+    }
+
+    fn wiped_but_m2() -> Option<Voters> {
+        Some(Voters {
+            cluster_id: 0xc1,
+            reports: vec![
+                voter(1, Some(DataState::Empty), None),
+                voter(2, present(50), Some(50)),
+                voter(3, Some(DataState::Empty), None),
+            ],
+        })
+    }
+
+    /// The record of a recovery by `member` (`member_id`) of cluster `cluster_id`.
+    fn record_of(
+        member: &str,
+        member_id: u64,
+        cluster_id: u64,
+        revision: i64,
+        dropped: &[u64],
+        request: Option<&str>,
+    ) -> RecoveryRecord {
+        RecoveryRecord {
+            member: member.into(),
+            member_id,
+            cluster_id,
+            revision,
+            dropped: dropped.to_vec(),
+            request: request.map(str::to_string),
+        }
+    }
+
+    fn lease_with(record: &RecoveryRecord) -> MemberLease {
+        let mut lease = MemberLease {
+            name: "m-1".into(),
+            ..Default::default()
+        };
+        lease.annotations.insert(
+            RECOVERY_ANNOTATION.into(),
+            serde_json::to_string(record).unwrap(),
+        );
+        lease
+    }
+
+    #[test]
+    fn the_chosen_member_reads_the_bucket_before_it_recovers_and_the_others_wait_for_it() {
+        let read = quorum_action(&evidence("m-2", &[], wiped_but_m2(), BucketSeen::NotRead));
+        assert_eq!(read, QuorumAction::ReadBucket);
+        let record = record_of("m-2", 2, 0xc1, 50, &[1, 3], None);
+        let unreadable = evidence("m-2", &[], wiped_but_m2(), BucketSeen::Read(None));
+        assert_eq!(
+            quorum_action(&unreadable),
+            QuorumAction::ForceNewCluster(record.clone())
+        );
+        let newer = BucketHead {
+            revision: 60,
+            cluster_id: Some(0xc1),
+        };
+        let from_bucket = evidence("m-2", &[], wiped_but_m2(), BucketSeen::Read(Some(newer)));
+        assert_eq!(
+            quorum_action(&from_bucket),
+            QuorumAction::RestoreFromBucket(RecoveryRecord {
+                revision: 60,
+                ..record
+            })
+        );
+        let other = evidence("m-1", &[], wiped_but_m2(), BucketSeen::NotRead);
+        assert_eq!(
+            quorum_action(&other),
+            QuorumAction::OtherRecovers("m-2".into())
+        );
+    }
+
+    #[test]
+    fn a_dropped_member_learns_it_from_the_record_whatever_its_etcd_says() {
+        let record = record_of("m-1", 1, 0xc1, 50, &[2, 3], None);
+        let leases = [lease_with(&record)];
+        let healthy = evidence("m-2", &leases, None, BucketSeen::NotRead);
+        assert_eq!(quorum_action(&healthy), QuorumAction::Dropped);
+        let superseded = [record];
+        let restored = QuorumEvidence {
+            superseded: &superseded,
+            ..healthy
+        };
+        assert_eq!(quorum_action(&restored), QuorumAction::None);
+    }
+
+    #[test]
+    fn a_served_request_no_longer_forces_a_recovery() {
+        let voters = Some(Voters {
+            cluster_id: 0xc1,
+            reports: vec![
+                voter(1, present(50), None),
+                voter(2, present(50), Some(50)),
+                voter(3, present(49), None),
+            ],
+        });
+        let mut asked = evidence("m-2", &[], voters, BucketSeen::Read(None));
+        asked.request = Some("r1");
+        assert!(matches!(
+            quorum_action(&asked),
+            QuorumAction::ForceNewCluster(RecoveryRecord { request: Some(r), .. }) if r == "r1"
+        ));
+        let served = record_of("m-2", 2, 0xc0, 40, &[], Some("r1"));
+        let leases = [lease_with(&served)];
+        asked.leases = &leases;
+        assert!(matches!(quorum_action(&asked), QuorumAction::Wait(_)));
+    }
+
+    #[test]
+    fn only_a_list_of_its_own_cluster_says_a_member_is_gone() {
+        let list = |cluster_id, ids: &[u64]| MemberList {
+            cluster_id,
+            members: ids.iter().map(|&id| voter(id, None, None).member).collect(),
+        };
+        assert_eq!(
+            why_gone(&list(0xc1, &[1, 2]), 2, 0xc1, &[], &[]),
+            Gone::Exited
+        );
+        assert_eq!(
+            why_gone(&list(0xf0, &[1]), 2, 0xc1, &[], &[]),
+            Gone::Exited,
+            "a fork"
+        );
+        assert_eq!(why_gone(&list(0xc1, &[]), 2, 0xc1, &[], &[]), Gone::Exited);
+        assert_eq!(
+            why_gone(&list(0xc1, &[1]), 2, 0xc1, &[], &[]),
+            Gone::Removed
+        );
+        let record = record_of("m-1", 1, 0xc1, 50, &[2], None);
+        let leases = [lease_with(&record)];
+        assert_eq!(
+            why_gone(&list(0xc1, &[1]), 2, 0xc1, &leases, &[]),
+            Gone::Dropped
+        );
+        assert_eq!(
+            why_gone(&list(0xc1, &[1]), 2, 0xc1, &leases, &[record]),
+            Gone::Removed,
+            "a record from before a restore speaks of data it no longer holds"
         );
     }
 }

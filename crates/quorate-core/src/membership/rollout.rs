@@ -4,10 +4,13 @@
 //! restarts only when it is its turn: followers in ordinal order, the leader last, and only
 //! while every other member is up.
 
+use super::planner::MemberRef;
 use super::recovery::EtcdAnswer;
 use super::turns::{self, Activity, TurnPeer, may_take_turn};
 use crate::cluster_config::{ClusterConfig, TlsFiles};
 use crate::lease::MemberLease;
+use crate::upgrade::{DowngradeEvidence, downgrade_gate, snapshot_gate};
+use quorate_api::EtcdVersion;
 
 /// Member-lease annotation carrying the [`rollout_key`] of the configuration the member's etcd
 /// runs with.
@@ -147,6 +150,64 @@ pub fn handover_target(
     turns::handover_target(me, &turn_peers(members, desired_hash))
 }
 
+/// What a member whose etcd must restart for a new configuration observed, gathered once by
+/// its rollout duty and judged by [`restart_turn`].
+#[derive(Clone, Debug)]
+pub struct RestartEvidence<'a> {
+    /// This member's name.
+    pub me: &'a str,
+    /// The etcd version this member runs now.
+    pub running: EtcdVersion,
+    /// The configuration to restart with.
+    pub latest: &'a ClusterConfig,
+    /// Every member lease (configuration hashes, final snapshot reports).
+    pub leases: &'a [MemberLease],
+    /// Every member etcd lists, with its etcd's answer just now.
+    pub answers: &'a [(String, Option<EtcdAnswer>)],
+    /// This member's etcd's downgrade evidence; read only when `latest` runs an older version
+    /// than `running` (`None` otherwise).
+    pub downgrade: Option<DowngradeEvidence>,
+}
+
+/// What a member whose configuration changed does now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestartTurn {
+    /// Restart etcd with the new configuration now.
+    Restart,
+    /// This member leads and its turn came: move leadership to this updated follower first;
+    /// the next check restarts it once it no longer leads.
+    HandOver(MemberRef),
+    /// Not yet; why (a person reads it on the lease).
+    Wait(String),
+}
+
+/// Whether member `me` may restart now for a new configuration: an upgrade waits for its final
+/// snapshot, a downgrade for etcd's downgrade to be enabled and reached, and every restart for
+/// its turn (followers in ordinal order, the leader last, handing over first).
+pub fn restart_turn(evidence: &RestartEvidence<'_>) -> RestartTurn {
+    let latest = evidence.latest;
+    if let Err(why) = snapshot_gate(evidence.running, latest, evidence.leases) {
+        return RestartTurn::Wait(why);
+    }
+    if latest.etcd_version < evidence.running {
+        let Some(downgrade) = evidence.downgrade else {
+            return RestartTurn::Wait("etcd's downgrade state is not known yet".into());
+        };
+        if let Err(why) = downgrade_gate(evidence.running, latest.etcd_version, downgrade) {
+            return RestartTurn::Wait(why);
+        }
+    }
+    let peers = RolloutPeer::from_leases(latest, evidence.leases, evidence.answers);
+    let hash = rollout_key(latest);
+    if let Err(why) = may_restart(evidence.me, &peers, &hash) {
+        return RestartTurn::Wait(why);
+    }
+    match handover_target(evidence.me, &peers, &hash) {
+        Some((name, id)) => RestartTurn::HandOver(MemberRef { id, name }),
+        None => RestartTurn::Restart,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +343,113 @@ mod tests {
         );
         b.etcd.quota_backend_bytes += 1;
         assert_ne!(config_hash(&a), config_hash(&b));
+    }
+
+    fn answers(leader: u64) -> Vec<(String, Option<EtcdAnswer>)> {
+        (0..3)
+            .map(|i| {
+                let answer = EtcdAnswer {
+                    cluster_id: 0xc1,
+                    member_id: i + 1,
+                    revision: 10,
+                    leader_id: leader,
+                };
+                (format!("etcd-main-{i}"), Some(answer))
+            })
+            .collect()
+    }
+
+    fn lease(name: &str, hash: &str) -> MemberLease {
+        let mut lease = MemberLease {
+            name: name.into(),
+            ..Default::default()
+        };
+        lease
+            .annotations
+            .insert(CONFIG_HASH_ANNOTATION.into(), hash.into());
+        lease
+    }
+
+    #[test]
+    fn the_restart_turn_follows_the_order_and_hands_over_last() {
+        let cluster = three_members();
+        let hash = rollout_key(&cluster);
+        let answers = answers(1);
+        let evidence = |me, leases| RestartEvidence {
+            me,
+            running: cluster.etcd_version,
+            latest: &cluster,
+            leases,
+            answers: &answers,
+            downgrade: None,
+        };
+        let old = [
+            lease("etcd-main-0", "old"),
+            lease("etcd-main-1", "old"),
+            lease("etcd-main-2", "old"),
+        ];
+        assert_eq!(
+            restart_turn(&evidence("etcd-main-1", &old)),
+            RestartTurn::Restart
+        );
+        assert!(matches!(
+            restart_turn(&evidence("etcd-main-2", &old)),
+            RestartTurn::Wait(why) if why.contains("etcd-main-1")
+        ));
+        let followers_done = [
+            lease("etcd-main-0", "old"),
+            lease("etcd-main-1", &hash),
+            lease("etcd-main-2", &hash),
+        ];
+        assert_eq!(
+            restart_turn(&evidence("etcd-main-0", &followers_done)),
+            RestartTurn::HandOver(MemberRef {
+                id: 2,
+                name: "etcd-main-1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn an_upgrade_waits_for_its_snapshot_and_a_downgrade_for_etcds_evidence() {
+        let mut latest = three_members();
+        latest.etcd_version = EtcdVersion::V3_5;
+        latest.backup = Some(crate::upgrade::tests::a_store());
+        let answers = answers(2);
+        let mut evidence = RestartEvidence {
+            me: "etcd-main-0",
+            running: EtcdVersion::V3_4,
+            latest: &latest,
+            leases: &[],
+            answers: &answers,
+            downgrade: None,
+        };
+        assert!(
+            matches!(restart_turn(&evidence), RestartTurn::Wait(_)),
+            "no final snapshot"
+        );
+        let mut older = three_members();
+        older.etcd_version = EtcdVersion::V3_4;
+        evidence.running = EtcdVersion::V3_5;
+        evidence.latest = &older;
+        assert!(matches!(
+            restart_turn(&evidence),
+            RestartTurn::Wait(why) if why.contains("downgrade state")
+        ));
+        evidence.downgrade = Some(DowngradeEvidence {
+            cluster: Some(EtcdVersion::V3_5),
+            enabled_target: None,
+            storage: None,
+        });
+        assert!(
+            matches!(restart_turn(&evidence), RestartTurn::Wait(_)),
+            "not enabled"
+        );
+        evidence.downgrade = Some(DowngradeEvidence {
+            cluster: Some(EtcdVersion::V3_4),
+            enabled_target: Some(EtcdVersion::V3_4),
+            storage: Some(EtcdVersion::V3_4),
+        });
+        assert_eq!(restart_turn(&evidence), RestartTurn::Restart);
     }
 }

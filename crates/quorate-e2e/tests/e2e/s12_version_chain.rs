@@ -10,12 +10,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use quorate_api::Etcd;
-use quorate_e2e::manifests::{DEFAULT_CPU, EtcdShape, canary_pod};
-use quorate_e2e::members::{PodIncarnations, wait_canary_writing, wait_fully_ready};
+use quorate_e2e::manifests::{EtcdShape, canary_pod};
+use quorate_e2e::members::{
+    PodIncarnations, lease_annotations, lease_versions, wait_canary_writing, wait_fully_ready,
+    writer_totals,
+};
 use quorate_e2e::{E2eEnv, Scenario, status_summary};
 
 use crate::READY_TIMEOUT;
-use crate::s9_upgrade_and_rollout::{lease_annotations, lease_versions, writer_totals};
 
 /// How long one whole chain (two steps, each a rolling restart of three members) may take.
 const CHAIN_TIMEOUT: Duration = Duration::from_secs(600);
@@ -103,17 +105,9 @@ async fn s12_etcd_3_5_to_3_7_and_back_to_3_5_under_a_canary() {
     let name = "etcd-chain";
     let bucket = s.bucket_dir().display().to_string();
     let v35 = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 3,
         local_bucket: Some(&bucket),
-        peer_tls: false,
-        reconcile: false,
         etcd_version: Some("3.5"),
-        cpu: DEFAULT_CPU,
-        backup_tls: false,
-        client_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, 3)
     };
     s.cluster.apply(&v35.yaml()).await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;

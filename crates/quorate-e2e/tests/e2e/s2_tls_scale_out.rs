@@ -54,17 +54,8 @@ async fn scale_out_one_to_three(env: &E2eEnv, scenario: &str, tls_from_start: bo
     let ns = s.namespace.clone();
     let name = "etcd-tls";
     let one = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 1,
-        local_bucket: None,
         peer_tls: tls_from_start,
-        reconcile: false,
-        etcd_version: None,
-        cpu: quorate_e2e::manifests::DEFAULT_CPU,
-        backup_tls: false,
-        client_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, 1)
     };
     s.cluster.apply(&peer_tls_secrets(name, &ns, 3)).await;
     let applied = Instant::now();

@@ -76,17 +76,8 @@ async fn s8_scale_in_five_to_three_under_a_canary() {
 
     let changed = Instant::now();
     let three = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 3,
-        local_bucket: None,
-        peer_tls: false,
         reconcile: true,
-        etcd_version: None,
-        cpu: quorate_e2e::manifests::DEFAULT_CPU,
-        backup_tls: false,
-        client_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, 3)
     };
     s.cluster.apply(&three.yaml()).await;
     let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
@@ -226,17 +217,9 @@ async fn s8b_hibernate_and_wake_at_the_same_revision() {
 
     let bucket = s.bucket_dir().display().to_string();
     let shape = |replicas| EtcdShape {
-        name,
-        namespace: &ns,
-        replicas,
         local_bucket: Some(bucket.as_str()),
-        peer_tls: false,
         reconcile: true,
-        etcd_version: None,
-        cpu: quorate_e2e::manifests::DEFAULT_CPU,
-        backup_tls: false,
-        client_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, replicas)
     };
     let t = Instant::now();
     s.cluster.apply(&shape(0).yaml()).await;

@@ -10,39 +10,14 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use quorate_api::Etcd;
 use quorate_e2e::etcd::condition_status;
-use quorate_e2e::manifests::{DEFAULT_CPU, EtcdShape, canary_pod};
+use quorate_e2e::manifests::{EtcdShape, canary_pod};
 use quorate_e2e::members::{
-    PodIncarnations, canary_totals, count_prefix, raft_term, wait_canary_writing, wait_fully_ready,
+    PodIncarnations, Writes, lease_versions, raft_term, wait_canary_writing, wait_fully_ready,
+    writer_totals,
 };
 use quorate_e2e::{E2eEnv, Scenario, status_summary};
 
 use crate::READY_TIMEOUT;
-
-/// The etcd version each member's agent publishes on its lease.
-pub(crate) async fn lease_versions(leases: &Api<Lease>, members: &[String]) -> Vec<String> {
-    lease_annotations(leases, members, "quorate.io/etcd-version").await
-}
-
-/// Annotation `key` of each member's lease (empty where it is not set).
-pub(crate) async fn lease_annotations(
-    leases: &Api<Lease>,
-    members: &[String],
-    key: &str,
-) -> Vec<String> {
-    let mut values = Vec::new();
-    for m in members {
-        let value = leases
-            .get_opt(m)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.metadata.annotations)
-            .and_then(|a| a.get(key).cloned())
-            .unwrap_or_default();
-        values.push(value);
-    }
-    values
-}
 
 /// The member whose lease names it the leader.
 /// The member whose lease names it leader; right after a leadership change no lease may say so
@@ -83,17 +58,9 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
     let name = "etcd-upg";
     let bucket = s.bucket_dir().display().to_string();
     let v34 = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 3,
         local_bucket: Some(&bucket),
-        peer_tls: false,
-        reconcile: false,
         etcd_version: Some("3.4"),
-        cpu: DEFAULT_CPU,
-        backup_tls: false,
-        client_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, 3)
     };
     s.cluster.apply(&v34.yaml()).await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
@@ -245,39 +212,6 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
     assert_eq!(rolled.failed, 0, "no write failed in the rolling update");
     assert!(rolled.longest_ms < 5000, "no write waited 5 s");
     s.pass().await;
-}
-
-/// What a writer saw over one change.
-pub(crate) struct Writes {
-    pub(crate) failed: u64,
-    pub(crate) longest_ms: u64,
-}
-
-/// The canary's totals, recorded as a measurement.
-pub(crate) async fn writer_totals(s: &mut Scenario, canary: &str, what: &str) -> Writes {
-    let totals = canary_totals(&s.cluster, &s.namespace, canary)
-        .await
-        .expect("canary totals");
-    s.measure(
-        what,
-        format!(
-            "{} acknowledged, {} failed, longest write {} ms",
-            totals["acknowledged"], totals["failed"], totals["longest_wait_ms"]
-        ),
-    );
-    let through = totals["acknowledged_through"].as_u64().unwrap_or(0);
-    let stored = count_prefix(
-        &s.cluster,
-        &s.namespace,
-        &format!("{}-0", canary.trim_end_matches("-canary")),
-        "canary/",
-    )
-    .await;
-    assert!(stored >= through, "{through} acknowledged, {stored} stored");
-    Writes {
-        failed: totals["failed"].as_u64().unwrap_or(u64::MAX),
-        longest_ms: totals["longest_wait_ms"].as_u64().unwrap_or(u64::MAX),
-    }
 }
 
 /// Runs `change` (a pod template change and the wait for its end) under a fresh

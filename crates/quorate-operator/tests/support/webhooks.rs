@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 
 pub const EXAMPLE: &str = include_str!("../../../../examples/etcd-cluster.yaml");
 /// The operator's ServiceAccount user, which component protection lets through.
-pub const OPERATOR_USER: &str = "system:serviceaccount:quorate-system:quorate-operator";
+pub use super::operator::OPERATOR_USER;
 /// Label put on the test's namespace; both webhooks select namespaces by it.
 pub const SCOPE_LABEL: &str = "quorate.test/webhooks";
 

@@ -1,5 +1,5 @@
-//! Defragmentation rounds as this agent takes part in them (the decisions are core
-//! `maintenance::defrag`): while its member leads, start a round when one is due; always adopt
+//! The defragmentation duty: this member's part in defragmentation rounds (one decision, core
+//! `maintenance::defrag::decide`): while its member leads, start a round when one is due; always adopt
 //! the newest round any lease names, and take this member's turn when it comes: defragment its
 //! own etcd, or, as the leader, hand leadership to a defragmented follower first.
 //!
@@ -14,14 +14,15 @@ use quorate_coord::Coordination;
 use quorate_core::cluster_config::ClusterConfig;
 use quorate_core::lease::MemberLease;
 use quorate_core::maintenance::defrag::{
-    DefragOutcome, DefragPeer, DefragRecord, DefragRound, DefragTurn, NoSpaceVerdict, RoundInputs,
-    RoundReason, current_round, member_turn, no_space_verdict, round_due,
+    DefragEvidence, DefragOutcome, DefragPeer, DefragRecord, DefragRound, DefragStep, DefragTurn,
+    LeaderView, NoSpaceVerdict, RoundReason, decide,
 };
 use quorate_core::membership::planner::{MemberRef, Step};
 use quorate_core::membership::recovery::EtcdAnswer;
 use quorate_etcd::{Alarm, AlarmKind, EtcdTimeouts, MemberClient, MemberStatus};
 use tokio::task::JoinHandle;
 
+use super::Tick;
 use crate::executor::Executor;
 use crate::state::SharedState;
 
@@ -59,86 +60,93 @@ pub fn record_of(leases: &[MemberLease], cluster: &ClusterConfig, me: &str) -> D
         .unwrap_or_default()
 }
 
-/// One maintenance check while etcd runs (`status`: its answer just now). Returns a task when
-/// this member's defragmentation starts; the caller awaits it and passes its outcome to
-/// [`finished`]. Returns whether the record changed (to be published).
-pub async fn check<C: Coordination>(
-    coord: &C,
+/// One maintenance check while etcd runs (the tick's status answer is its answer just now).
+/// Returns a task when this member's defragmentation starts; the caller awaits it and passes
+/// its outcome to [`finished`]. Returns whether the record changed (to be published).
+pub async fn run<C: Coordination>(
     cluster: &ClusterConfig,
     me: &str,
     client: &MemberClient,
-    status: &MemberStatus,
+    tick: &Tick<'_, C>,
     state: &SharedState,
     leading_since: Option<Timestamp>,
 ) -> (Option<Running>, bool) {
+    let status = tick.status;
     state.metrics().member().database(
         u64::try_from(status.db_size).unwrap_or(0),
         u64::try_from(status.db_size_in_use).unwrap_or(0),
     );
-    let leases = coord.member_leases().await.unwrap_or_default();
+    let leases = tick.seen.leases().await.unwrap_or_default();
     let mine = state.get().defrag;
     if leading_since.is_none() {
         // Only the leader speaks for the alarm; a former leader's verdict goes with its role.
         clear_no_space_message(state);
-        // A follower through with the newest round any lease names has nothing to do and asks
-        // no member anything (only the leader watches for a round to start).
-        let known: Vec<DefragRecord> = leases.iter().filter_map(DefragRecord::of_lease).collect();
-        let newest = current_round(known.iter().chain([&mine]));
-        if newest.as_ref().is_none_or(|r| mine.through(r.id)) {
-            let changed = newest.as_ref().map(|r| r.id) != mine.round.as_ref().map(|r| r.id);
-            if changed {
-                state.update(|s| s.defrag.round = newest);
-            }
-            return (None, changed);
+    }
+    let known: Vec<DefragRecord> = leases.iter().filter_map(DefragRecord::of_lease).collect();
+    let maintenance = &cluster.maintenance;
+    let schedule = maintenance.schedule();
+    let mut evidence = DefragEvidence {
+        me,
+        mine: &mine,
+        known: &known,
+        peers: None,
+        leader: None,
+        schedule: &schedule,
+        policy: maintenance.defrag_thresholds,
+        quota: cluster.etcd.quota_backend_bytes,
+        request: maintenance.defrag_request.as_deref(),
+    };
+    // A follower through with the newest round any lease names has nothing to do and asks no
+    // member anything (only the leader watches for a round to start).
+    if leading_since.is_none()
+        && let DefragStep::Follow(newest) = decide(&evidence)
+    {
+        let changed = newest.as_ref().map(|r| r.id) != mine.round.as_ref().map(|r| r.id);
+        if changed {
+            state.update(|s| s.defrag.round = newest);
         }
+        return (None, changed);
     }
     let executor = Executor::new(cluster, me);
-    let Some(peers) = peers(&executor, cluster, me, client, &leases, state).await else {
+    let Some(peers) = peers(&executor, cluster, me, client, leases, state).await else {
         return (None, false);
     };
-    let mut round = current_round(peers.iter().map(|p| &p.record));
-    let mut changed = false;
-    if let Some(since) = leading_since {
-        let alarms = client.alarms().await.unwrap_or_default();
-        let no_space: Vec<Alarm> = alarms
-            .into_iter()
-            .filter(|a| a.kind == AlarmKind::NoSpace)
-            .collect();
-        answer_no_space(
-            me,
-            client,
-            &no_space,
-            round.as_ref(),
-            &peers,
-            cluster,
-            state,
-        )
-        .await;
-        if let Some(new) = due(
-            cluster,
-            status,
-            &peers,
-            round.as_ref(),
-            since,
-            !no_space.is_empty(),
-        ) && start(me, client, status, &new).await
-        {
+    let no_space: Vec<Alarm> = match leading_since {
+        Some(_) => client.alarms().await.unwrap_or_default(),
+        None => Vec::new(),
+    }
+    .into_iter()
+    .filter(|a| a.kind == AlarmKind::NoSpace)
+    .collect();
+    evidence.peers = Some(&peers);
+    evidence.leader = leading_since.map(|since| LeaderView {
+        since,
+        no_space: !no_space.is_empty(),
+        revision: status.revision,
+        now: crate::clock::now(),
+    });
+    let DefragStep::Act(plan) = decide(&evidence) else {
+        return (None, false);
+    };
+    if leading_since.is_some() {
+        answer_no_space(me, client, &no_space, plan.no_space, state).await;
+    }
+    let (mut round, mut turn) = (plan.current, plan.turn);
+    if let Some(new) = plan.start {
+        if start(me, client, status, &new).await {
             round = Some(new);
+        } else {
+            // The round is tried again on the next check; the current one is over for this
+            // member (a round is only due once the current one is complete).
+            turn = DefragTurn::Idle;
         }
     }
+    let mut changed = false;
     if round.as_ref().map(|r| r.id) != mine.round.as_ref().map(|r| r.id) {
         state.update(|s| s.defrag.round = round.clone());
         changed = true;
     }
-    let maintenance = &cluster.maintenance;
-    let quota = cluster.etcd.quota_backend_bytes;
-    match member_turn(
-        me,
-        round.as_ref(),
-        &peers,
-        maintenance.defrag_thresholds,
-        quota,
-    ) {
+    match turn {
         DefragTurn::Idle => (None, changed),
         DefragTurn::Wait(why) => {
             tracing::debug!(member = %me, %why, "defragmentation waits");
@@ -271,33 +279,6 @@ async fn peers(
     Some(peers)
 }
 
-/// For the leader: the round to start now, if one is due.
-fn due(
-    cluster: &ClusterConfig,
-    status: &MemberStatus,
-    peers: &[DefragPeer],
-    current: Option<&DefragRound>,
-    leading_since: Timestamp,
-    no_space: bool,
-) -> Option<DefragRound> {
-    let maintenance = &cluster.maintenance;
-    let schedule = maintenance.schedule();
-    round_due(
-        current,
-        peers,
-        &RoundInputs {
-            schedule: &schedule,
-            policy: maintenance.defrag_thresholds,
-            quota: cluster.etcd.quota_backend_bytes,
-            request: maintenance.defrag_request.as_deref(),
-            no_space,
-            revision: status.revision,
-            leading_since,
-            now: crate::clock::now(),
-        },
-    )
-}
-
 /// Starts `round` as the leader: a round for a `NOSPACE` alarm first compacts the history at
 /// the current revision (etcd accepts that under the alarm), so the defragmentations have
 /// something to reclaim. False when that failed (the round is tried again on the next check).
@@ -330,16 +311,13 @@ async fn answer_no_space(
     me: &str,
     client: &MemberClient,
     alarms: &[Alarm],
-    round: Option<&DefragRound>,
-    peers: &[DefragPeer],
-    cluster: &ClusterConfig,
+    verdict: NoSpaceVerdict,
     state: &SharedState,
 ) {
-    let quota = cluster.etcd.quota_backend_bytes;
     if alarms.is_empty() {
         clear_no_space_message(state);
     }
-    match no_space_verdict(!alarms.is_empty(), round, peers, quota) {
+    match verdict {
         NoSpaceVerdict::Nothing => {}
         NoSpaceVerdict::Disarm => {
             for alarm in alarms {
