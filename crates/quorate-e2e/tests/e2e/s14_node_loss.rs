@@ -53,17 +53,8 @@ async fn s14_a_lost_node_returns_without_failed_writes_or_replacements() {
     let name = "etcd-lost-node";
     let bucket = s.bucket_dir().display().to_string();
     let shape = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 3,
         local_bucket: Some(&bucket),
-        peer_tls: false,
-        reconcile: false,
-        etcd_version: None,
-        cpu: quorate_e2e::manifests::DEFAULT_CPU,
-        backup_tls: false,
-        client_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, 3)
     };
     s.cluster.apply(&shape.yaml_one_per_node()).await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;

@@ -32,17 +32,10 @@ async fn s15_wildcard_certificates_and_three_to_five_under_a_tls_canary() {
     let tls = UserTls::new(name, &ns, 0).issue();
     s.cluster.apply(&tls.secrets_yaml).await;
     let three = EtcdShape {
-        name,
-        namespace: &ns,
-        replicas: 3,
         local_bucket: Some(&bucket),
         peer_tls: true,
         client_tls: true,
-        reconcile: false,
-        etcd_version: None,
-        cpu: quorate_e2e::manifests::DEFAULT_CPU,
-        backup_tls: false,
-        backup_encryption_secret: None,
+        ..EtcdShape::new(name, &ns, 3)
     };
     s.cluster.apply(&three.yaml()).await;
     wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
