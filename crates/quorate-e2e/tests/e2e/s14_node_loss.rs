@@ -18,9 +18,10 @@ use quorate_e2e::{E2eEnv, Scenario, condition_status, status_summary, wait_for};
 
 use crate::READY_TIMEOUT;
 
-/// How long the node stays lost after the status has said so: long enough for a few status
-/// passes, short of the 5 minutes after which Kubernetes evicts the pods of an unreachable node.
-const LOST_FOR: Duration = Duration::from_secs(20);
+/// How long the node stays lost after the status has said so (by then it has been gone for over
+/// a minute, every agent's quorum check has run many times): a few more status passes, well short
+/// of the 5 minutes after which Kubernetes evicts the pods of an unreachable node.
+const LOST_FOR: Duration = Duration::from_secs(10);
 
 /// Three members, one per node on node-bound volumes, with backups; a canary writes through
 /// the client Service. The node of one member (not the canary's, not the operator's) is lost.
