@@ -303,6 +303,7 @@ mod tests {
             new_chain_request: None,
             encryption_secret: None,
             encryption_key_dir: None,
+            accept_plaintext_before: None,
         });
         let why = snapshot_gate(v34, &cluster, &[]).unwrap_err();
         assert!(
