@@ -70,7 +70,18 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     state: SharedState,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_with(listener, app, state, shutdown, TLS_HANDSHAKE_TIMEOUT).await
+}
+
+/// [`serve`] with the time a TLS handshake may take (tests make it short).
+async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    state: SharedState,
     mut shutdown: watch::Receiver<bool>,
+    handshake_timeout: Duration,
 ) {
     let configs = Arc::new(ConfigCache::default());
     loop {
@@ -98,11 +109,11 @@ pub async fn serve(
                 }
             };
             let handshake = TlsAcceptor::from(config).accept(stream);
-            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
+            match tokio::time::timeout(handshake_timeout, handshake).await {
                 Err(_) => {
                     state.metrics().refused(TLS_HANDSHAKE);
                     tracing::debug!(
-                        "TLS handshake not finished within {TLS_HANDSHAKE_TIMEOUT:?}; connection closed"
+                        "TLS handshake not finished within {handshake_timeout:?}; connection closed"
                     );
                 }
                 Ok(Ok(tls)) => {
@@ -132,5 +143,70 @@ where
         .await
     {
         tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use tokio::io::AsyncReadExt;
+
+    /// A client that opens a TCP connection to the TLS listener and sends nothing is closed by
+    /// the agent once the handshake timeout passed (not before), and counted as refused.
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_is_closed_at_the_handshake_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = quorate_testkit::tls::TestCerts::generate(dir.path()).unwrap();
+        let state = SharedState::default();
+        state.update(|s| {
+            s.agent_tls = Some(TlsFiles {
+                ca_file: certs.ca.display().to_string(),
+                cert_file: certs.server_cert.display().to_string(),
+                key_file: certs.server_key.display().to_string(),
+                client_cert_file: None,
+                client_key_file: None,
+                trusted_ca_digest: None,
+            })
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let timeout = Duration::from_millis(300);
+        let server = tokio::spawn(serve_with(
+            listener,
+            Router::new(),
+            state.clone(),
+            shutdown,
+            timeout,
+        ));
+        let started = Instant::now();
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 64];
+        // The agent closes the connection: end of stream (or a reset), without a byte sent.
+        let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut buf))
+            .await
+            .expect("the agent closed the silent connection");
+        let elapsed = started.elapsed();
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        assert!(
+            elapsed >= timeout,
+            "closed after {elapsed:?}, before the timeout"
+        );
+        assert!(
+            elapsed < TLS_HANDSHAKE_TIMEOUT,
+            "closed after {elapsed:?}: the injected timeout was not used"
+        );
+        let metrics = state.metrics().encode();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("quorate_agent_requests_refused_total")
+                    && l.contains(TLS_HANDSHAKE)
+                    && l.ends_with(" 1")),
+            "{metrics}"
+        );
+        stop.send(true).unwrap();
+        server.await.unwrap();
     }
 }

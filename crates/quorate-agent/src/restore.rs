@@ -15,14 +15,20 @@ use quorate_core::membership::recovery::RecoveryRecord;
 use quorate_core::membership::start::Backups;
 use std::path::Path;
 
-/// The store of a cluster's backups.
+/// The store of a cluster's backups, accepting clear objects only within the migration
+/// window the configuration names, if any.
 pub fn open_store(backup: &BackupConfig) -> Result<SnapStore, StoreRestoreError> {
     let options = StoreOptions {
         local_root: backup.local_root.clone().into(),
         secret_dir: backup.secret_dir.clone().map(Into::into),
         encryption_keys: backup.encryption_key_dir.clone().map(Into::into),
     };
-    store_restore::open_store(&backup.spec, &options)
+    let store = store_restore::open_store(&backup.spec, &options)?;
+    // Clear objects of a bucket's migration window to encryption (`quorate.io/accept-plaintext-before`).
+    Ok(match backup.accept_plaintext_before {
+        Some(before) => store.accept_plaintext_before(before),
+        None => store,
+    })
 }
 
 /// How long a member waits for the bucket's listing before it starts.

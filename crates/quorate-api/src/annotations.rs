@@ -53,6 +53,12 @@ pub const ETCD_3_7_WITHOUT_SNAPSHOT: &str = "quorate.io/etcd-3.7-without-snapsho
 /// new objects are encrypted with; the others stay for reading older objects. Without it
 /// backups are written in clear.
 pub const BACKUP_ENCRYPTION_SECRET: &str = "quorate.io/backup-encryption-secret";
+/// quorate's own: an RFC 3339 time (`2026-11-20T10:00:00Z`). With backup encryption keys
+/// configured, the agents' restores accept clear (unencrypted) objects whose names say they
+/// were written before it: the migration window of a bucket that held clear backups before
+/// encryption was turned on, as `quorate restore --accept-plaintext-before` is for the CLI.
+/// Without it a clear object is refused, so a writer of the bucket cannot slip in its own.
+pub const ACCEPT_PLAINTEXT_BEFORE: &str = "quorate.io/accept-plaintext-before";
 /// quorate's own: `"true"` keeps the PersistentVolumeClaims and member Leases of members a
 /// scale-in removed (by default they are deleted once etcd removed the member).
 pub const KEEP_REMOVED_MEMBER_VOLUMES: &str = "quorate.io/keep-removed-member-volumes";
@@ -91,6 +97,26 @@ pub fn backup_encryption_secret(etcd: &crate::Etcd) -> Option<&str> {
         .get(BACKUP_ENCRYPTION_SECRET)
         .map(String::as_str)
         .filter(|s| !s.is_empty())
+}
+
+/// The migration window [`ACCEPT_PLAINTEXT_BEFORE`] sets on `etcd`: `None` when it is unset
+/// or empty, the instant when it is an RFC 3339 time, else why it is not one.
+pub fn accept_plaintext_before(etcd: &crate::Etcd) -> Result<Option<jiff::Timestamp>, String> {
+    let Some(value) = etcd
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ACCEPT_PLAINTEXT_BEFORE))
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok(None);
+    };
+    value.parse::<jiff::Timestamp>().map(Some).map_err(|e| {
+        format!(
+            "{value:?} is not an RFC 3339 time with a UTC offset, e.g. \"2026-11-20T10:00:00Z\" \
+             (clear backups written before it are accepted): {e}"
+        )
+    })
 }
 
 #[cfg(test)]

@@ -299,6 +299,45 @@ pub fn decode(name: &str, data: &[u8]) -> Result<Vec<DeltaEvent>, DeltaError> {
             name: name.to_string(),
         });
     }
+    parse(name, json)
+}
+
+/// Checks the bytes of delta snapshot `name` as they stream (with
+/// [`crate::trailer::TrailingSha256`]): the verdict once the last byte was seen.
+pub fn check_streamed(
+    name: &str,
+    hashed: crate::trailer::TrailingSha256,
+) -> Result<(), DeltaError> {
+    if hashed.len() < CHECKSUM_LEN as u64 {
+        return Err(DeltaError::Truncated {
+            name: name.to_string(),
+            len: usize::try_from(hashed.len()).unwrap_or(usize::MAX),
+        });
+    }
+    if !hashed.matches() {
+        return Err(DeltaError::ChecksumMismatch {
+            name: name.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Decodes the bytes of delta snapshot `name` whose checksum [`check_streamed`] already
+/// verified as they arrived (so they are not hashed a second time).
+pub fn decode_checked(name: &str, data: &[u8]) -> Result<Vec<DeltaEvent>, DeltaError> {
+    let json = data
+        .len()
+        .checked_sub(CHECKSUM_LEN)
+        .map(|end| &data[..end])
+        .ok_or_else(|| DeltaError::Truncated {
+            name: name.to_string(),
+            len: data.len(),
+        })?;
+    parse(name, json)
+}
+
+/// The event list of a checked delta's JSON.
+fn parse(name: &str, json: &[u8]) -> Result<Vec<DeltaEvent>, DeltaError> {
     serde_json::from_slice(json).map_err(|e| DeltaError::Malformed {
         name: name.to_string(),
         message: e.to_string(),

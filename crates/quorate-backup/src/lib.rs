@@ -11,3 +11,4 @@ pub mod restore;
 pub mod snapshotter;
 pub mod store;
 pub mod store_restore;
+pub mod trailer;

@@ -13,6 +13,7 @@ use crate::restore::{
 };
 use crate::store::StoredSnapshot;
 use crate::store::{SnapStore, StoreError, StoreOptions};
+use crate::trailer::TrailingSha256;
 use futures::StreamExt;
 use quorate_api::BackupSpec;
 use std::path::Path;
@@ -219,13 +220,22 @@ async fn restore_planned(
                     )
                     .await
                     .map_err(|e| fail(e.to_string()))?;
+                // Hashed as the bytes arrive: the object is handed over only once its
+                // SHA-256 matched, so none of its events is applied before that.
                 let mut bytes = Vec::with_capacity(snapshot.size.min(limits.delta_bytes) as usize);
+                let mut hashed = TrailingSha256::new();
                 while let Some(chunk) = body.next().await {
-                    bytes.extend_from_slice(&chunk.map_err(|e| fail(e.to_string()))?);
+                    let chunk = chunk.map_err(|e| fail(e.to_string()))?;
+                    hashed.update(&chunk);
+                    bytes.extend_from_slice(&chunk);
                 }
+                crate::delta::check_streamed(&object, hashed).map_err(|e| FetchError {
+                    object: object.clone(),
+                    source: Box::new(e),
+                })?;
                 Ok(DeltaObject {
                     name: object.clone(),
-                    content: DeltaContent::Raw(bytes.into()),
+                    content: DeltaContent::Checked(bytes.into()),
                 })
             }
         })

@@ -234,3 +234,92 @@ async fn gzip_bombs_are_cut_at_the_bound_while_they_stream() {
     let grown = peak_rss().saturating_sub(before);
     assert!(grown < 128 << 20, "peak memory grew by {grown} bytes");
 }
+
+/// A full snapshot or a delta with one byte changed (and its checksum left as it was) is
+/// refused by the checksum verified while its bytes stream: the full snapshot before quorate's
+/// reader or etcd's tools read the file, the delta before any of its events is applied.
+#[tokio::test]
+async fn a_damaged_object_fails_its_checksum_as_it_streams() {
+    use quorate_backup::delta::DeltaError;
+    use quorate_backup::restore::RestoreError;
+    use quorate_backup::store_restore::StoreRestoreError;
+    let source = Source::start().await;
+    let files = tempfile::tempdir().unwrap();
+    let capture = source.capture_from(1).await;
+    workload(&source.client, "k/").await;
+    let (full_path, _, revision) = source.snapshot_file(files.path()).await;
+    let mut c = source.client.clone();
+    for i in 0..3 {
+        c.put(format!("after/{i}"), "v", None).await.unwrap();
+    }
+    let head = source.head().await;
+    let events = capture.until(head).await;
+    let gzip = Some(CompressionPolicy::Gzip);
+    let restore = |store: SnapStore| async move {
+        let target = Target::new();
+        std::fs::create_dir_all(target.data_dir().join("member")).unwrap();
+        std::fs::write(target.data_dir().join("member/keep"), b"old").unwrap();
+        let err = restore_from_store(
+            &store,
+            RestoreTarget::Latest,
+            target.identity(),
+            &target.data_dir(),
+            tools(),
+            StoreRestoreOptions::default(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            listing(&target.data_dir()),
+            vec!["member", "member/keep"],
+            "the target was touched"
+        );
+        err
+    };
+
+    // The full snapshot: a byte in the middle of the file flipped.
+    let mut damaged = std::fs::read(&full_path).unwrap();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x55;
+    let bucket = files.path().join("full");
+    let full = local_store(&bucket, None)
+        .upload(
+            &SnapshotName::full(revision, now_unix() - 60, gzip),
+            bytes_body(damaged),
+        )
+        .await
+        .unwrap();
+    match restore(local_store(&bucket, None)).await {
+        StoreRestoreError::Restore(RestoreError::FullSnapshotDamaged { object, problem }) => {
+            assert_eq!(object, full.name.file_name());
+            assert!(problem.contains("integrity hash"), "{problem}");
+        }
+        other => panic!("expected the full snapshot's checksum to fail first: {other}"),
+    }
+
+    // A delta: one byte of its JSON changed.
+    let bucket = files.path().join("delta");
+    let store = local_store(&bucket, None);
+    store
+        .upload(
+            &SnapshotName::full(revision, now_unix() - 60, gzip),
+            bytes_body(std::fs::read(&full_path).unwrap()),
+        )
+        .await
+        .unwrap();
+    let mut bytes = quorate_backup::delta::encode(&events_in(&events, revision + 1, head));
+    bytes[3] ^= 0x01;
+    let delta = store
+        .upload(
+            &SnapshotName::incr(revision + 1, head, now_unix() - 30, gzip),
+            bytes_body(bytes),
+        )
+        .await
+        .unwrap();
+    match restore(store).await {
+        StoreRestoreError::Restore(RestoreError::Delta(DeltaError::ChecksumMismatch { name })) => {
+            assert_eq!(name, delta.name.file_name())
+        }
+        other => panic!("expected the delta's checksum to fail: {other}"),
+    }
+}

@@ -157,6 +157,10 @@ pub struct BackupConfig {
     /// encrypted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption_key_dir: Option<String>,
+    /// Clear objects written before this instant are accepted although keys are configured
+    /// (`quorate.io/accept-plaintext-before`: a bucket's migration window to encryption).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_plaintext_before: Option<jiff::Timestamp>,
 }
 
 /// How a member's own agent reaches its etcd (see [`ClusterConfig::own_client_endpoint`]).

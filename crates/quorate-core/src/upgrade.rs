@@ -199,6 +199,7 @@ pub(crate) mod tests {
             new_chain_request: None,
             encryption_secret: None,
             encryption_key_dir: None,
+            accept_plaintext_before: None,
         }
     }
     use crate::hibernation::FINAL_SNAPSHOT_ANNOTATION;

@@ -1055,3 +1055,127 @@ fn a_fresh_local_clusters_state_is_not_readable_by_another_user() {
         }
     }
 }
+
+/// Kills and reaps a child process when dropped (also when the test panics).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A bucket that held clear backups before encryption was turned on: after a total loss the
+/// agent refuses its clear objects (a writer of the bucket could have put them there) and says
+/// so on its lease; `quorate.io/accept-plaintext-before` naming a time after them lets it
+/// restore every write. A value that is not a time is refused by validation.
+#[test]
+fn clear_backups_restore_only_within_the_annotated_migration_window() {
+    let local = Local::new();
+    let name = "window";
+    let path = local.manifest("clear.yaml", &with_backups(name, 1));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, name, "BackupReady")?.0 == "True").then_some(())
+    });
+    let rt = runtime();
+    let endpoints = local.endpoints(name);
+    let last = rt.block_on(async {
+        let mut client = Client::connect(endpoints.clone(), None).await.unwrap();
+        let mut last = 0;
+        for i in 0..20 {
+            let put = client.put(format!("k/{i:02}"), "v", None).await.unwrap();
+            last = put.header().unwrap().revision();
+        }
+        last
+    });
+    let before = rt.block_on(dump(&endpoints[0], "k/"));
+    eventually(
+        "the bucket holds every write",
+        Duration::from_secs(60),
+        || (local.newest_backup(name) >= last).then_some(()),
+    );
+    local.kill_cluster(name);
+    std::fs::remove_dir_all(
+        local
+            .cluster_dir(name)
+            .join(format!("members/{name}-0/data")),
+    )
+    .unwrap();
+    // Every clear object was written before this second ends; encryption is turned on now.
+    let window = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 1).unwrap();
+    let keys = local.cluster_dir(name).join("secrets/backup-keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("k1"), "7".repeat(64)).unwrap();
+    std::fs::write(keys.join("active"), "k1").unwrap();
+    let annotated = |extra: &str| {
+        with_backups(name, 1).replace(
+            "  namespace: default\n",
+            &format!(
+                "  namespace: default\n  annotations:\n    \
+                 quorate.io/backup-encryption-secret: backup-keys\n{extra}"
+            ),
+        )
+    };
+    let encrypted = local.manifest("encrypted.yaml", &annotated(""));
+    let up_output = local.state.path().join("up.out");
+    let mut up = Reaped(
+        local
+            .command(&["up", "-d", "-f", path_str(&encrypted), "--timeout", "180s"])
+            .stdout(std::fs::File::create(&up_output).unwrap())
+            .stderr(std::fs::File::create(local.state.path().join("up.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let lease = local
+        .cluster_dir(name)
+        .join(format!("leases/{name}-0.json"));
+    let waiting = eventually(
+        "the agent to refuse the clear objects",
+        Duration::from_secs(90),
+        || {
+            let lease: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&lease).ok()?).ok()?;
+            lease["annotations"]["quorate.io/waiting"]
+                .as_str()
+                .filter(|w| w.contains("is not encrypted"))
+                .map(String::from)
+        },
+    );
+    assert!(
+        waiting.contains("restoring from the bucket failed"),
+        "{waiting}"
+    );
+
+    let bad = local.manifest(
+        "bad.yaml",
+        &annotated("    quorate.io/accept-plaintext-before: yesterday\n"),
+    );
+    let out = local.quorate(&["apply", "-f", path_str(&bad)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("quorate.io/accept-plaintext-before")
+            && stderr.contains("not an RFC 3339 time"),
+        "{stderr}"
+    );
+    let open = local.manifest(
+        "window.yaml",
+        &annotated(&format!(
+            "    quorate.io/accept-plaintext-before: \"{window}\"\n"
+        )),
+    );
+    local.ok(&["apply", "-f", path_str(&open)]);
+    // `up` returns once the member is ready: restored from the clear objects.
+    let status = up.0.wait().unwrap();
+    let output = [up_output, local.state.path().join("up.err")]
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+        .join("\n");
+    assert!(status.success(), "{output}\n{}", local.log_tails());
+    let after = rt.block_on(dump(&local.endpoints(name)[0], "k/"));
+    assert_eq!(
+        after, before,
+        "every write is back at its original revision"
+    );
+}

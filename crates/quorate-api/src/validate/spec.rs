@@ -101,6 +101,22 @@ fn check_metadata(etcd: &Etcd, p: &mut Problems) {
             );
         }
     }
+    let window = format!(
+        "metadata.annotations[{}]",
+        crate::annotations::ACCEPT_PLAINTEXT_BEFORE
+    );
+    match crate::annotations::accept_plaintext_before(etcd) {
+        Err(message) => p.add(&window, message),
+        Ok(Some(_)) if crate::annotations::backup_encryption_secret(etcd).is_none() => p.add(
+            &window,
+            format!(
+                "accepts clear backups although encryption keys are configured, but none are \
+                 ({} is not set): remove the annotation, or set both",
+                crate::annotations::BACKUP_ENCRYPTION_SECRET
+            ),
+        ),
+        Ok(_) => {}
+    }
     if let Err(message) = crate::etcd_version::requested(etcd) {
         p.add(
             format!("metadata.annotations[{}]", crate::annotations::ETCD_VERSION),

@@ -295,6 +295,38 @@ fn the_backup_encryption_secret_must_be_a_secret_name_and_needs_a_store() {
     assert!(rejected(&e, path).contains("set spec.backup.store"));
 }
 
+/// The migration window is an RFC 3339 time, and only means something with keys configured.
+#[test]
+fn the_plaintext_window_must_be_a_time_and_needs_encryption_keys() {
+    let path = "metadata.annotations[quorate.io/accept-plaintext-before]";
+    let mut e = valid();
+    let annotate = |e: &mut Etcd, pairs: &[(&str, &str)]| {
+        e.metadata.annotations = Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+    };
+    let keys = crate::annotations::BACKUP_ENCRYPTION_SECRET;
+    let window = crate::annotations::ACCEPT_PLAINTEXT_BEFORE;
+    annotate(
+        &mut e,
+        &[(keys, "backup-keys"), (window, "2026-11-20T10:00:00Z")],
+    );
+    accepted(&e);
+    for bad in ["yesterday", "2026-11-20", "2026-11-20T10:00:00"] {
+        annotate(&mut e, &[(keys, "backup-keys"), (window, bad)]);
+        let message = rejected(&e, path);
+        assert!(
+            message.contains("not an RFC 3339 time") && message.contains(bad),
+            "{bad}: {message}"
+        );
+    }
+    annotate(&mut e, &[(window, "2026-11-20T10:00:00Z")]);
+    assert!(rejected(&e, path).contains("quorate.io/backup-encryption-secret is not set"));
+}
+
 #[test]
 fn names_that_would_leave_their_directory_are_refused() {
     let mut e = valid();

@@ -349,7 +349,8 @@ fn check_snapshot_hash(path: &Path) -> Result<(), String> {
 
 impl DirectApplier {
     /// [`DirectApplier::start`] off the async threads (reading and copying the whole snapshot
-    /// is blocking file work), writing `work/replayed.db`.
+    /// is blocking file work), writing `work/replayed.db`. The snapshot's integrity hash is
+    /// not checked again: the pipeline checked it as the file reached the disk.
     pub async fn open(
         options: &RestoreOptions,
         db: &Path,
@@ -361,11 +362,8 @@ impl DirectApplier {
             full_name.to_string(),
             work.join("replayed.db"),
         );
-        let (skip, ttl, bump) = (
-            options.skip_hash_check,
-            options.default_lease_ttl,
-            options.revision_bump,
-        );
+        // The pipeline verified the integrity hash as the snapshot reached the disk (fetch).
+        let (skip, ttl, bump) = (true, options.default_lease_ttl, options.revision_bump);
         tokio::task::spawn_blocking(move || DirectApplier::start(&db, &name, &out, skip, ttl, bump))
             .await
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))

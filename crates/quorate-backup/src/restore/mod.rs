@@ -95,6 +95,9 @@ pub enum DeltaContent {
     Raw(Bytes),
     /// Events already decoded and verified by the caller.
     Events(Vec<DeltaEvent>),
+    /// The decompressed object whose SHA-256 the caller verified as it streamed
+    /// ([`crate::delta::check_streamed`]): decoded without hashing it again.
+    Checked(Bytes),
 }
 
 /// One delta snapshot object.
@@ -252,6 +255,17 @@ pub enum RestoreError {
         /// What is wrong, naming the page.
         source: bolt::BoltError,
     },
+    /// The full snapshot's integrity hash (the SHA-256 etcd appends) is missing or does not
+    /// match; checked as the bytes reached the disk, before anything read the file.
+    #[error(
+        "full snapshot {object}: {problem}; nothing was changed, restore from another full snapshot"
+    )]
+    FullSnapshotDamaged {
+        /// The object.
+        object: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// The full snapshot is already past the target revision.
     #[error(
         "full snapshot {object} is at revision {full_revision}, past the target revision \
@@ -267,7 +281,7 @@ pub enum RestoreError {
     },
     /// A delta could not be fetched.
     #[error("{0}; nothing was changed, retry the restore once the object can be read")]
-    Fetch(#[from] FetchError),
+    Fetch(FetchError),
     /// A delta is damaged.
     #[error("{0}; the restore was abandoned, nothing was changed")]
     Delta(#[from] DeltaError),
@@ -326,6 +340,20 @@ pub enum RestoreError {
         /// Why.
         message: String,
     },
+}
+
+impl From<FetchError> for RestoreError {
+    /// A delta whose bytes failed their checksum as they streamed is damaged, not unreadable:
+    /// reported as such ([`RestoreError::Delta`]), whoever fetched it.
+    fn from(e: FetchError) -> RestoreError {
+        match e.source.downcast::<DeltaError>() {
+            Ok(delta) => RestoreError::Delta(*delta),
+            Err(source) => RestoreError::Fetch(FetchError {
+                object: e.object,
+                source,
+            }),
+        }
+    }
 }
 
 /// Restores `inputs.data_dir` as `inputs.member` from the full snapshot and the deltas, up to
@@ -394,7 +422,7 @@ async fn build(
     } = inputs;
     // Fetch: the full snapshot on disk, and the revision it holds.
     let full_name = full.name.clone();
-    let db = fetch::full_to_disk(full, work, &data_dir).await?;
+    let db = fetch::full_to_disk(full, work, &data_dir, options.skip_hash_check).await?;
     // Checked by quorate's own reader first: a crafted file never reaches etcd's tools.
     {
         let (db, object) = (db.clone(), full_name.clone());

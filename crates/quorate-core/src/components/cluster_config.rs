@@ -111,6 +111,10 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         new_chain_request: annotation(etcd, quorate_api::annotations::NEW_BACKUP_CHAIN),
         encryption_secret: encryption_secret.map(String::from),
         encryption_key_dir: encryption_secret.and(placement.encryption_key_dir),
+        // Validation refused a value that is not a time.
+        accept_plaintext_before: quorate_api::annotations::accept_plaintext_before(etcd)
+            .ok()
+            .flatten(),
     });
     ClusterConfig {
         cluster_name: name,
@@ -392,11 +396,19 @@ mod tests {
             }),
             ..StoreSpec::default()
         });
-        e.metadata.annotations = Some(BTreeMap::from([(
-            ADOPT_BACKUPS.to_string(),
-            "true".to_string(),
-        )]));
+        e.metadata.annotations = Some(BTreeMap::from([
+            (ADOPT_BACKUPS.to_string(), "true".to_string()),
+            (
+                quorate_api::annotations::ACCEPT_PLAINTEXT_BEFORE.to_string(),
+                "2026-11-20T10:00:00Z".to_string(),
+            ),
+        ]));
         let b = render_for_kubernetes(&e, &ctx()).unwrap().backup.unwrap();
+        assert_eq!(
+            b.accept_plaintext_before,
+            Some("2026-11-20T10:00:00Z".parse().unwrap()),
+            "the migration window reaches the agents"
+        );
         assert_eq!(b.local_root, "/var/etcd/backups");
         assert_eq!(b.secret_dir.as_deref(), Some("/var/etcd-backup"));
         assert_eq!(b.full_snapshot_lease, "etcd-main-full-snap");

@@ -88,6 +88,7 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
             a::RECOVER,
             a::NEW_BACKUP_CHAIN,
             a::BACKUP_ENCRYPTION_SECRET,
+            a::ACCEPT_PLAINTEXT_BEFORE,
             a::ETCD_VERSION,
             d::DEFRAGMENT,
             d::DEFRAG_FREE_PERCENT,
@@ -104,11 +105,12 @@ pub fn template_checksum(etcd: &Etcd, ctx: &ComponentContext) -> Result<String, 
         ..ctx.clone()
     };
     let mut cluster = render_for_kubernetes(&one, &ctx)?;
-    // The agents read their token Secret at each request, and the encryption keys before they
-    // use the store: naming either restarts nothing.
+    // The agents read their token Secret at each request, and the encryption keys and the
+    // migration window for clear objects when they use the store: none restarts anything.
     cluster.agent_token_secret = None;
     if let Some(backup) = cluster.backup.as_mut() {
         backup.encryption_key_dir = None;
+        backup.accept_plaintext_before = None;
     }
     Ok(config_map_checksum(&with_cluster(&one, &cluster)?))
 }
@@ -242,6 +244,16 @@ mod tests {
         assert_eq!(
             template_checksum(&plain, &ctx()).unwrap(),
             template_checksum(&sealed, &ctx()).unwrap()
+        );
+        // Opening the migration window for clear objects restarts nothing either.
+        let mut window = sealed.clone();
+        window.metadata.annotations.as_mut().unwrap().insert(
+            quorate_api::annotations::ACCEPT_PLAINTEXT_BEFORE.to_string(),
+            "2026-11-20T10:00:00Z".to_string(),
+        );
+        assert_eq!(
+            template_checksum(&sealed, &ctx()).unwrap(),
+            template_checksum(&window, &ctx()).unwrap()
         );
         let data = build(&sealed, &ctx()).unwrap().data.unwrap();
         let cluster: ClusterConfig = serde_json::from_str(&data["cluster.json"]).unwrap();

@@ -224,6 +224,39 @@ mod tests {
         );
     }
 
+    /// The migration window for clear backups: a time, or the webhook refuses it with the
+    /// message local mode gives (an update of the annotation alone is checked by the spec flow,
+    /// as every annotation is).
+    #[test]
+    fn the_plaintext_window_must_be_a_time() {
+        let mut e = etcd(3, "20s", "1m");
+        e["spec"]["backup"]["store"] =
+            json!({"provider": "S3", "container": "backups", "prefix": "main"});
+        e["metadata"]["annotations"] = json!({
+            "quorate.io/backup-encryption-secret": "backup-keys",
+            "quorate.io/accept-plaintext-before": "2026-11-20T10:00:00Z",
+        });
+        assert_eq!(
+            judge_etcd(&Operation::Create, Some(&e), None),
+            EtcdVerdict::Allowed
+        );
+        let mut bad = e.clone();
+        bad["metadata"]["annotations"]["quorate.io/accept-plaintext-before"] = json!("last week");
+        let EtcdVerdict::Invalid(errors) = judge_etcd(&Operation::Create, Some(&bad), None) else {
+            panic!("not refused")
+        };
+        let message = invalid_message("shoot/etcd-main", &errors);
+        assert!(
+            message.contains(
+                "metadata.annotations[quorate.io/accept-plaintext-before]: \"last week\" is not \
+                 an RFC 3339 time"
+            ),
+            "{message}"
+        );
+        let local = validate(&typed(&bad)).expect_err("local mode refuses it too");
+        assert_eq!(errors, local);
+    }
+
     #[test]
     fn every_problem_gets_its_own_line() {
         let e = etcd(-1, "20s", "10s");
