@@ -503,7 +503,7 @@ impl<'a, C: Coordination> Running<'a, C> {
         duties::promote::run(cluster, me, &tick, state).await;
         if !st.is_learner && !self.peer_urls_settled && st.leader_id != 0 {
             self.peer_urls_settled =
-                settle_peer_urls(client, cluster, me, st.member_id, state).await;
+                duties::peer_urls::settle(client, cluster, me, st.member_id, state).await;
         }
         let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
         let publish_due = self.last_publish.is_none_or(|t| t.elapsed() >= heartbeat);
@@ -543,48 +543,6 @@ fn record_status(state: &SharedState, st: &MemberStatus, read: bool) {
             revision: Some(st.revision),
         });
     });
-}
-
-/// Makes the cluster know this member by the peer URL it is configured with, as etcd keeps a
-/// member's peer URLs from when it joined: after peer TLS is turned on, etcd already listens
-/// with https but its peers would still dial http. etcd-backup-restore does the same
-/// (`updatePeerURLIfChanged`). Records the registered URLs; true once they are right.
-async fn settle_peer_urls(
-    client: &MemberClient,
-    cluster: &ClusterConfig,
-    me: &str,
-    id: u64,
-    state: &SharedState,
-) -> bool {
-    let Some(wanted) = cluster.member(me).map(|m| vec![m.peer_url.clone()]) else {
-        return true;
-    };
-    let registered = match client.member_list().await {
-        Ok(list) => list.into_iter().find(|m| m.id == id).map(|m| m.peer_urls),
-        Err(e) => {
-            tracing::debug!(member = %me, error = %e, "member list failed");
-            return false;
-        }
-    };
-    let Some(registered) = registered else {
-        return false;
-    };
-    if registered == wanted {
-        state.update(|s| s.registered_peer_urls = registered);
-        return true;
-    }
-    match client.update_peer_urls(id, &wanted).await {
-        Ok(_) => {
-            tracing::info!(member = %me, from = ?registered, to = ?wanted, "updated the member's peer URLs");
-            state.update(|s| s.registered_peer_urls = wanted);
-            true
-        }
-        Err(e) => {
-            tracing::warn!(member = %me, error = %e, "updating the member's peer URLs failed; retrying");
-            state.update(|s| s.registered_peer_urls = registered);
-            false
-        }
-    }
 }
 
 /// After etcd exited: was this member removed from the cluster, dropped by a recovery, or

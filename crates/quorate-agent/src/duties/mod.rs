@@ -5,6 +5,7 @@
 //! observation (see docs/architecture.md, "where does a new agent duty go").
 
 pub mod defrag;
+pub mod peer_urls;
 pub mod promote;
 pub mod quorum;
 pub mod rollout;
