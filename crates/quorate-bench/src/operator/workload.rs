@@ -318,13 +318,13 @@ impl Replay {
             .publish(&event, &etcd.object_ref(&()))
             .await
             .map_err(kube_failed("publish the event of", &key))?;
-        let ready = std::collections::BTreeMap::new();
+        let members = std::collections::BTreeMap::new();
         let status = compute_status(StatusInputs {
             etcd: &etcd,
             leases: &[],
             backup: None,
             statefulset: None,
-            ready: &ready,
+            members: &members,
             scale: None,
             etcd_version: None,
             outcome: &PassOutcome::Succeeded,
