@@ -65,6 +65,31 @@ fn wants_snapshot(latest: &ClusterConfig, cluster: EtcdVersion, snapshot: &str) 
     )
 }
 
+/// The cluster version recorded in this member's newest raft snapshot file (`none` without
+/// one), read only while core `etcd_version::reads_snapshot_evidence` says the step this member
+/// runs waits for it (the file can be 64 MiB); `None` otherwise and when it cannot be read, so
+/// the lease carries no evidence then.
+fn snapshot_evidence(
+    latest: &ClusterConfig,
+    me: &str,
+    data_dir: &std::path::Path,
+) -> Option<String> {
+    if !quorate_core::etcd_version::reads_snapshot_evidence(
+        latest.etcd_version,
+        latest.etcd_version_target,
+    ) {
+        return None;
+    }
+    match quorate_etcd::snap_file::newest(data_dir) {
+        Ok(Some(file)) => Some(file.cluster_version.unwrap_or_else(|| "none".into())),
+        Ok(None) => Some("none".to_string()),
+        Err(e) => {
+            tracing::warn!(member = %me, error = %e, "reading etcd's newest raft snapshot failed");
+            None
+        }
+    }
+}
+
 /// What this member's etcd says about a downgrade: its status and the cluster version.
 pub fn evidence(status: &MemberStatus, cluster: Option<EtcdVersion>) -> DowngradeEvidence {
     DowngradeEvidence {
@@ -90,14 +115,7 @@ pub async fn check(
 ) {
     let cluster = cluster_version(latest, me).await;
     state.update(|s| s.cluster_version = cluster.map(|v| v.to_string()));
-    let snapshot = match quorate_etcd::snap_file::newest(data_dir) {
-        Ok(Some(file)) => Some(file.cluster_version.unwrap_or_else(|| "none".into())),
-        Ok(None) => Some("none".to_string()),
-        Err(e) => {
-            tracing::warn!(member = %me, error = %e, "reading etcd's newest raft snapshot failed");
-            None
-        }
-    };
+    let snapshot = snapshot_evidence(latest, me, data_dir);
     if let (Some(cluster), Some(snapshot)) = (cluster, &snapshot)
         && wants_snapshot(latest, cluster, snapshot)
     {

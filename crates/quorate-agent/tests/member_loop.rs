@@ -40,6 +40,7 @@ fn config(n: usize) -> ClusterConfig {
         members,
         listen_host: "127.0.0.1".into(),
         etcd_version: quorate_api::EtcdVersion::V3_4,
+        etcd_version_target: None,
         etcd: EtcdSettings {
             quota_backend_bytes: 1 << 30,
             snapshot_count: 10_000,

@@ -6,6 +6,8 @@
 //! | provider | keys |
 //! |---|---|
 //! | S3 (and S3-compatible) | `accessKeyID`, `secretAccessKey`, `region`; optional `endpoint`, `s3ForcePathStyle`, `sessionToken` |
+//! | ECS (S3-compatible) | `endpoint`, `accessKeyID`, `secretAccessKey` (druid's mapping to `ECS_*` variables); optional `region` (quorate's) |
+//! | OCS (S3-compatible) | `endpoint`, `region`, `accessKeyID`, `secretAccessKey`; optional `disableSSL`, `insecureSkipVerify`; or one `*.json` file with those fields |
 //! | GCS | `serviceaccount.json`; optional `storageAPIEndpoint` |
 //! | ABS | `storageAccount`, `storageKey`; optional `domain`, `emulatorEnabled` |
 
@@ -114,6 +116,22 @@ impl SecretDir {
         }
     }
 
+    /// The first file (by name) whose name ends in `.<extension>`, if any.
+    fn first_with_extension(&self, extension: &str) -> Result<Option<PathBuf>, CredentialsError> {
+        let entries =
+            std::fs::read_dir(&self.dir).map_err(|source| CredentialsError::Unreadable {
+                path: self.dir.clone(),
+                source,
+            })?;
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == extension))
+            .collect();
+        found.sort();
+        Ok(found.into_iter().next())
+    }
+
     fn require(
         &self,
         key: &'static str,
@@ -144,9 +162,41 @@ pub struct S3Credentials {
     pub force_path_style: Option<bool>,
     /// `sessionToken`: for temporary credentials.
     pub session_token: Option<String>,
+    /// `insecureSkipVerify` (OCS): accept any server certificate.
+    pub insecure_skip_verify: bool,
 }
 
 const S3_NEEDS: &str = "accessKeyID and secretAccessKey, usually region";
+const ECS_NEEDS: &str = "endpoint, accessKeyID and secretAccessKey";
+const OCS_NEEDS: &str =
+    "endpoint, region, accessKeyID and secretAccessKey (or one *.json file with them)";
+/// The region etcd-backup-restore signs ECS requests for: ECS has no regions.
+pub const ECS_REGION: &str = "US-Standard";
+
+/// The fields of an OCS credentials JSON file, as etcd-backup-restore reads them.
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct OcsJson {
+    endpoint: String,
+    region: String,
+    #[serde(rename = "accessKeyID")]
+    access_key_id: String,
+    secret_access_key: String,
+    #[serde(rename = "disableSSL")]
+    disable_ssl: bool,
+    insecure_skip_verify: bool,
+}
+
+/// `endpoint` with `http://` or `https://` (by `disable_ssl`) when it names no scheme.
+fn with_scheme(endpoint: String, disable_ssl: bool) -> String {
+    if endpoint.contains("://") {
+        endpoint
+    } else if disable_ssl {
+        format!("http://{endpoint}")
+    } else {
+        format!("https://{endpoint}")
+    }
+}
 
 impl S3Credentials {
     /// Reads the S3 keys of etcd-backup-restore's AWS secret.
@@ -158,6 +208,89 @@ impl S3Credentials {
             endpoint: dir.get("endpoint")?,
             force_path_style: dir.get_bool("s3ForcePathStyle")?,
             session_token: dir.get("sessionToken")?,
+            insecure_skip_verify: false,
+        })
+    }
+
+    /// Reads the keys druid hands etcd-backup-restore for Dell ECS (`endpoint`,
+    /// `accessKeyID`, `secretAccessKey`); requests are signed for [`ECS_REGION`] and address
+    /// buckets path-style, as etcd-backup-restore's ECS store does. An optional `region` key
+    /// (quorate's, not druid's) signs for another region, for servers that check its form.
+    pub fn from_ecs_dir(dir: &SecretDir) -> Result<S3Credentials, CredentialsError> {
+        Ok(S3Credentials {
+            access_key_id: dir.require("accessKeyID", "ECS", ECS_NEEDS)?,
+            secret_access_key: dir.require("secretAccessKey", "ECS", ECS_NEEDS)?,
+            region: Some(dir.get("region")?.unwrap_or_else(|| ECS_REGION.to_string())),
+            endpoint: Some(with_scheme(
+                dir.require("endpoint", "ECS", ECS_NEEDS)?,
+                false,
+            )),
+            force_path_style: Some(true),
+            session_token: None,
+            insecure_skip_verify: false,
+        })
+    }
+
+    /// Reads etcd-backup-restore's OpenShift (OCS) credentials: a `*.json` file in the
+    /// directory when there is one (its fields win, as in etcd-backup-restore), else the keys
+    /// `endpoint`, `region`, `accessKeyID`, `secretAccessKey` (all required), `disableSSL` and
+    /// `insecureSkipVerify`. Buckets are addressed path-style.
+    pub fn from_ocs_dir(dir: &SecretDir) -> Result<S3Credentials, CredentialsError> {
+        let json = match dir.first_with_extension("json")? {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| {
+                    CredentialsError::Unreadable {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                let parsed: OcsJson =
+                    serde_json::from_str(&text).map_err(|e| CredentialsError::Invalid {
+                        dir: dir.path().to_path_buf(),
+                        key: "*.json",
+                        problem: format!(
+                            "{} is not OCS credentials JSON ({e}); write {{\"endpoint\": ..., \"region\": ..., \"accessKeyID\": ..., \"secretAccessKey\": ...}}",
+                            path.display()
+                        ),
+                    })?;
+                Some(parsed)
+            }
+            None => None,
+        };
+        let o = match json {
+            Some(o) => o,
+            None => OcsJson {
+                endpoint: dir.require("endpoint", "OCS", OCS_NEEDS)?,
+                region: dir.require("region", "OCS", OCS_NEEDS)?,
+                access_key_id: dir.require("accessKeyID", "OCS", OCS_NEEDS)?,
+                secret_access_key: dir.require("secretAccessKey", "OCS", OCS_NEEDS)?,
+                disable_ssl: dir.get_bool("disableSSL")?.unwrap_or(false),
+                insecure_skip_verify: dir.get_bool("insecureSkipVerify")?.unwrap_or(false),
+            },
+        };
+        for (key, value) in [
+            ("endpoint", &o.endpoint),
+            ("region", &o.region),
+            ("accessKeyID", &o.access_key_id),
+            ("secretAccessKey", &o.secret_access_key),
+        ] {
+            if value.trim().is_empty() {
+                return Err(CredentialsError::Missing {
+                    dir: dir.path().to_path_buf(),
+                    key,
+                    provider: "OCS",
+                    needs: OCS_NEEDS,
+                });
+            }
+        }
+        Ok(S3Credentials {
+            access_key_id: o.access_key_id.trim().to_string(),
+            secret_access_key: o.secret_access_key.trim().to_string(),
+            region: Some(o.region.trim().to_string()),
+            endpoint: Some(with_scheme(o.endpoint.trim().to_string(), o.disable_ssl)),
+            force_path_style: Some(true),
+            session_token: None,
+            insecure_skip_verify: o.insecure_skip_verify,
         })
     }
 }
@@ -174,6 +307,7 @@ impl fmt::Debug for S3Credentials {
                 "session_token",
                 &self.session_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
             .finish()
     }
 }
@@ -296,6 +430,88 @@ mod tests {
 
         let e = SecretDir::open("/nonexistent/quorate-secret").unwrap_err();
         assert!(e.to_string().contains("/nonexistent/quorate-secret"), "{e}");
+    }
+
+    #[test]
+    fn ecs_takes_druids_three_keys_and_signs_for_us_standard() {
+        let d = secret(&[
+            ("endpoint", "ecs.example.com:9021\n"),
+            ("accessKeyID", "ecs-user"),
+            ("secretAccessKey", "s3cr3t"),
+        ]);
+        let c = S3Credentials::from_ecs_dir(&SecretDir::open(d.path()).unwrap()).unwrap();
+        assert_eq!(c.endpoint.as_deref(), Some("https://ecs.example.com:9021"));
+        assert_eq!(c.region.as_deref(), Some(ECS_REGION));
+        assert_eq!(c.force_path_style, Some(true));
+        let d = secret(&[("accessKeyID", "a"), ("secretAccessKey", "b")]);
+        let e = S3Credentials::from_ecs_dir(&SecretDir::open(d.path()).unwrap()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CredentialsError::Missing {
+                    key: "endpoint",
+                    provider: "ECS",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ocs_reads_its_keys_or_a_json_file_and_names_what_is_missing() {
+        let d = secret(&[
+            ("endpoint", "ocs.example.com"),
+            ("region", "eu-1"),
+            ("accessKeyID", "a"),
+            ("secretAccessKey", "b"),
+            ("disableSSL", "true"),
+            ("insecureSkipVerify", "true"),
+        ]);
+        let c = S3Credentials::from_ocs_dir(&SecretDir::open(d.path()).unwrap()).unwrap();
+        assert_eq!(c.endpoint.as_deref(), Some("http://ocs.example.com"));
+        assert_eq!(c.region.as_deref(), Some("eu-1"));
+        assert!(c.insecure_skip_verify);
+
+        // A JSON file wins over the keys, as in etcd-backup-restore.
+        std::fs::write(
+            d.path().join("credentials.json"),
+            r#"{"endpoint": "https://json.example.com", "region": "eu-2", "accessKeyID": "ja", "secretAccessKey": "jb"}"#,
+        )
+        .unwrap();
+        let c = S3Credentials::from_ocs_dir(&SecretDir::open(d.path()).unwrap()).unwrap();
+        assert_eq!(c.endpoint.as_deref(), Some("https://json.example.com"));
+        assert_eq!(
+            (c.access_key_id.as_str(), c.region.as_deref()),
+            ("ja", Some("eu-2"))
+        );
+        assert!(!c.insecure_skip_verify);
+        assert!(!format!("{c:?}").contains("jb"));
+
+        std::fs::write(
+            d.path().join("credentials.json"),
+            r#"{"endpoint": "x", "accessKeyID": "a", "secretAccessKey": "b"}"#,
+        )
+        .unwrap();
+        let e = S3Credentials::from_ocs_dir(&SecretDir::open(d.path()).unwrap()).unwrap_err();
+        assert!(
+            matches!(e, CredentialsError::Missing { key: "region", .. }),
+            "{e}"
+        );
+        std::fs::write(d.path().join("credentials.json"), "endpoint: x").unwrap();
+        let e = S3Credentials::from_ocs_dir(&SecretDir::open(d.path()).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("credentials.json"), "{e}");
+
+        let d = secret(&[
+            ("endpoint", "x"),
+            ("accessKeyID", "a"),
+            ("secretAccessKey", "b"),
+        ]);
+        let e = S3Credentials::from_ocs_dir(&SecretDir::open(d.path()).unwrap()).unwrap_err();
+        assert!(
+            e.to_string().contains("region") && e.to_string().contains("OCS"),
+            "{e}"
+        );
     }
 
     #[test]

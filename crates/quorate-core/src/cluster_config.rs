@@ -31,6 +31,13 @@ pub struct ClusterConfig {
     /// versions ran etcd 3.4.
     #[serde(default = "unrecorded_version")]
     pub etcd_version: quorate_api::EtcdVersion,
+    /// The version the `Etcd` asks for (`quorate.io/etcd-version`), the end of a chained
+    /// change; `None` without the annotation. The agents read it to know whether the step
+    /// they run waits for raft-snapshot evidence (core
+    /// `etcd_version::reads_snapshot_evidence`); not part of the rollout hash: a new request
+    /// restarts nothing by itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version_target: Option<quorate_api::EtcdVersion>,
     /// etcd tuning taken from the spec.
     pub etcd: EtcdSettings,
     /// Client TLS, when `spec.etcd.clientUrlTls` is set.

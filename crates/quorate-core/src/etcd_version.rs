@@ -243,10 +243,22 @@ pub fn snapshot_gate(
 /// step towards `target` waits for raft snapshots, so etcd takes them soon; `configured`
 /// otherwise.
 pub fn snapshot_count(run: EtcdVersion, target: Option<EtcdVersion>, configured: u64) -> u64 {
-    match target.and_then(|t| run.next_toward(t)) {
-        Some(next) if needs_snapshot(run, next) => configured.min(SNAPSHOT_GATE_COUNT),
-        _ => configured,
+    if reads_snapshot_evidence(run, target) {
+        configured.min(SNAPSHOT_GATE_COUNT)
+    } else {
+        configured
     }
+}
+
+/// Whether a member configured for step `run` of a change towards `target` reads its newest
+/// raft snapshot file (up to 64 MiB) and publishes the cluster version recorded in it: only
+/// while that evidence can matter, i.e. `run` is a version whose next step towards `target`
+/// waits for raft snapshots (3.6 on a chain to 3.7). Any other time the file is not read and
+/// nothing is published, so no evidence from an earlier chain outlives it.
+pub fn reads_snapshot_evidence(run: EtcdVersion, target: Option<EtcdVersion>) -> bool {
+    target
+        .and_then(|t| run.next_toward(t))
+        .is_some_and(|next| needs_snapshot(run, next))
 }
 
 /// Whether a member should add raft entries (a lease grant and revoke) so its etcd takes the
@@ -490,6 +502,26 @@ mod tests {
         assert_eq!(snapshot_count(v("3.7"), Some(v("3.7")), 10_000), 10_000);
         assert_eq!(snapshot_count(v("3.5"), Some(v("3.7")), 10_000), 10_000);
         assert_eq!(snapshot_count(v("3.6"), Some(v("3.5")), 10_000), 10_000);
+    }
+
+    #[test]
+    fn a_member_reads_its_snapshot_file_only_while_it_runs_3_6_on_a_chain_to_3_7() {
+        assert!(reads_snapshot_evidence(v("3.6"), Some(v("3.7"))));
+        for (run, target) in [
+            ("3.6", None),
+            ("3.6", Some("3.6")),
+            ("3.6", Some("3.5")),
+            ("3.5", Some("3.7")),
+            ("3.5", Some("3.6")),
+            ("3.7", Some("3.7")),
+            ("3.7", Some("3.5")),
+            ("3.4", Some("3.5")),
+        ] {
+            assert!(
+                !reads_snapshot_evidence(v(run), target.map(v)),
+                "{run} towards {target:?}"
+            );
+        }
     }
 
     #[test]

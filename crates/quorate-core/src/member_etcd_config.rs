@@ -326,6 +326,7 @@ pub(crate) mod tests {
             ],
             listen_host: "127.0.0.1".into(),
             etcd_version: EtcdVersion::V3_4,
+            etcd_version_target: None,
             etcd: EtcdSettings {
                 quota_backend_bytes: 8 << 30,
                 snapshot_count: 10_000,

@@ -53,6 +53,7 @@ fn everything_set(version: EtcdVersion, certs: &TestCerts, ports: &[u16]) -> Clu
         bootstrap_members: vec!["flags-0".into()],
         listen_host: "127.0.0.1".into(),
         etcd_version: version,
+        etcd_version_target: None,
         etcd: EtcdSettings {
             quota_backend_bytes: 3 << 30,
             snapshot_count: 25_000,

@@ -197,6 +197,7 @@ mod tests {
             bootstrap_members: Vec::new(),
             listen_host: "127.0.0.1".into(),
             etcd_version: quorate_api::EtcdVersion::V3_5,
+            etcd_version_target: None,
             etcd: EtcdSettings::from_etcd(e),
             client_tls: None,
             peer_tls: None,

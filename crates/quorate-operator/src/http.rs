@@ -60,3 +60,37 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn metrics_serve_the_process_and_the_build() {
+        let probes = Probes {
+            metrics: Metrics::default(),
+            ready: Arc::default(),
+        };
+        let answer = router(probes)
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(answer.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        for series in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "quorate_build_info{version=\"",
+            "quorate_operator_reconciles_total{result=\"succeeded\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} in:\n{text}");
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! The operator's Prometheus metrics: reconciles by result, errors by code, pass duration, and
-//! clusters by condition, served at `/metrics` in the OpenMetrics text format.
+//! clusters by condition, plus its process (`process_*`) and build (`quorate_build_info`) as
+//! the agent serves them, at `/metrics` in the OpenMetrics text format.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -52,7 +53,11 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("quorate_operator");
+        // `process_*` and `quorate_build_info` at the top, as the agent serves them; the
+        // operator's own metrics under `quorate_operator_`.
+        let mut root = Registry::default();
+        quorate_metrics::register_common(&mut root, "operator");
+        let registry = root.sub_registry_with_prefix("quorate_operator");
         let reconciles = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reconciles",
@@ -97,7 +102,7 @@ impl Default for Metrics {
             });
         }
         Metrics {
-            registry: Arc::new(registry),
+            registry: Arc::new(root),
             reconciles,
             errors,
             duration,
@@ -192,5 +197,16 @@ mod tests {
             ),
             "{text}"
         );
+        // The process and the build, unprefixed, as the agent serves them.
+        for series in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_start_time_seconds ",
+            "process_open_fds ",
+            "quorate_build_info{version=\"",
+        ] {
+            assert!(text.contains(series), "{series} in:\n{text}");
+        }
+        assert!(!text.contains("quorate_operator_process"), "{text}");
     }
 }

@@ -515,6 +515,15 @@ fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     let runtime = support::runtime();
     let operator = runtime.block_on(operator_metrics());
     if let Some(operator) = &operator {
+        // The operator serves its process and build as the agent does.
+        for series in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "quorate_build_info{version=\"",
+        ] {
+            assert!(operator.contains(series), "{series} in:\n{operator}");
+        }
         exporters.extend(families(operator));
     }
     let mut missing = BTreeSet::new();

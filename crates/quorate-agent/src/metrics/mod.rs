@@ -19,8 +19,8 @@
 //!   `etcdbr_member_promote_duration_seconds`, `etcdbr_member_remove_duration_seconds`
 //!   (`succeeded`): the membership changes this agent carried out (in quorate the leader's agent
 //!   adds and removes members, a learner's agent promotes itself);
-//! - `etcdbr_network_{transmitted,received}_bytes`, `process_*` ([`process`]) and
-//!   `quorate_build_info{version}`;
+//! - `etcdbr_network_{transmitted,received}_bytes` ([`process`]), and `process_*` and
+//!   `quorate_build_info{version}` (`quorate_metrics`, as the operator serves them);
 //! - `etcdbr_restoration_duration_seconds{restore,succeeded}` (`single_node` or `single_member`
 //!   as BR labels them) and `etcdbr_validation_duration_seconds{succeeded}` (the data check
 //!   before etcd starts);
@@ -404,15 +404,8 @@ impl AgentMetrics {
             "Total latency to promote the learner to the voting member",
             member_promote.clone(),
         );
-        registry.register(
-            "quorate_build",
-            "The quorate build this agent runs (always 1)",
-            prometheus_client::metrics::info::Info::new(vec![(
-                "version".to_string(),
-                env!("CARGO_PKG_VERSION").to_string(),
-            )]),
-        );
-        registry.register_collector(Box::new(process::ProcessCollector));
+        quorate_metrics::register_common(&mut registry, "agent");
+        registry.register_collector(Box::new(process::NetworkCollector));
         let member = member::MemberGauges::register(&mut registry);
         let metrics = AgentMetrics {
             gc,

@@ -52,8 +52,28 @@ pub(crate) fn open(spec: &StoreSpec, opts: &StoreOptions) -> Result<Backend, Sto
     let prefix = spec.prefix.trim_matches('/');
     match provider {
         StorageProvider::Local => open_local(spec, opts, prefix),
-        StorageProvider::S3 | StorageProvider::Ecs | StorageProvider::Ocs => {
-            open_s3(spec, provider, secret.as_ref(), prefix)
+        StorageProvider::S3 => {
+            let creds = secret.as_ref().map(S3Credentials::from_dir).transpose()?;
+            open_s3(spec, provider, creds, prefix)
+        }
+        // S3-compatible, each with its own Secret layout (druid's and etcd-backup-restore's).
+        StorageProvider::Ecs | StorageProvider::Ocs => {
+            let secret = secret.as_ref().ok_or_else(|| StoreError::Config {
+                detail: format!(
+                    "provider {provider} needs spec.backup.store.secretRef: a Secret with {}",
+                    if provider == StorageProvider::Ecs {
+                        "endpoint, accessKeyID and secretAccessKey"
+                    } else {
+                        "endpoint, region, accessKeyID and secretAccessKey"
+                    }
+                ),
+            })?;
+            let creds = if provider == StorageProvider::Ecs {
+                S3Credentials::from_ecs_dir(secret)?
+            } else {
+                S3Credentials::from_ocs_dir(secret)?
+            };
+            open_s3(spec, provider, Some(creds), prefix)
         }
         StorageProvider::Gcs => open_gcs(spec, secret.as_ref(), prefix),
         StorageProvider::Abs => open_azure(spec, secret.as_ref(), prefix),
@@ -170,11 +190,11 @@ fn open_local(spec: &StoreSpec, opts: &StoreOptions, prefix: &str) -> Result<Bac
 fn open_s3(
     spec: &StoreSpec,
     provider: StorageProvider,
-    secret: Option<&SecretDir>,
+    creds: Option<S3Credentials>,
     prefix: &str,
 ) -> Result<Backend, StoreError> {
     let bucket = container(spec, provider)?;
-    let creds = secret.map(S3Credentials::from_dir).transpose()?;
+    let insecure = creds.as_ref().is_some_and(|c| c.insecure_skip_verify);
     let mut b = match &creds {
         Some(c) => {
             let mut b = AmazonS3Builder::new()
@@ -203,7 +223,9 @@ fn open_s3(
     match &endpoint {
         Some(url) => {
             let allow_http = url.scheme() == "http";
-            b = b.with_client_options(client_options(allow_http));
+            b = b.with_client_options(
+                client_options(allow_http).with_allow_invalid_certificates(insecure),
+            );
             // S3-compatible servers are addressed path-style unless the secret says otherwise.
             if force_path_style.unwrap_or(true) {
                 b = b

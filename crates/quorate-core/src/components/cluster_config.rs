@@ -116,6 +116,7 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
             .ok()
             .flatten(),
     });
+    let etcd_version_target = quorate_api::etcd_version::requested(etcd).ok().flatten();
     ClusterConfig {
         cluster_name: name,
         namespace: placement.namespace,
@@ -125,11 +126,12 @@ pub fn assemble(etcd: &Etcd, placement: Placement, members: Vec<PlacedMember>) -
         bootstrap_members: placement.bootstrap_members,
         listen_host: placement.listen_host,
         etcd_version: placement.etcd_version,
+        etcd_version_target,
         etcd: EtcdSettings {
             // Lowered while the 3.6 step of a chain to 3.7 waits for raft snapshots.
             snapshot_count: crate::etcd_version::snapshot_count(
                 placement.etcd_version,
-                quorate_api::etcd_version::requested(etcd).ok().flatten(),
+                etcd_version_target,
                 etcd.spec.etcd.snapshot_count(),
             ),
             ..EtcdSettings::from_etcd(etcd)
@@ -321,6 +323,32 @@ mod tests {
         ctx.etcd_version = quorate_api::EtcdVersion::V3_4;
         let c = render_for_kubernetes(&etcd("etcd-main", 3), &ctx).unwrap();
         assert_eq!(c.etcd_version, quorate_api::EtcdVersion::V3_4);
+    }
+
+    #[test]
+    fn the_agents_learn_the_requested_version_and_the_rollout_hash_ignores_it() {
+        use quorate_api::EtcdVersion;
+        let mut ctx = ctx();
+        ctx.etcd_version = EtcdVersion::V3_6;
+        let plain = etcd("etcd-main", 3);
+        let c = render_for_kubernetes(&plain, &ctx).unwrap();
+        assert_eq!(c.etcd_version_target, None);
+        let mut asked = plain.clone();
+        asked.metadata.annotations = Some(
+            [(
+                quorate_api::annotations::ETCD_VERSION.to_string(),
+                "3.7".to_string(),
+            )]
+            .into(),
+        );
+        let mut asked_config = render_for_kubernetes(&asked, &ctx).unwrap();
+        assert_eq!(asked_config.etcd_version_target, Some(EtcdVersion::V3_7));
+        // The request lowers the snapshot count (a rollout); the target itself rolls nothing.
+        asked_config.etcd.snapshot_count = c.etcd.snapshot_count;
+        assert_eq!(
+            crate::membership::rollout::config_hash(&asked_config),
+            crate::membership::rollout::config_hash(&c)
+        );
     }
 
     #[test]
