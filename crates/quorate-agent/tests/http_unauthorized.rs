@@ -84,6 +84,7 @@ fn config(dir: &std::path::Path) -> ClusterConfig {
         members: Vec::new(),
         listen_host: "127.0.0.1".into(),
         etcd_version: quorate_api::EtcdVersion::V3_5,
+        etcd_version_target: None,
         etcd: EtcdSettings {
             quota_backend_bytes: 1 << 30,
             snapshot_count: 10_000,
