@@ -768,10 +768,17 @@ mod tests {
         pages
     }
 
+    /// The check's verdict on `path`, which must be a refusal naming the object, reached in
+    /// bounded time and memory (the process's peak stays far below what a followed cycle or a
+    /// trusted overflow count would allocate).
     fn refused(path: &Path) -> String {
         let started = std::time::Instant::now();
         let err = check(path, "p/v2/Full-00000000-00000009-1.gz").unwrap_err();
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let usage =
+            nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
+        let peak = usage.max_rss() as u64 * 1024;
+        assert!(peak < 512 << 20, "peak memory {peak} bytes");
         let text = err.to_string();
         assert!(text.contains("p/v2/Full-00000000-00000009-1.gz"), "{text}");
         text
