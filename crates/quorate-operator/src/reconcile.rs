@@ -346,14 +346,14 @@ fn presence(pod: &Pod) -> Presence {
     let Some(status) = pod.status.as_ref() else {
         return Presence::Unknown;
     };
-    let etcd_running = status
+    // The cached pod keeps only the phase and a container's `waiting` state (`trim::pod`).
+    let etcd_waits = status
         .container_statuses
         .iter()
         .flatten()
         .find(|c| c.name == "etcd")
-        .and_then(|c| c.state.as_ref())
-        .is_some_and(|s| s.running.is_some());
-    if status.phase.as_deref() == Some("Pending") && !etcd_running {
+        .is_none_or(|c| c.state.as_ref().is_some_and(|s| s.waiting.is_some()));
+    if status.phase.as_deref() == Some("Pending") && etcd_waits {
         Presence::Stopped
     } else {
         Presence::Unknown
@@ -398,9 +398,14 @@ async fn remove_operation_annotation(
 mod tests {
     use super::*;
 
+    /// A pod with `status`, as the operator's cache keeps it (`trim::pod`).
     fn pod(status: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "e-0"}, "status": status}))
-            .expect("a pod")
+        let mut pod: Pod = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "e-0"}, "status": status}),
+        )
+        .expect("a pod");
+        crate::trim::pod(&mut pod);
+        pod
     }
 
     #[test]

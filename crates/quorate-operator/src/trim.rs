@@ -49,6 +49,8 @@ pub fn pod(pod: &mut Pod) {
     metadata(&mut pod.metadata);
     pod.spec = None;
     pod.status = pod.status.take().map(|status| PodStatus {
+        // Pending: the pod waits for a node or for its containers (the status's `MemberStopped`).
+        phase: status.phase,
         // The Ready condition: a rolling update goes on only while every member pod is ready.
         conditions: status
             .conditions
@@ -106,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_keeps_its_containers_readiness() {
+    fn a_pod_keeps_its_phase_and_its_containers_readiness() {
         let mut p = Pod {
             metadata: meta(),
             spec: Some(PodSpec::default()),
@@ -125,7 +127,7 @@ mod tests {
         pod(&mut p);
         assert_eq!(p.spec, None);
         let status = p.status.unwrap();
-        assert_eq!(status.phase, None);
+        assert_eq!(status.phase.as_deref(), Some("Running"));
         let c = &status.container_statuses.unwrap()[0];
         assert_eq!((c.name.as_str(), c.ready), ("etcd", true));
         assert_eq!(c.image, "");

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
+use quorate_api::Etcd;
 use quorate_e2e::cluster::Cluster;
 use quorate_e2e::manifests::{EtcdShape, canary_pod};
 use quorate_e2e::members::{
@@ -11,7 +12,7 @@ use quorate_e2e::members::{
     wait_fully_ready,
 };
 use quorate_e2e::nodes::{drain, node_of, schedulable_nodes, uncordon};
-use quorate_e2e::{E2eEnv, Scenario, wait_for};
+use quorate_e2e::{E2eEnv, Scenario, condition_status, status_summary, wait_for};
 
 use crate::READY_TIMEOUT;
 
@@ -108,6 +109,7 @@ async fn s13_every_node_drained_in_turn_without_failed_writes() {
         nodes: nodes.clone(),
     };
     let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
     let members: Vec<String> = (0..3).map(|i| format!("{name}-{i}")).collect();
     let mut member_on = Vec::new();
     for node in &nodes[..3] {
@@ -141,6 +143,27 @@ async fn s13_every_node_drained_in_turn_without_failed_writes() {
                     Ok(())
                 } else {
                     Err(format!("{member} on {:?}", node_of(&pods, member).await))
+                }
+            },
+        )
+        .await;
+        // The status tells the truth at once: the member's pod waits, so the member is not
+        // ready however fresh its lease (druid's lease rules alone would say Ready for a minute).
+        wait_for(
+            &format!("the status to say {member} is stopped"),
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            || async {
+                let etcd = etcds.get(name).await.map_err(|e| e.to_string())?;
+                let stopped = etcd.status.as_ref().is_some_and(|st| {
+                    st.members
+                        .iter()
+                        .any(|m| &m.name == member && m.reason == "MemberStopped")
+                });
+                if stopped && condition_status(etcd.status.as_ref(), "AllMembersReady") == "False" {
+                    Ok(())
+                } else {
+                    Err(status_summary(&etcd))
                 }
             },
         )
