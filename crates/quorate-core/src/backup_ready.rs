@@ -80,6 +80,14 @@ fn human(d: SignedDuration) -> String {
     format!("{:#}", SignedDuration::from_secs(d.as_secs()))
 }
 
+/// A moment in a status message, to the second. Absolute, not "N s ago": a message that
+/// changed with every pass would make every pass write the status.
+fn at(t: Timestamp) -> String {
+    Timestamp::from_second(t.as_second())
+        .unwrap_or(t)
+        .to_string()
+}
+
 /// `BackupReady` from the snapshot leases, exactly as druid decides it (see the module docs).
 ///
 /// - `full`/`delta`: the snapshot leases, `None` when the lease does not exist;
@@ -134,18 +142,14 @@ pub fn check_backup_ready(
                 );
             }
             format!(
-                "delta snapshot lease {} renewed {} ago (must be under {}); full snapshot lease \
-                 {} never renewed and {}",
+                "delta snapshot lease {} last renewed at {} (must be within {}); full snapshot \
+                 lease {} never renewed and {}",
                 delta.name,
-                human(delta_age),
+                at(d),
                 human(delta_fresh_limit),
                 full.name,
                 match full_created {
-                    Some(c) => format!(
-                        "created {} ago (must be under {})",
-                        human(age(now, c)),
-                        human(interval)
-                    ),
+                    Some(c) => format!("created at {} (must be within {})", at(c), human(interval)),
                     None => "its creation time is not known".to_string(),
                 }
             )
@@ -158,8 +162,8 @@ pub fn check_backup_ready(
             // Druid falls through to the staleness check, which needs a renewed delta lease:
             // the result is Unknown either way.
             return unknown(format!(
-                "full snapshot taken {} ago; waiting for periodic delta snapshots to begin",
-                human(full_age)
+                "full snapshot taken at {}; waiting for periodic delta snapshots to begin",
+                at(f)
             ));
         }
         (Some(f), Some(d)) => {
@@ -172,13 +176,13 @@ pub fn check_backup_ready(
                 );
             }
             format!(
-                "delta snapshot lease {} renewed {} ago (must be under {}); full snapshot lease \
-                 {} renewed {} ago (must be under {})",
+                "delta snapshot lease {} last renewed at {} (must be within {}); full snapshot \
+                 lease {} last renewed at {} (must be within {})",
                 delta.name,
-                human(delta_age),
+                at(d),
                 human(delta_fresh_limit),
                 full.name,
-                human(full_age),
+                at(f),
                 human(interval)
             )
         }
@@ -443,7 +447,19 @@ mod tests {
         // Druid's rule: False needs a stale *delta* lease.
         let (s, _, msg) = check(Some(2 * 86_400), Some(5), Some(False));
         assert_eq!(s, Unknown);
-        assert!(msg.contains("etcd-full-snap renewed 48h"), "{msg}");
+        let renewed = format!("etcd-full-snap last renewed at {}", at(ago(2 * 86_400)));
+        assert!(msg.contains(&renewed), "{msg}");
+    }
+
+    #[test]
+    fn a_message_does_not_change_while_nothing_but_the_clock_does() {
+        // Every status pass would otherwise write the status (each 15 s per cluster).
+        let (f, d) = (full(Some(7200)), delta(Some(600)));
+        let later = now() + SignedDuration::from_secs(15);
+        let first = check_backup_ready(Some(&f), None, Some(&d), None, P, DAY, now());
+        let second = check_backup_ready(Some(&f), None, Some(&d), None, P, DAY, later);
+        assert_eq!(first.status, Unknown);
+        assert_eq!(first.message, second.message);
     }
 
     #[test]
@@ -453,7 +469,8 @@ mod tests {
         let (s, reason, msg) = check(Some(100), Some(3600), Some(Unknown));
         assert_eq!((s, reason), (False, REASON_BACKUP_FAILED));
         assert!(msg.starts_with(MESSAGE_STALE_LEASES), "{msg}");
-        assert!(msg.contains("etcd-delta-snap renewed 1h ago"), "{msg}");
+        let renewed = format!("etcd-delta-snap last renewed at {}", at(ago(3600)));
+        assert!(msg.contains(&renewed), "{msg}");
         let (s, _, _) = check(Some(100), Some(3600), Some(False));
         assert_eq!(s, False);
         // No previous condition: never False.
@@ -478,7 +495,8 @@ mod tests {
         // Created too long ago.
         let r = check_backup_ready(Some(&f), Some(ago(90_000)), Some(&d), None, P, DAY, now());
         assert_eq!(r.status, Unknown);
-        assert!(r.message.contains("created 25h ago"), "{}", r.message);
+        let created = format!("created at {}", at(ago(90_000)));
+        assert!(r.message.contains(&created), "{}", r.message);
         // Creation time unknown: cannot be proven.
         let r = check_backup_ready(Some(&f), None, Some(&d), None, P, DAY, now());
         assert_eq!(r.status, Unknown);
