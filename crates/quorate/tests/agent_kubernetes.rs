@@ -48,7 +48,7 @@ fn etcd_with_delta_period(namespace: &str, period: &str) -> Etcd {
     .expect("a valid Etcd")
 }
 
-/// The operator's configuration for the pod, moved to loopback: free ports, 127.0.0.1
+/// The operator's configuration for the pod, moved to loopback: free ports (metrics too), 127.0.0.1
 /// instead of the pod's DNS name, the bucket in `local_root`, a 500 ms lease heartbeat.
 fn loopback_config(etcd: &Etcd, local_root: &Path) -> ClusterConfig {
     let ctx = quorate_core::components::ComponentContext::new("quorate:test", "alpine:test");
@@ -57,6 +57,9 @@ fn loopback_config(etcd: &Etcd, local_root: &Path) -> ClusterConfig {
     config.heartbeat_millis = 500;
     for m in &mut config.members {
         (m.client_port, m.peer_port, m.agent_port) = (free_port(), free_port(), free_port());
+        // Not the pod's fixed 2381: this file's two tests run at once on one host, and the
+        // second etcd to bind it died ("address already in use") until the first stopped.
+        m.metrics_port = Some(free_port());
         m.client_url = format!("http://127.0.0.1:{}", m.client_port);
         m.peer_url = format!("http://127.0.0.1:{}", m.peer_port);
         m.agent_url = format!("http://127.0.0.1:{}", m.agent_port);
