@@ -227,6 +227,32 @@ impl Scenario {
         .await
     }
 
+    /// Three members `name`, one per node on node-bound volumes
+    /// ([`EtcdShape::yaml_one_per_node`]), with backups, fully ready; then the canary
+    /// `<name>-canary` (`quorate canary --write-timeout 5s`) writing through the client
+    /// Service. Returns the canary pod's name.
+    pub async fn create_one_per_node_under_a_canary(&self, name: &str) -> String {
+        let bucket = self.bucket_dir().display().to_string();
+        let shape = EtcdShape {
+            local_bucket: Some(&bucket),
+            ..EtcdShape::new(name, &self.namespace, 3)
+        };
+        self.cluster.apply(&shape.yaml_one_per_node()).await;
+        wait_fully_ready(&self.cluster, &self.namespace, name, 3, true, READY_TIMEOUT).await;
+        let image = &self.cluster.env.image;
+        self.cluster
+            .apply(&crate::manifests::canary_pod(
+                image,
+                name,
+                &self.namespace,
+                "5s",
+            ))
+            .await;
+        let canary = format!("{name}-canary");
+        crate::members::wait_canary_writing(&self.cluster, &self.namespace, &canary).await;
+        canary
+    }
+
     /// Seconds since the scenario started.
     pub fn elapsed(&self) -> f64 {
         self.started.elapsed().as_secs_f64()

@@ -6,10 +6,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use quorate_api::Etcd;
 use quorate_e2e::cluster::Cluster;
-use quorate_e2e::manifests::{EtcdShape, canary_pod};
 use quorate_e2e::members::{
-    canary_totals, count_prefix, member_list, names_and_ids, uid_of, wait_canary_writing,
-    wait_fully_ready,
+    canary_totals, count_prefix, member_list, names_and_ids, uid_of, wait_fully_ready,
 };
 use quorate_e2e::nodes::{drain, node_of, schedulable_nodes, uncordon};
 use quorate_e2e::{E2eEnv, Scenario, condition_status, status_summary, wait_for};
@@ -91,18 +89,7 @@ async fn s13_every_node_drained_in_turn_without_failed_writes() {
     let mut s = Scenario::start(&env, "s13-drain").await;
     let ns = s.namespace.clone();
     let name = "etcd-drain";
-    let bucket = s.bucket_dir().display().to_string();
-    let shape = EtcdShape {
-        local_bucket: Some(&bucket),
-        ..EtcdShape::new(name, &ns, 3)
-    };
-    s.cluster.apply(&shape.yaml_one_per_node()).await;
-    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
-    s.cluster
-        .apply(&canary_pod(&env.image, name, &ns, "5s"))
-        .await;
-    let canary = format!("{name}-canary");
-    wait_canary_writing(&s.cluster, &ns, &canary).await;
+    let canary = s.create_one_per_node_under_a_canary(name).await;
 
     let _uncordon = UncordonOnDrop {
         cluster: s.cluster.clone(),

@@ -8,10 +8,8 @@ use kube::api::{Api, ListParams};
 use quorate_api::Etcd;
 use quorate_api::status::EtcdMemberConditionStatus;
 use quorate_e2e::cluster::Cluster;
-use quorate_e2e::manifests::{EtcdShape, canary_pod};
 use quorate_e2e::members::{
-    canary_totals, count_prefix, member_list, names_and_ids, uid_of, wait_canary_writing,
-    wait_fully_ready,
+    canary_totals, count_prefix, member_list, names_and_ids, uid_of, wait_fully_ready,
 };
 use quorate_e2e::nodes::{node_control, node_of, node_power, node_ready, schedulable_nodes};
 use quorate_e2e::{E2eEnv, Scenario, condition_status, status_summary, wait_for};
@@ -52,18 +50,7 @@ async fn s14_a_lost_node_returns_without_failed_writes_or_replacements() {
     let mut s = Scenario::start(&env, "s14-node-loss").await;
     let ns = s.namespace.clone();
     let name = "etcd-lost-node";
-    let bucket = s.bucket_dir().display().to_string();
-    let shape = EtcdShape {
-        local_bucket: Some(&bucket),
-        ..EtcdShape::new(name, &ns, 3)
-    };
-    s.cluster.apply(&shape.yaml_one_per_node()).await;
-    wait_fully_ready(&s.cluster, &ns, name, 3, true, READY_TIMEOUT).await;
-    s.cluster
-        .apply(&canary_pod(&env.image, name, &ns, "5s"))
-        .await;
-    let canary = format!("{name}-canary");
-    wait_canary_writing(&s.cluster, &ns, &canary).await;
+    let canary = s.create_one_per_node_under_a_canary(name).await;
 
     // The node to lose: one of a member, neither the canary's nor the operator's.
     let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
