@@ -267,7 +267,34 @@ spec:
 /// Service every 100 ms, each write retried for up to `write_timeout` before it counts as failed; its log
 /// is one JSON line of running totals per second.
 pub fn canary_pod(image: &str, etcd: &str, namespace: &str, write_timeout: &str) -> String {
-    let endpoint = client_url(etcd, namespace);
+    canary_pod_through(image, etcd, namespace, write_timeout, &client_url(etcd, namespace))
+}
+
+/// [`canary_pod`] writing to each of the `members` members of `etcd` directly
+/// (`http://<etcd>-<i>.<etcd>-peer.<namespace>.svc:2379`), as an etcd client given every member
+/// does: an attempt without an answer within a second moves to the next member. Through the
+/// client Service a connection to a lost node's member hangs until the node controller marks the
+/// pod NotReady (about 50 s), whatever the cluster does; this canary measures the cluster.
+pub fn canary_pod_all_members(
+    image: &str,
+    etcd: &str,
+    namespace: &str,
+    members: u32,
+    write_timeout: &str,
+) -> String {
+    let endpoints: Vec<String> = (0..members)
+        .map(|i| format!("http://{etcd}-{i}.{etcd}-peer.{namespace}.svc:2379"))
+        .collect();
+    canary_pod_through(image, etcd, namespace, write_timeout, &endpoints.join(","))
+}
+
+fn canary_pod_through(
+    image: &str,
+    etcd: &str,
+    namespace: &str,
+    write_timeout: &str,
+    endpoint: &str,
+) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod

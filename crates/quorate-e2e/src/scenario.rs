@@ -229,8 +229,8 @@ impl Scenario {
 
     /// Three members `name`, one per node on node-bound volumes
     /// ([`EtcdShape::yaml_one_per_node`]), with backups, fully ready; then the canary
-    /// `<name>-canary` (`quorate canary --write-timeout 5s`) writing through the client
-    /// Service. Returns the canary pod's name.
+    /// `<name>-canary` (`quorate canary --write-timeout 5s`) writing to every member
+    /// ([`crate::manifests::canary_pod_all_members`]). Returns the canary pod's name.
     pub async fn create_one_per_node_under_a_canary(&self, name: &str) -> String {
         let bucket = self.bucket_dir().display().to_string();
         let shape = EtcdShape {
@@ -241,10 +241,11 @@ impl Scenario {
         wait_fully_ready(&self.cluster, &self.namespace, name, 3, true, READY_TIMEOUT).await;
         let image = &self.cluster.env.image;
         self.cluster
-            .apply(&crate::manifests::canary_pod(
+            .apply(&crate::manifests::canary_pod_all_members(
                 image,
                 name,
                 &self.namespace,
+                3,
                 "5s",
             ))
             .await;

@@ -21,18 +21,16 @@ use crate::READY_TIMEOUT;
 /// of the 5 minutes after which Kubernetes evicts the pods of an unreachable node.
 const LOST_FOR: Duration = Duration::from_secs(10);
 
-/// Three members, one per node on node-bound volumes, with backups; a canary writes through
-/// the client Service. The node of one member (not the canary's, not the operator's) is lost.
+/// Three members, one per node on node-bound volumes, with backups; a canary writes to every
+/// member as an etcd client given all endpoints does (through the client Service, a connection
+/// to the lost node's member would hang until the node controller marks the pod NotReady: a
+/// property of Services, not of the cluster). The node of one member (not the canary's, not the operator's) is lost.
 /// The cluster keeps serving on the other two: the canary sees zero failed writes. The Node goes
 /// NotReady and the `Etcd`'s status says the lost member is not ready (druid's lease rules)
 /// while `Ready` stays True; quorate removes and replaces nothing (no evidence says the data is
 /// gone: the member list keeps the same three members). When the node returns, its member
 /// starts on its volume as the same member and catches up; every acknowledged write is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails when the canary's one connection through the client Service went to the lost \
-            member (1 run in 3): its writes get no answer until the node controller marks the pod \
-            NotReady (~50 s); needs a client that fails over (all members as endpoints, gRPC \
-            keepalive) before it can be a CI gate; run with --ignored"]
 async fn s14_a_lost_node_returns_without_failed_writes_or_replacements() {
     let test = "s14_a_lost_node_returns_without_failed_writes_or_replacements";
     let Some(env) = E2eEnv::from_env_or_skip(test) else {
