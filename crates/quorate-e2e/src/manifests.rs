@@ -308,7 +308,36 @@ spec:
   containers:
   - name: canary
     image: {image}
-    command: [quorate, canary, --endpoints={endpoint}, --prefix=canary/, --interval=100ms, --write-timeout={write_timeout}, --report-every=1s]
+    command: [quorate, canary, "--endpoints={endpoint}", --prefix=canary/, --interval=100ms, --write-timeout={write_timeout}, --report-every=1s]
 "#
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command_of(pod_yaml: &str) -> Vec<String> {
+        let pod: serde_json::Value = serde_saphyr::from_str(pod_yaml).expect("the pod parses");
+        serde_json::from_value(pod["spec"]["containers"][0]["command"].clone())
+            .expect("a list of strings")
+    }
+
+    #[test]
+    fn the_all_members_canary_gets_every_member_in_one_argument() {
+        let command = command_of(&canary_pod_all_members("img:1", "etcd-a", "ns", 3, "5s"));
+        assert_eq!(
+            command[2],
+            "--endpoints=http://etcd-a-0.etcd-a-peer.ns.svc:2379,\
+             http://etcd-a-1.etcd-a-peer.ns.svc:2379,http://etcd-a-2.etcd-a-peer.ns.svc:2379"
+        );
+        assert_eq!(command[3], "--prefix=canary/");
+    }
+
+    #[test]
+    fn the_tls_canary_writes_through_the_client_service_over_https() {
+        let command = command_of(&tls_canary_pod("img:1", "etcd-a", "ns", "5s"));
+        assert_eq!(command[2], "--endpoints=https://etcd-a-client.ns.svc:2379");
+        assert!(command.contains(&"--cacert=/tls/ca.crt".to_string()));
+    }
 }
