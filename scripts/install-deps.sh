@@ -95,19 +95,8 @@ bash "$(dirname "$0")/install-promtool.sh"
 # tools/history-check into ~/.cache/quorate/bin).
 bash "$(dirname "$0")/build-history-check.sh"
 
-# A real Kubernetes for the tests that need a kube-apiserver and for the node kit: by default
-# v1.37.2 from its Go modules (scripts/k8s/build-modules.sh: one multi-call binary, containerd,
-# crictl, CoreDNS) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin, once. With
-# QUORATE_K8S_KIT=v1.20: kube-apiserver and kubectl v1.20.2 from Debian's `kubernetes` source
-# package (scripts/k8s/build.sh) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s}/bin, for the old
-# one-node kit.
-if [ "${QUORATE_K8S_KIT:-current}" = current ]; then
-  echo "building Kubernetes v1.37.2 (and containerd, crictl, CoreDNS) from Go modules, when not built yet" >&2
-  bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null
-else
-k8s_bin="${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}/bin"
-if [ ! -x "$k8s_bin/kube-apiserver" ] || [ ! -x "$k8s_bin/kubectl" ]; then
-  echo "building kube-apiserver and kubectl v1.20.2 into $k8s_bin (about 10 minutes, once)" >&2
-  bash "$(dirname "$0")/k8s/build.sh" >/dev/null
-fi
-fi
+# A real Kubernetes for the tests that need a kube-apiserver and for the node kit: v1.37.2 from
+# its Go modules (scripts/k8s/build-modules.sh: one multi-call binary, containerd, crictl,
+# CoreDNS) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin, once.
+echo "building Kubernetes v1.37.2 (and containerd, crictl, CoreDNS) from Go modules, when not built yet" >&2
+bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null

@@ -86,7 +86,7 @@ pub fn crds_for_server(major: &str, minor: &str) -> Vec<Crd> {
 #[error("{0:?} is not a Kubernetes version MAJOR.MINOR such as 1.33")]
 pub struct BadKubernetesVersion(pub String);
 
-/// The `Etcd` CRD as YAML for a server of `version` (`1.33`, `v1.20.2`), as `quorate crd
+/// The `Etcd` CRD as YAML for a server of `version` (`1.33`, `v1.28.4`), as `quorate crd
 /// --kubernetes-version` prints it.
 pub fn crd_yaml_for_version(version: &str) -> Result<String, BadKubernetesVersion> {
     let bad = || BadKubernetesVersion(version.to_string());
@@ -546,7 +546,7 @@ mod tests {
         assert!(etcd["peerUrlTls"]["properties"]["skipClientSANVerification"].is_object());
         assert!(
             !yaml.contains("x-kubernetes-validations"),
-            "CEL rules break server-side apply on kube-apiserver 1.20"
+            "the CEL-free CRD is for servers before 1.29"
         );
         let urls = &etcd["additionalAdvertisePeerURLs"]["items"]["properties"]["urls"];
         assert_eq!(urls["x-kubernetes-list-type"], "set");
@@ -598,7 +598,7 @@ mod tests {
             crd_yaml_for_version("v1.29.0").unwrap(),
             crd_yaml_with_cel()
         );
-        assert_eq!(crd_yaml_for_version("1.20").unwrap(), crd_yaml());
+        assert_eq!(crd_yaml_for_version("1.28").unwrap(), crd_yaml());
         assert!(crd_yaml_for_version("1").is_err());
     }
 
@@ -646,7 +646,7 @@ mod tests {
             assert_eq!(
                 crd.yaml.contains("x-kubernetes-validations"),
                 crd.path == CEL_CRD_PATH,
-                "{}: CEL rules only in {CEL_CRD_PATH} (they break kube-apiserver 1.20)",
+                "{}: CEL rules only in {CEL_CRD_PATH} (the other CRDs are for servers before 1.29)",
                 crd.plural
             );
         }

@@ -295,7 +295,7 @@ mod tests {
     fn the_machine_section_shows_only_the_versions_a_run_has() {
         let facts = MachineFacts {
             cpus: 2,
-            apiserver_version: Some("Kubernetes v1.20.2".into()),
+            apiserver_version: Some("Kubernetes v1.37.2".into()),
             quorate: Some(QuorateBinary {
                 version: "quorate 0.1".into(),
                 path: "/bin/quorate".into(),
@@ -312,7 +312,7 @@ mod tests {
             doc.into_string(),
             "## Machine\n\n\
              - CPUs (nproc): 2\n\
-             - kube-apiserver: Kubernetes v1.20.2\n\
+             - kube-apiserver: Kubernetes v1.37.2\n\
              - quorate: quorate 0.1 (`/bin/quorate`)\n\
              - load average (1/5/15 min): 1 2 3 at start, 4 5 6 at end\n\
              - date: today\n\

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use quorate_core::components::{ComponentContext, PdbApiVersion, desired_components};
+use quorate_core::components::{ComponentContext, desired_components};
 
 const UID: &str = "3f8e7a10-2c4b-4d5e-9f60-7182a3b4c5d6";
 const NAMESPACE: &str = "golden";
@@ -48,16 +48,10 @@ fn render(path: &Path) -> BTreeMap<String, String> {
     let desired = desired_components(&etcd, &context()).unwrap();
     let mut files = BTreeMap::new();
     for object in desired.in_sync_order() {
-        let mut versions = vec![(object.kind().to_string(), PdbApiVersion::V1)];
-        if object.kind() == "PodDisruptionBudget" {
-            versions.push((format!("{}-v1beta1", object.kind()), PdbApiVersion::V1Beta1));
-        }
-        for (kind, version) in versions {
-            let manifest = object.to_manifest(version).unwrap();
-            let yaml = serde_saphyr::to_string(&manifest).unwrap();
-            let previous = files.insert(file_name(&kind, object.name()), yaml);
-            assert!(previous.is_none(), "two objects named {}", object.name());
-        }
+        let manifest = object.to_manifest().unwrap();
+        let yaml = serde_saphyr::to_string(&manifest).unwrap();
+        let previous = files.insert(file_name(object.kind(), object.name()), yaml);
+        assert!(previous.is_none(), "two objects named {}", object.name());
     }
     files
 }

@@ -1,14 +1,12 @@
-//! Server-side apply and deletion of the components, typed or (for the PodDisruptionBudget,
-//! whose API version depends on the cluster) dynamic. One field manager owns everything the
+//! Server-side apply and deletion of the components. One field manager owns everything the
 //! operator writes, so a changed desired state replaces the old one field by field and fields
 //! other writers own (the agents' lease renewals) are left alone.
 
 use std::fmt::Debug;
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
 use kube::{Client, Resource};
-use quorate_core::components::{DesiredObject, PdbApiVersion};
+use quorate_core::components::DesiredObject;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -21,19 +19,14 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// Applies one desired component, the PodDisruptionBudget in the API version `pdb` the
-/// cluster serves. The one way the operator writes a component, also used by the benchmark's
+/// Applies one desired component. The one way the operator writes a component, also used by the benchmark's
 /// replay of its first pass.
 pub async fn apply_component(
     client: &Client,
     object: DesiredObject<'_>,
-    pdb: PdbApiVersion,
 ) -> Result<(), Error> {
     match object {
-        DesiredObject::PodDisruptionBudget(_) => {
-            let manifest = object.to_manifest(pdb)?;
-            apply_manifest(client, &pdb_gvk(pdb), "poddisruptionbudgets", &manifest).await
-        }
+        DesiredObject::PodDisruptionBudget(o) => apply(client, o).await,
         DesiredObject::ServiceAccount(o) => apply(client, o).await,
         DesiredObject::Role(o) => apply(client, o).await,
         DesiredObject::RoleBinding(o) => apply(client, o).await,
@@ -42,15 +35,6 @@ pub async fn apply_component(
         DesiredObject::ConfigMap(o) => apply(client, o).await,
         DesiredObject::StatefulSet(o) => apply(client, o).await,
     }
-}
-
-/// The group/version/kind of the PodDisruptionBudget API in use.
-pub fn pdb_gvk(version: PdbApiVersion) -> GroupVersionKind {
-    GroupVersionKind::gvk(
-        "policy",
-        version.as_str().trim_start_matches("policy/"),
-        "PodDisruptionBudget",
-    )
 }
 
 /// Applies a typed namespaced object (its metadata carries name and namespace).
@@ -69,25 +53,6 @@ where
         .await
         .map(drop)
         .map_err(Error::kube("apply", K::kind(&()), &namespace, &name))
-}
-
-/// Applies a manifest of kind `gvk` (with `apiVersion`, `kind` and `metadata`).
-async fn apply_manifest(
-    client: &Client,
-    gvk: &GroupVersionKind,
-    plural: &str,
-    manifest: &serde_json::Value,
-) -> Result<(), Error> {
-    let namespace = manifest["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default();
-    let name = manifest["metadata"]["name"].as_str().unwrap_or_default();
-    let resource = ApiResource::from_gvk_with_plural(gvk, plural);
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    api.patch(name, &apply_params(), &Patch::Apply(manifest))
-        .await
-        .map(|_| ())
-        .map_err(Error::kube("apply", gvk.kind.clone(), namespace, name))
 }
 
 /// Deletes an object; absent is fine. Dependents go in the background (pods of a deleted

@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
-use quorate_core::components::PdbApiVersion;
 
 use crate::images::Images;
 use crate::metrics::Metrics;
@@ -88,8 +87,6 @@ pub struct Context {
     pub client: Client,
     /// The operator's settings.
     pub settings: OperatorSettings,
-    /// Which PodDisruptionBudget API the cluster serves.
-    pub pdb_version: PdbApiVersion,
     /// Object caches.
     pub caches: Caches,
     /// Metrics.

@@ -20,7 +20,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use quorate_api::Etcd;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
-use quorate_core::components::PdbApiVersion;
 use tokio::sync::watch;
 
 use crate::context::{Caches, Context, NewerVersions, OperatorSettings};
@@ -45,11 +44,17 @@ pub enum StartError {
          apply deploy/crds/druid.gardener.cloud_etcds.yaml (or `quorate crd | kubectl apply -f -`)"
     )]
     NoCrd,
+    /// The server does not serve `policy/v1` PodDisruptionBudgets (Kubernetes older than 1.21).
+    #[error(
+        "the API server does not serve policy/v1 PodDisruptionBudgets: Kubernetes 1.21 or newer \
+         is required (quorate is tested on v1.37.2); upgrade the cluster"
+    )]
+    NoPolicyV1,
 }
 
-/// Which PodDisruptionBudget API the server serves: `policy/v1` where it exists (Kubernetes
-/// 1.21+), `policy/v1beta1` on older servers.
-pub async fn pdb_api_version(client: &Client) -> Result<PdbApiVersion, StartError> {
+/// Refuses servers without `policy/v1` PodDisruptionBudgets (before Kubernetes 1.21), whose
+/// other APIs quorate does not test either.
+pub async fn require_policy_v1(client: &Client) -> Result<(), StartError> {
     let versions = client.list_api_group_resources("policy/v1").await;
     match versions {
         Ok(list)
@@ -58,9 +63,9 @@ pub async fn pdb_api_version(client: &Client) -> Result<PdbApiVersion, StartErro
                 .iter()
                 .any(|r| r.name == "poddisruptionbudgets") =>
         {
-            Ok(PdbApiVersion::V1)
+            Ok(())
         }
-        Ok(_) | Err(kube::Error::Api(_)) => Ok(PdbApiVersion::V1Beta1),
+        Ok(_) | Err(kube::Error::Api(_)) => Err(StartError::NoPolicyV1),
         Err(source) => Err(StartError::Discovery {
             what: "policy/v1",
             source,
@@ -269,8 +274,7 @@ pub async fn run(
     let identity = scope.identity.as_str();
     let namespace = scope.namespace.as_deref();
     check_crd(&client).await?;
-    let pdb_version = pdb_api_version(&client).await?;
-    tracing::info!(pdb = pdb_version.as_str(), "PodDisruptionBudget API");
+    require_policy_v1(&client).await?;
     let (statefulsets, sts_stream) = cache(&client, namespace, trim::statefulset);
     let (leases, lease_stream) = cache(&client, namespace, trim::lease);
     let (pods, pod_stream) = cache(&client, namespace, trim::pod);
@@ -299,7 +303,6 @@ pub async fn run(
         ),
         client: client.clone(),
         settings,
-        pdb_version,
         caches: Caches {
             statefulsets,
             leases: leases.clone(),

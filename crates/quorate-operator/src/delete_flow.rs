@@ -10,7 +10,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use quorate_api::names::selector_string;
 use quorate_core::last_operation::ErrorCode;
 
-use crate::apply::{delete_if_present, pdb_gvk};
+use crate::apply::delete_if_present;
 use crate::context::Context;
 use crate::error::{Error, StepError};
 use crate::finalizer;
@@ -27,8 +27,7 @@ pub enum DeleteProgress {
 
 /// The kinds of managed components, as `(group, version, kind, plural)`: the StatefulSet
 /// first (deleted before the others).
-fn component_kinds(ctx: &Context) -> Vec<ApiResource> {
-    let pdb = pdb_gvk(ctx.pdb_version);
+fn component_kinds() -> Vec<ApiResource> {
     [
         (
             GroupVersionKind::gvk("apps", "v1", "StatefulSet"),
@@ -36,7 +35,10 @@ fn component_kinds(ctx: &Context) -> Vec<ApiResource> {
         ),
         (GroupVersionKind::gvk("", "v1", "ConfigMap"), "configmaps"),
         (GroupVersionKind::gvk("", "v1", "Service"), "services"),
-        (pdb, "poddisruptionbudgets"),
+        (
+            GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
+            "poddisruptionbudgets",
+        ),
         (
             GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"),
             "leases",
@@ -61,7 +63,7 @@ fn component_kinds(ctx: &Context) -> Vec<ApiResource> {
 
 /// One delete pass.
 pub async fn delete(etcd: &ValidatedEtcd, ctx: &Context) -> Result<DeleteProgress, StepError> {
-    let kinds = component_kinds(ctx);
+    let kinds = component_kinds();
     let (members, others) = kinds.split_at(1);
     let mut remaining = delete_and_confirm(etcd, ctx, members)
         .await

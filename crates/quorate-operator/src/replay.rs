@@ -5,7 +5,6 @@
 //! what the operator does, not on how its modules are laid out.
 
 pub use crate::apply::apply_component;
-pub use crate::controller::pdb_api_version;
 pub use crate::status::{PassOutcome, StatusInputs, compute_status};
 
 /// What the controller's watch caches keep of each object (see the operator's trim rules).

@@ -1,4 +1,4 @@
-//! The Etcd controller against a real kube-apiserver v1.20.2. No kubelet runs there, so the
+//! The Etcd controller against a real kube-apiserver v1.37.2. No kubelet runs there, so the
 //! tests play the agents' part: they renew member leases and set StatefulSet readiness the way
 //! the pods would, and check what the controller makes of it. Each test runs its own
 //! controller scoped to its own namespace.
@@ -137,16 +137,8 @@ fn assert_managed<K: Resource>(object: &K, etcd: &Etcd, component: &str) {
 }
 
 async fn pdb_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
-    // The version the operator writes: `policy/v1` where served (1.21+), else `v1beta1`.
-    let version = match quorate_operator::replay::pdb_api_version(client)
-        .await
-        .expect("discover the PodDisruptionBudget API")
-    {
-        quorate_core::components::pod_disruption_budget::PdbApiVersion::V1 => "v1",
-        quorate_core::components::pod_disruption_budget::PdbApiVersion::V1Beta1 => "v1beta1",
-    };
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", version, "PodDisruptionBudget"),
+        &GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget"),
         "poddisruptionbudgets",
     );
     Api::namespaced_with(client.clone(), namespace, &resource)
@@ -271,7 +263,7 @@ async fn every_component_appears_named_labelled_and_owned_and_status_follows_the
         .unwrap();
     assert_managed(&cm, &etcd, "etcd-configmap");
     assert!(cm.data.as_ref().unwrap().contains_key("etcd.conf.yaml"));
-    // In the version the server serves (v1beta1 on 1.20, v1 on 1.37): minAvailable 3/2+1.
+    // policy/v1: minAvailable 3/2+1.
     let pdb = pdb_api(&client, &ns).await.get("etcd-main").await.unwrap();
     assert_eq!(pdb.data["spec"]["minAvailable"], 2);
     assert_eq!(
@@ -643,7 +635,7 @@ async fn a_local_store_outside_the_allowed_host_directories_is_refused() {
 }
 
 /// An `Etcd` that breaks a rule the webhook enforces (here druid's CEL rule that garbage
-/// collection runs less often than delta snapshots, which v1.20 does not evaluate), created
+/// collection runs less often than delta snapshots, which the CEL-free CRD does not evaluate), created
 /// while no webhook runs: the controller writes nothing to the cluster, says why in the
 /// `SpecValid` condition, `lastErrors` and a Warning event; once fixed, it proceeds and the
 /// condition goes.
@@ -796,7 +788,6 @@ async fn deleting_the_etcd_removes_every_component_then_the_finalizer() {
         let left = api.list(&lp).await.unwrap().items.len();
         assert_eq!(left, 0, "{kind} left after delete");
     }
-    // in the version the server serves (policy/v1beta1 is gone from 1.25)
     let left = pdb_api(&client, &ns)
         .await
         .list(&lp)

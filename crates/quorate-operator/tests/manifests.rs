@@ -1,7 +1,7 @@
 //! How users install the operator: the plain manifests of `deploy/manifests/` and the Helm
 //! chart of `deploy/helm/quorate-operator/`.
 //!
-//! Against a real kube-apiserver v1.20.2 (a private one per test: the manifests make
+//! Against a real kube-apiserver v1.37.2 (a private one per test: the manifests make
 //! cluster-scoped objects): every manifest is accepted by `kubectl apply`; the leader-election
 //! Role lets the operator's ServiceAccount create and renew its Lease in its own namespace and
 //! nowhere else; and the ClusterRole is enough for the real controller, run in-process with a

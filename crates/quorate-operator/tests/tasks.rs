@@ -1,4 +1,4 @@
-//! The task controllers against a real kube-apiserver v1.20.2, run on their own (no Etcd
+//! The task controllers against a real kube-apiserver v1.37.2, run on their own (no Etcd
 //! controller, so an `Etcd`'s status is what the test writes) and scoped to the test's
 //! namespace. No kubelet or Job controller runs there: the cluster's agents cannot be reached
 //! (their Service name does not resolve), and the test plays the Job controller and the

@@ -1,4 +1,4 @@
-//! Both validating webhooks against the real kube-apiserver v1.20.2: the webhook server runs in
+//! Both validating webhooks against the real kube-apiserver v1.37.2: the webhook server runs in
 //! the test process on a free loopback port with a generated certificate, and a
 //! ValidatingWebhookConfiguration points the API server at it by URL, scoped to the test's own
 //! namespace so tests sharing the server do not meet.

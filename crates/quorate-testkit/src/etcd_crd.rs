@@ -26,7 +26,7 @@ pub const TASK_CRDS: [(&str, &str); 2] = [
 ];
 
 /// Creates the `Etcd` CRD (a server shared by tests may have it already) and waits until it is
-/// Established. Created, not server-side applied: v1.20 refuses SSA of a CRD with CEL rules.
+/// Established. Created, not server-side applied (as the tests have always done it).
 /// Panics with the reason on failure: this is test setup.
 pub async fn install_etcd_crd(client: &Client) {
     install_crd(client, ETCD_CRD_YAML, ETCD_CRD_NAME).await;

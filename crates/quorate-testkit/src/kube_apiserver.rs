@@ -1,7 +1,6 @@
-//! A real kube-apiserver (v1.37.2 from Go modules by `scripts/install-deps.sh`; v1.20.2 with
-//! `QUORATE_K8S_KIT=v1.20`) on its own etcd, for tests
-//! of code that talks to Kubernetes: CRDs, RBAC, admission and API discovery behave exactly as on
-//! a cluster, with no fake to drift from the real thing. No kubelet or controller-manager runs,
+//! A real kube-apiserver (v1.37.2 from Go modules by `scripts/install-deps.sh`) on its own
+//! etcd, for tests of code that talks to Kubernetes: CRDs, RBAC, admission and API discovery
+//! behave exactly as on a cluster, with no fake to drift from the real thing. No kubelet or controller-manager runs,
 //! so Pods stay Pending and namespaces get no default ServiceAccount.
 //!
 //! Starting one takes 5-15 s, so a test binary normally shares one server
@@ -38,7 +37,8 @@ use crate::child::ChildGuard;
 use crate::etcd::{EtcdMemberConfig, EtcdProcess, NotReady};
 use crate::ports::free_port;
 
-/// Environment variable naming where `scripts/k8s/build.sh` puts its build (binaries in `bin/`).
+/// Environment variable naming where `scripts/k8s/build-modules.sh` puts its build (binaries in
+/// `bin/`).
 pub const K8S_HOME_ENV: &str = "QUORATE_K8S_HOME";
 
 /// How long the apiserver may take to answer `/readyz` with ok. It usually needs 5-15 s; a
@@ -72,8 +72,8 @@ pub enum KubeApiServerError {
     /// (outside CI) or a failure (in CI) with [`KubeApiServer::shared_or_skip`].
     #[error(
         "{binary} does not exist: run scripts/install-deps.sh once to build kube-apiserver and \
-         kubectl into {bin_dir} (v1.37.2 from Go modules; QUORATE_K8S_KIT=v1.20 builds v1.20.2 \
-         into ~/.cache/quorate/k8s instead); set {K8S_HOME_ENV} if the build lives elsewhere"
+         kubectl v1.37.2 into {bin_dir} (from Go modules); set {K8S_HOME_ENV} if the build lives \
+         elsewhere"
     )]
     BinariesMissing {
         /// The first binary found missing.
@@ -97,24 +97,13 @@ pub enum KubeApiServerError {
     #[error("the kube-apiserver's etcd did not start: {0}")]
     Etcd(Box<NotReady>),
     /// The apiserver binary could not be executed.
-    #[error("cannot run {binary}: {source}; rebuild it with scripts/k8s/build.sh")]
+    #[error("cannot run {binary}: {source}; rebuild it with scripts/k8s/build-modules.sh")]
     Spawn {
         /// The kube-apiserver binary.
         binary: PathBuf,
         /// The underlying error.
         #[source]
         source: io::Error,
-    },
-    /// The apiserver binary did not name its release (`Kubernetes v1.X.Y`) on `--version`.
-    #[error(
-        "{binary} --version printed {output:?}, not `Kubernetes v1.X.Y`; rebuild it with \
-         scripts/k8s/build.sh or scripts/k8s/build-modules.sh"
-    )]
-    Version {
-        /// The kube-apiserver binary.
-        binary: PathBuf,
-        /// What it printed.
-        output: String,
     },
     /// The apiserver exited or did not report ready in time.
     #[error("kube-apiserver at {url} {reason}; last lines of {log_file}:\n{log_tail}")]
@@ -166,23 +155,15 @@ impl KubeApiServerError {
     }
 }
 
-/// Where `scripts/install-deps.sh` puts the binaries: `$QUORATE_K8S_HOME/bin`, else the
-/// current release's `~/.cache/quorate/k8s-1.37/bin` (`scripts/k8s/build-modules.sh`), or with
-/// `QUORATE_K8S_KIT=v1.20` the old release's `~/.cache/quorate/k8s/bin` (`scripts/k8s/build.sh`).
+/// Where `scripts/install-deps.sh` puts the binaries: `$QUORATE_K8S_HOME/bin`, else
+/// `~/.cache/quorate/k8s-1.37/bin` (`scripts/k8s/build-modules.sh`).
 pub fn k8s_bin_dir() -> PathBuf {
     let home = std::env::var_os(K8S_HOME_ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            let kit = std::env::var("QUORATE_K8S_KIT").unwrap_or_default();
-            let dir = if kit.is_empty() || kit == "current" {
-                "k8s-1.37"
-            } else {
-                "k8s"
-            };
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/quorate")
-                .join(dir)
+                .join(".cache/quorate/k8s-1.37")
         });
     home.join("bin")
 }
@@ -630,10 +611,6 @@ fn spawn_apiserver(
         .try_clone()
         .map_err(KubeApiServerError::files(log_file))?;
     let path = |p: &Path| p.display().to_string();
-    let minor = release_minor(binary)?;
-    // Up to v1.23 the server opens an unauthenticated port 8080 unless told not to; v1.24
-    // removed the port and the flag.
-    let legacy = (minor < 24).then(|| "--insecure-port=0".to_string());
     let args = [
         "--advertise-address=127.0.0.1".to_string(),
         "--bind-address=127.0.0.1".to_string(),
@@ -663,7 +640,6 @@ fn spawn_apiserver(
     ];
     let mut cmd = Command::new(binary);
     cmd.args(args)
-        .args(legacy)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
@@ -675,30 +651,6 @@ fn spawn_apiserver(
         binary: binary.to_path_buf(),
         source,
     })
-}
-
-/// The minor release of the kube-apiserver `binary` (`--version`), which decides the flags it
-/// takes (builds of v1.20 and of v1.37 both run these tests).
-fn release_minor(binary: &Path) -> Result<u32, KubeApiServerError> {
-    let out = Command::new(binary)
-        .arg("--version")
-        .env_clear()
-        .output()
-        .map_err(|source| KubeApiServerError::Spawn {
-            binary: binary.to_path_buf(),
-            source,
-        })?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    parse_release_minor(&text).ok_or_else(|| KubeApiServerError::Version {
-        binary: binary.to_path_buf(),
-        output: text.trim().to_string(),
-    })
-}
-
-/// The minor number in kube-apiserver's `--version` line (`Kubernetes v1.37.2` gives 37).
-fn parse_release_minor(version: &str) -> Option<u32> {
-    let rest = version.trim().strip_prefix("Kubernetes v1.")?;
-    rest.split(['.', '-', '+']).next()?.parse().ok()
 }
 
 /// Polls `/readyz` until it answers `ok`; fails early when the apiserver exits.
@@ -863,15 +815,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_release_minor_comes_from_the_version_line() {
-        assert_eq!(parse_release_minor("Kubernetes v1.20.2\n"), Some(20));
-        assert_eq!(parse_release_minor("Kubernetes v1.37.2"), Some(37));
-        assert_eq!(parse_release_minor("Kubernetes v1.37.0-rc.1"), Some(37));
-        assert_eq!(parse_release_minor("Kubernetes v2.0.0"), None);
-        assert_eq!(parse_release_minor("unknown flag: --version"), None);
-    }
 
     #[test]
     fn missing_binaries_name_the_script_to_run() {

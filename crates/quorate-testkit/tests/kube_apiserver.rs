@@ -1,5 +1,4 @@
-//! The testkit's kube-apiserver against the real server (v1.20.2 or v1.37.2, whichever
-//! `QUORATE_K8S_HOME` names): the `Etcd` CRD installs and
+//! The testkit's kube-apiserver against the real server (v1.37.2): the `Etcd` CRD installs and
 //! serves the example manifest unchanged, kubectl prints druid's columns, RBAC is enforced, the
 //! API groups the operator falls back on are what we expect, and the processes die with their
 //! guard, also on panic.
@@ -96,29 +95,12 @@ async fn etcd_crd_serves_the_example_and_kubectl_prints_druids_columns() {
     assert!(row.contains(&"3"), "CLUSTER SIZE 3 missing: {stdout}");
 }
 
-/// The `policy` versions a release serves: `v1beta1` only up to 1.20, both from 1.21
-/// (`policy/v1` PodDisruptionBudgets are new there), `v1` only from 1.25 (`v1beta1` removed).
-fn policy_versions(minor: u32) -> &'static [&'static str] {
-    match minor {
-        ..=20 => &["v1beta1"],
-        21..=24 => &["v1", "v1beta1"],
-        _ => &["v1"],
-    }
-}
-
-#[test]
-fn policy_versions_follow_the_releases() {
-    assert_eq!(policy_versions(20), ["v1beta1"]);
-    assert_eq!(policy_versions(21), ["v1", "v1beta1"]);
-    assert_eq!(policy_versions(24), ["v1", "v1beta1"]);
-    assert_eq!(policy_versions(25), ["v1"]);
-    assert_eq!(policy_versions(37), ["v1"]);
-}
-
+/// The server is the pinned release, and serves PodDisruptionBudgets only as `policy/v1` (the
+/// only version the operator writes; `v1beta1` was removed in 1.25).
 #[tokio::test]
-async fn policy_serves_poddisruptionbudgets_in_the_versions_of_its_release() {
+async fn the_server_is_v1_37_and_serves_poddisruptionbudgets_as_policy_v1() {
     let Some(server) = KubeApiServer::shared_or_skip(
-        "policy_serves_poddisruptionbudgets_in_the_versions_of_its_release",
+        "the_server_is_v1_37_and_serves_poddisruptionbudgets_as_policy_v1",
     )
     .await
     else {
@@ -126,19 +108,7 @@ async fn policy_serves_poddisruptionbudgets_in_the_versions_of_its_release() {
     };
     let client = server.client().await.expect("kube client");
     let version = client.apiserver_version().await.expect("GET /version");
-    assert_eq!(version.major, "1", "{version:?}");
-    // "37", or "37+" on builds with a dirty tree
-    let minor: u32 = version
-        .minor
-        .trim_end_matches('+')
-        .parse()
-        .unwrap_or_else(|e| panic!("minor version {:?}: {e}", version.minor));
-    assert!(
-        version.git_version.starts_with(&format!("v1.{minor}.")),
-        "{version:?}"
-    );
-    let expected = policy_versions(minor);
-
+    assert!(version.git_version.starts_with("v1.37."), "{version:?}");
     let groups = client.list_api_groups().await.expect("GET /apis");
     let policy = groups
         .groups
@@ -146,35 +116,19 @@ async fn policy_serves_poddisruptionbudgets_in_the_versions_of_its_release() {
         .find(|g| g.name == "policy")
         .expect("the policy group is served");
     let versions: Vec<&str> = policy.versions.iter().map(|v| v.version.as_str()).collect();
-    assert_eq!(
-        versions, expected,
-        "policy versions of {}",
-        version.git_version
+    assert_eq!(versions, ["v1"]);
+    let resources = client
+        .list_api_group_resources("policy/v1")
+        .await
+        .expect("policy/v1 resources");
+    assert!(
+        resources
+            .resources
+            .iter()
+            .any(|r| r.name == "poddisruptionbudgets"),
+        "{:?}",
+        resources.resources
     );
-    for served in ["v1", "v1beta1"] {
-        let group_version = format!("policy/{served}");
-        let answer = client.list_api_group_resources(&group_version).await;
-        if expected.contains(&served) {
-            let resources = answer.unwrap_or_else(|e| panic!("{group_version} resources: {e}"));
-            assert!(
-                resources
-                    .resources
-                    .iter()
-                    .any(|r| r.name == "poddisruptionbudgets"),
-                "{group_version} of {}: {:?}",
-                version.git_version,
-                resources.resources
-            );
-        } else {
-            match answer {
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                other => panic!(
-                    "{group_version} should not be served by {}: {other:?}",
-                    version.git_version
-                ),
-            }
-        }
-    }
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! `quorate-bench operator`: `quorate operator` against a real kube-apiserver (v1.20.2, the
+//! `quorate-bench operator`: `quorate operator` against a real kube-apiserver (v1.37.2, the
 //! testkit's), with many `Etcd` objects created at once:
 //!
 //! 1. **baseline**, on a fresh API server with no operator: the same objects created the same
@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use kube::Client;
 use quorate_api::Etcd;
-use quorate_core::components::PdbApiVersion;
 use quorate_testkit::{KubeApiServer, install_etcd_crd};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -92,7 +91,7 @@ pub fn wide_service_range() -> Result<tempfile::TempDir> {
     let apiserver = real.join("kube-apiserver");
     if !apiserver.is_file() {
         return Err(BenchError::failed(format!(
-            "{} does not exist: run scripts/k8s/build.sh once to build kube-apiserver v1.20.2",
+            "{} does not exist: run scripts/install-deps.sh once to build kube-apiserver v1.37.2",
             apiserver.display()
         )));
     }
@@ -187,7 +186,7 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
 }
 
 /// A fresh API server with the CRD and the namespaces, and a client of it.
-async fn prepare_server(settings: &Settings) -> Result<(KubeApiServer, Client, PdbApiVersion)> {
+async fn prepare_server(settings: &Settings) -> Result<(KubeApiServer, Client)> {
     let server = KubeApiServer::start()
         .await
         .map_err(|e| BenchError::failed(format!("starting kube-apiserver: {e}")))?;
@@ -201,10 +200,7 @@ async fn prepare_server(settings: &Settings) -> Result<(KubeApiServer, Client, P
         .await
         .map_err(|e| BenchError::failed(format!("installing the Etcd CRD: {e}")))?;
     workload::create_namespaces(&client, settings.namespaces).await?;
-    let pdb = quorate_operator::replay::pdb_api_version(&client)
-        .await
-        .map_err(|e| BenchError::failed(e.to_string()))?;
-    Ok((server, client, pdb))
+    Ok((server, client))
 }
 
 /// CPU time of `pid` now.
@@ -253,14 +249,14 @@ async fn create_and_converge(
 }
 
 async fn baseline_run(settings: &Settings, etcds: &[Etcd], workers: usize) -> Result<BaselineRun> {
-    let (server, client, pdb) = prepare_server(settings).await?;
+    let (server, client) = prepare_server(settings).await?;
     let (apiserver_pid, etcd_pid) = server.pids();
     let watch = ConvergenceWatch::start(&client).await?;
     let before = workload::apiserver_requests(&client).await?;
     let cpu_before = (cpu(apiserver_pid), cpu(etcd_pid));
     let (tx, rx) = mpsc::unbounded_channel();
     let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
-    let replay = std::sync::Arc::new(Replay::new(client.clone(), pdb));
+    let replay = std::sync::Arc::new(Replay::new(client.clone()));
     let mut tasks = JoinSet::new();
     for _ in 0..workers {
         let (rx, replay) = (rx.clone(), replay.clone());
@@ -294,7 +290,7 @@ async fn baseline_run(settings: &Settings, etcds: &[Etcd], workers: usize) -> Re
     while let Some(joined) = tasks.join_next().await {
         joined.map_err(|e| BenchError::failed(format!("a baseline worker panicked: {e}")))??;
     }
-    let components = workload::count_components(&client, pdb, etcds.len()).await?;
+    let components = workload::count_components(&client, etcds.len()).await?;
     drop(server);
     Ok(BaselineRun {
         workers,
@@ -327,7 +323,7 @@ async fn operator_run(
     workers: u16,
     dir: &Path,
 ) -> Result<OperatorRun> {
-    let (server, client, pdb) = prepare_server(settings).await?;
+    let (server, client) = prepare_server(settings).await?;
     let (apiserver_pid, etcd_pid) = server.pids();
 
     eprintln!(
@@ -386,7 +382,7 @@ async fn operator_run(
 
     // What the operator caches, as the API server serves it (after the window).
     let cached = cached_sizes(&client).await?;
-    let components = workload::count_components(&client, pdb, etcds.len()).await?;
+    let components = workload::count_components(&client, etcds.len()).await?;
     let log = operator.log.clone();
     let (memory, exit) = tokio::task::block_in_place(|| operator.stop());
     drop(server);

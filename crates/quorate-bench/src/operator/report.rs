@@ -373,10 +373,8 @@ fn render_convergence(doc: &mut Markdown, r: &Results) {
 
     doc.paragraph(
         "Requests by verb and resource in that period, per cluster (the API server's verbs: \
-         `APPLY` is a server-side apply, `POST` a create; Kubernetes v1.20 counts a successful \
-         GET of one custom object as `LIST` (kubernetes/kubernetes#95556), so the operator's \
-         `LIST etcds` here, after its watch listed them at start, are its GETs of an `Etcd` \
-         whose cached copy did not show the operator's own last write yet):",
+         `APPLY` is a server-side apply, `POST` a create; the operator's `GET etcds` are its reads \
+         of an `Etcd` whose cached copy did not show the operator's own last write yet):",
     );
     let mut columns: Vec<(String, BTreeMap<String, f64>)> = Vec::new();
     for (b, run) in r.baselines.iter().zip(&r.runs) {

@@ -17,7 +17,7 @@ use quorate_api::Etcd;
 use quorate_api::annotations::ETCD_FINALIZER;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, config_map_name};
 use quorate_api::status::LastOperationState;
-use quorate_core::components::{ComponentContext, PdbApiVersion, desired_components};
+use quorate_core::components::{ComponentContext, desired_components};
 use quorate_operator::Images;
 use quorate_operator::replay::{PassOutcome, StatusInputs, apply_component, compute_status};
 use tokio::sync::{mpsc, watch};
@@ -250,7 +250,6 @@ impl Drop for ConvergenceWatch {
 /// What the baseline's plain replay of the operator's first pass needs.
 pub struct Replay {
     client: Client,
-    pdb: PdbApiVersion,
     recorder: Recorder,
     images: Images,
 }
@@ -259,8 +258,8 @@ pub struct Replay {
 pub const BASELINE_RUN_ID: &str = "quorate-bench-baseline";
 
 impl Replay {
-    /// A replay writing through `client` with the PodDisruptionBudget API `pdb`.
-    pub fn new(client: Client, pdb: PdbApiVersion) -> Replay {
+    /// A replay writing through `client`.
+    pub fn new(client: Client) -> Replay {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -270,7 +269,6 @@ impl Replay {
         );
         Replay {
             client,
-            pdb,
             recorder,
             images: Images::default(),
         }
@@ -303,7 +301,7 @@ impl Replay {
         let desired = desired_components(&etcd, &ctx)
             .map_err(|e| BenchError::failed(format!("components of {key}: {e}")))?;
         for object in desired.in_sync_order() {
-            apply_component(&self.client, object, self.pdb)
+            apply_component(&self.client, object)
                 .await
                 .map_err(|e| BenchError::failed(e.to_string()))?;
         }
@@ -447,7 +445,7 @@ pub fn heap_of_list<K: serde::de::DeserializeOwned + Clone>(
 }
 
 /// The components every `Etcd` of the example gets, per cluster: (resource, API path, count).
-pub fn component_lists(pdb: PdbApiVersion) -> Vec<(&'static str, String, usize)> {
+pub fn component_lists() -> Vec<(&'static str, String, usize)> {
     vec![
         ("serviceaccounts", "/api/v1/serviceaccounts".to_string(), 1),
         (
@@ -467,7 +465,7 @@ pub fn component_lists(pdb: PdbApiVersion) -> Vec<(&'static str, String, usize)>
         ),
         (
             "poddisruptionbudgets",
-            format!("/apis/{}/poddisruptionbudgets", pdb.as_str()),
+            "/apis/policy/v1/poddisruptionbudgets".to_string(),
             1,
         ),
         ("services", "/api/v1/services".to_string(), 2),
@@ -480,11 +478,10 @@ pub fn component_lists(pdb: PdbApiVersion) -> Vec<(&'static str, String, usize)>
 /// expected) per resource.
 pub async fn count_components(
     client: &Client,
-    pdb: PdbApiVersion,
     clusters: usize,
 ) -> Result<Vec<(Listed, usize)>> {
     let mut out = Vec::new();
-    for (what, path, per_cluster) in component_lists(pdb) {
+    for (what, path, per_cluster) in component_lists() {
         out.push((
             list(client, what, &path, true).await?,
             per_cluster * clusters,
@@ -543,7 +540,7 @@ mod tests {
 
     #[test]
     fn thirteen_components_per_cluster() {
-        let per_cluster: usize = component_lists(PdbApiVersion::V1Beta1)
+        let per_cluster: usize = component_lists()
             .iter()
             .map(|(_, _, n)| n)
             .sum();

@@ -14,7 +14,7 @@ use crate::last_operation::ErrorCode;
 
 use super::context::ComponentContext;
 use super::error::ComponentError;
-use super::pod_disruption_budget::{PdbApiVersion, to_manifest};
+use super::pod_disruption_budget::to_manifest;
 use super::{
     client_service, config_map, member_leases, peer_service, pod_disruption_budget, role,
     role_binding, service_account, snapshot_leases, statefulset,
@@ -118,14 +118,10 @@ impl DesiredObject<'_> {
         }
     }
 
-    /// The object as a manifest (with `apiVersion` and `kind`); a PodDisruptionBudget is
-    /// written in `pdb_version`.
-    pub fn to_manifest(
-        &self,
-        pdb_version: PdbApiVersion,
-    ) -> Result<serde_json::Value, ComponentError> {
+    /// The object as a manifest (with `apiVersion` and `kind`).
+    pub fn to_manifest(&self) -> Result<serde_json::Value, ComponentError> {
         let value = match self {
-            DesiredObject::PodDisruptionBudget(o) => return to_manifest(o, pdb_version),
+            DesiredObject::PodDisruptionBudget(o) => return to_manifest(o),
             DesiredObject::ServiceAccount(o) => serde_json::to_value(o),
             DesiredObject::Role(o) => serde_json::to_value(o),
             DesiredObject::RoleBinding(o) => serde_json::to_value(o),
@@ -272,7 +268,7 @@ mod tests {
         let ctx = ComponentContext::new("q", "a");
         let all = desired_components(&etcd("etcd-main", 3), &ctx).unwrap();
         for object in all.in_sync_order() {
-            let m = object.to_manifest(PdbApiVersion::V1).unwrap();
+            let m = object.to_manifest().unwrap();
             let what = format!("{}/{}", object.kind(), object.name());
             assert_eq!(m["kind"], object.kind(), "{what}");
             assert_eq!(m["metadata"]["namespace"], "shoot", "{what}");

@@ -34,4 +34,3 @@ pub mod volumes;
 pub use context::ComponentContext;
 pub use desired::{DesiredComponents, DesiredObject, desired_components};
 pub use error::ComponentError;
-pub use pod_disruption_budget::PdbApiVersion;

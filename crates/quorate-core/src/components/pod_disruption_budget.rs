@@ -1,6 +1,5 @@
 //! PodDisruptionBudget `<name>`: voluntary evictions (drains) may never take the cluster below
-//! quorum. Rendered as `policy/v1`; [`to_manifest`] also writes it as `policy/v1beta1` for API
-//! servers older than 1.21, which do not serve `policy/v1`.
+//! quorum. `policy/v1` (Kubernetes 1.21+; the operator refuses to start on a server without it).
 
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -20,25 +19,6 @@ pub const SYNC_ERROR: ErrorCode = ErrorCode::SyncPodDisruptionBudget;
 /// `unhealthyPodEvictionPolicy` set by [`ALLOW_UNHEALTHY_POD_EVICTION`]: pods that are not
 /// ready may be evicted even when the budget is exhausted.
 pub const ALWAYS_ALLOW: &str = "AlwaysAllow";
-
-/// API version a PodDisruptionBudget is written in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PdbApiVersion {
-    /// `policy/v1`, served from Kubernetes 1.21.
-    V1,
-    /// `policy/v1beta1`, for API servers up to 1.20 (removed in 1.25).
-    V1Beta1,
-}
-
-impl PdbApiVersion {
-    /// The `apiVersion` string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PdbApiVersion::V1 => "policy/v1",
-            PdbApiVersion::V1Beta1 => "policy/v1beta1",
-        }
-    }
-}
 
 /// Members that must stay available: a majority (`replicas/2 + 1`) when there is more than
 /// one member; 0 for one member (or none), so a single-member cluster never blocks a drain.
@@ -73,28 +53,13 @@ pub fn build(etcd: &Etcd, running: i32) -> Result<PodDisruptionBudget, Component
     })
 }
 
-/// `pdb` as a manifest in `version`. `policy/v1beta1` has the same shape except for
-/// `unhealthyPodEvictionPolicy`, which it lacks and is therefore dropped. (v1beta1 also reads
-/// an empty selector as "no pods" where v1 reads "all pods"; ours is never empty.)
-pub fn to_manifest(
-    pdb: &PodDisruptionBudget,
-    version: PdbApiVersion,
-) -> Result<serde_json::Value, ComponentError> {
-    let mut value = serde_json::to_value(pdb).map_err(|e| ComponentError::Serialize {
+/// `pdb` as a manifest, for server-side apply.
+pub fn to_manifest(pdb: &PodDisruptionBudget) -> Result<serde_json::Value, ComponentError> {
+    serde_json::to_value(pdb).map_err(|e| ComponentError::Serialize {
         what: "the PodDisruptionBudget",
         name: pdb.metadata.name.clone().unwrap_or_default(),
         detail: e.to_string(),
-    })?;
-    if version == PdbApiVersion::V1Beta1 {
-        value["apiVersion"] = version.as_str().into();
-        if let Some(spec) = value
-            .get_mut("spec")
-            .and_then(serde_json::Value::as_object_mut)
-        {
-            spec.remove("unhealthyPodEvictionPolicy");
-        }
-    }
-    Ok(value)
+    })
 }
 
 #[cfg(test)]
@@ -143,14 +108,9 @@ mod tests {
             spec.unhealthy_pod_eviction_policy.as_deref(),
             Some("AlwaysAllow")
         );
-        let v1 = to_manifest(&pdb, PdbApiVersion::V1).unwrap();
+        let v1 = to_manifest(&pdb).unwrap();
         assert_eq!(v1["apiVersion"], "policy/v1");
+        assert_eq!(v1["kind"], "PodDisruptionBudget");
         assert_eq!(v1["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
-        let beta = to_manifest(&pdb, PdbApiVersion::V1Beta1).unwrap();
-        assert_eq!(beta["apiVersion"], "policy/v1beta1");
-        assert_eq!(beta["kind"], "PodDisruptionBudget");
-        assert!(beta["spec"].get("unhealthyPodEvictionPolicy").is_none());
-        assert_eq!(beta["spec"]["minAvailable"], 3);
-        assert_eq!(beta["metadata"], v1["metadata"]);
     }
 }

@@ -31,7 +31,7 @@ pub async fn apply_in_order(
             }
             _ => {}
         }
-        apply_component(&ctx.client, object, ctx.pdb_version)
+        apply_component(&ctx.client, object)
             .await
             .map_err(StepError::tag(object.sync_error_code()))?;
     }

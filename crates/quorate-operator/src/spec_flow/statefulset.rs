@@ -34,12 +34,7 @@ pub async fn sync(
             if let Some(existing) = existing.as_deref() {
                 keep_immutable_fields(&mut sts, existing);
             }
-            apply_component(
-                &ctx.client,
-                DesiredObject::StatefulSet(&sts),
-                ctx.pdb_version,
-            )
-            .await?;
+            apply_component(&ctx.client, DesiredObject::StatefulSet(&sts)).await?;
             Ok(if replicas < running {
                 PassOutcome::Requeue(format!(
                     "peer TLS is being enabled at {replicas} member(s) before the cluster grows to {running}"

@@ -55,7 +55,8 @@ impl Webhooks {
             .create_namespace(&client, prefix)
             .await
             .expect("create namespace");
-        // v1.20 does not label namespaces with their name yet; do it for the selector.
+        // The webhooks' namespace selector matches this label: only this test's namespace
+        // reaches this test's webhook server.
         Api::<Namespace>::all(client.clone())
             .patch(
                 &namespace,
