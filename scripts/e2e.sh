@@ -5,8 +5,8 @@
 #   KUBECONFIG=~/.kube/config QUORATE_E2E_LOAD_IMAGE="kind load image-archive" scripts/e2e.sh
 #
 # 1. builds the image tarball k8s.local/quorate:<version> (scripts/image.sh) and the test binary;
-# 2. without KUBECONFIG: builds (scripts/k8s-node/build.sh, cached in ~/.cache/quorate/k8s) and
-#    starts the single-node cluster of scripts/k8s-node with the image imported, and tears it down
+# 2. without KUBECONFIG: builds (scripts/k8s-node/build.sh, cached in ~/.cache/quorate/k8s-1.37) and
+#    starts the three-node cluster of scripts/k8s-node with the image imported, and tears it down
 #    again on exit, whatever happened. With KUBECONFIG: uses that cluster and only loads the image
 #    with the command in QUORATE_E2E_LOAD_IMAGE (the tarball's path is appended);
 # 3. installs the operator with Helm from deploy/helm/quorate-operator (the image set to the one
@@ -46,13 +46,8 @@ cd "$ROOT"
 log() { echo "[quorate e2e] $*" >&2; }
 die() { log "$*"; exit 1; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/quorate/target}
-# The node kit's current kit by default (Kubernetes v1.37 from Go modules, three nodes,
-# containerd v2, CoreDNS; scripts/k8s-node/current/); QUORATE_K8S_KIT=v1.20: the old one-node kit.
-if [ "${QUORATE_K8S_KIT:-current}" = current ]; then
-  K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
-else
-  K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
-fi
+# The node kit: Kubernetes v1.37 from Go modules, three nodes, containerd v2, CoreDNS.
+K8S_HOME=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
 LOGS_OUT=/tmp/quorate-e2e-logs
 RESULTS_MD=${QUORATE_E2E_RESULTS_MD:-$ROOT/docs/e2e/results.md}
 WORK=$(mktemp -d /tmp/quorate-e2e.XXXXXX)
@@ -110,11 +105,7 @@ write_results() {
     echo
     echo "- commit: \`$(git rev-parse --short HEAD 2>/dev/null || echo '?')\`$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || echo ' (with uncommitted changes in crates/)')"
     if [ "$NODE_KIT" = 1 ]; then
-      if [ "${QUORATE_K8S_KIT:-current}" = current ]; then
-        echo "- cluster: scripts/k8s-node/current (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes, containerd $("$K8S_HOME/bin/containerd" --version 2>/dev/null | awk '{print $3}'), runc $(runc --version 2>/dev/null | awk 'NR == 1 {print $3}'), $("$K8S_HOME/bin/coredns" -version 2>/dev/null | head -1))"
-      else
-        echo "- cluster: scripts/k8s-node (Kubernetes v1.20.2, one node, containerd $(containerd --version 2>/dev/null | awk '{print $3}'), DNS kube-dns-lite)"
-      fi
+        echo "- cluster: scripts/k8s-node (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes, containerd $("$K8S_HOME/bin/containerd" --version 2>/dev/null | awk '{print $3}'), runc $(runc --version 2>/dev/null | awk 'NR == 1 {print $3}'), $("$K8S_HOME/bin/coredns" -version 2>/dev/null | head -1))"
     else
       echo "- cluster: \`$($KUBECTL --kubeconfig "$KUBECONFIG" config current-context 2>/dev/null || echo '?')\` ($($KUBECTL --kubeconfig "$KUBECONFIG" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1))"
     fi
@@ -141,9 +132,7 @@ write_results() {
 # The cluster the run used, in words for the benchmark pages.
 cluster_words() {
   if [ "$NODE_KIT" = 0 ]; then echo "the cluster in KUBECONFIG"
-  elif [ "${QUORATE_K8S_KIT:-current}" = current ]; then
-    echo "the node kit's current kit (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes)"
-  else echo "the node kit (Kubernetes v1.20.2, one node)"; fi
+  else echo "the node kit (Kubernetes $("$K8S_HOME/bin/kube-apiserver" --version 2>/dev/null | awk '{print $2}'), ${NODE_COUNT:-?} nodes)"; fi
 }
 
 # The benchmark table (apply→Ready, the TLS-enabling 1→3 scale-out against the same scale-out
@@ -424,10 +413,10 @@ phase_end
 
 # ---- 4. the scenarios ----
 phase_start "scenarios (cargo test -p quorate-e2e)"
-# s14 loses a node and brings it back: only the current node kit can (scripts/k8s-node/current/node.sh)
+# s14 loses a node and brings it back: only the node kit can (scripts/k8s-node/node.sh)
 NODE_CONTROL=""
-if [ "$NODE_KIT" = 1 ] && [ "${QUORATE_K8S_KIT:-current}" = current ]; then
-  NODE_CONTROL=$ROOT/scripts/k8s-node/current/node.sh
+if [ "$NODE_KIT" = 1 ]; then
+  NODE_CONTROL=$ROOT/scripts/k8s-node/node.sh
 fi
 TESTS_RAN=1
 set +e

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Process helpers of both node kits (this one and current/), sourced by their lib.sh: processes
+# Process helpers of the node kit, sourced by its lib.sh: processes
 # are recorded as $PIDS/NAME.pid and stopped only while they still run the recorded binary.
 # The sourcing script defines PIDS and log.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the current Kubernetes kit from Go modules (issue 30): one multi-call binary of
+# Builds the Kubernetes kit from Go modules: one multi-call binary of
 # k8s.io/kubernetes (tools/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubelet, kube-proxy, kubectl; symlinks named after each), and the node's pieces from their own
 # wrapper modules: containerd v2 with its runc shim and ctr (tools/containerd), crictl

@@ -3,7 +3,7 @@
 # then wipes its state dir (etcd data, PKI, logs). Leaves the binaries alone.
 set -uo pipefail
 
-HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
+HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
 BIN=$HOME_DIR/bin
 STATE=${QUORATE_K8S_STATE:-/tmp/quorate-k8s}
 PIDS=$STATE/pids

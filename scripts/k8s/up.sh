@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts a local, loopback-only Kubernetes control plane by hand (etcd + kube-apiserver, plus
-# kube-controller-manager and kube-scheduler when build.sh built them: QUORATE_K8S_EXTRA_BINS=
-# "kube-controller-manager kube-scheduler") from the binaries of scripts/k8s/build.sh, e.g. to
+# kube-controller-manager and kube-scheduler with QUORATE_K8S_EXTRA_BINS=
+# "kube-controller-manager kube-scheduler") from the binaries of scripts/k8s/build-modules.sh, e.g. to
 # run `quorate operator` against it. Prints the admin kubeconfig's path; down.sh stops it.
 # Tests do not use this: the testkit starts its own apiserver per test binary (kube_apiserver.rs).
 # State (etcd data, PKI, logs) in $QUORATE_K8S_STATE (default /tmp/quorate-k8s); needs openssl.
@@ -9,7 +9,7 @@
 # No kubelet: Pods are created by controllers but stay Pending forever.
 set -euo pipefail
 
-HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s}
+HOME_DIR=${QUORATE_K8S_HOME:-$HOME/.cache/quorate/k8s-1.37}
 BIN=$HOME_DIR/bin
 STATE=${QUORATE_K8S_STATE:-/tmp/quorate-k8s}
 KUBECONFIG_OUT=$STATE/kubeconfig
@@ -68,7 +68,7 @@ wait_for() { # description timeout-seconds command...
 }
 
 for b in kube-apiserver kubectl; do
-  [ -x "$BIN/$b" ] || { log "missing $BIN/$b: run scripts/k8s/build.sh"; exit 1; }
+  [ -x "$BIN/$b" ] || { log "missing $BIN/$b: run scripts/k8s/build-modules.sh"; exit 1; }
 done
 [ -x "$ETCD" ] || { log "missing $ETCD: run scripts/install-deps.sh"; exit 1; }
 command -v openssl >/dev/null || { log "missing openssl: apt-get install openssl"; exit 1; }
@@ -90,7 +90,7 @@ legacy_flags() { # flags only releases before 1.24 know: the plain-HTTP health p
   esac
 }
 
-# QUORATE_K8S_APISERVER_ENDPOINT_ROUTING=1 (set by the current node kit, whose kube-proxies run
+# QUORATE_K8S_APISERVER_ENDPOINT_ROUTING=1 (set by the node kit, whose kube-proxies run
 # in the nodes' network namespaces, not on this host): the apiserver reaches a webhook's Service
 # through one of its endpoints (a pod IP, routed to its node) instead of the ClusterIP, which only
 # a kube-proxy on this host could translate (unanswered here it leaves the host by the default

@@ -1,6 +1,6 @@
 //! Nodes as a cluster operator handles them: drain and uncordon with `kubectl` (what a cluster
 //! upgrade does node by node), and, on the node kit, a node lost and brought back
-//! (`scripts/k8s-node/current/node.sh`, named by `QUORATE_E2E_NODE_CONTROL`).
+//! (`scripts/k8s-node/node.sh`, named by `QUORATE_E2E_NODE_CONTROL`).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# node.sh lose N | return N: one node of the current kit lost as a machine is lost (powered off,
+# node.sh lose N | return N: one node of the kit lost as a machine is lost (powered off,
 # or cut off the network), and brought back.
 #
 #   lose N    node N's link to the host bridge goes down first, so its address and its pods' stop
