@@ -172,6 +172,46 @@ pub fn current_round<'a>(
         .cloned()
 }
 
+/// Where the round taken up for one on-demand request stands, as the members' records say:
+/// what `quorate defrag` and `kubectl quorate defrag` wait for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestProgress {
+    /// No round has taken the request up yet.
+    NotStarted,
+    /// The round runs: the members through with it, with how it went, and those still to go.
+    Running {
+        /// Members through with the round.
+        through: Vec<(String, DefragOutcome)>,
+        /// Members still to go.
+        waiting: Vec<String>,
+    },
+    /// Every member is through.
+    Done(Vec<(String, DefragOutcome)>),
+}
+
+/// How far the round for `request` has come, from each member's record (a member without a
+/// record has not defragmented yet).
+pub fn request_progress(records: Vec<(String, DefragRecord)>, request: &str) -> RequestProgress {
+    let Some(round) = current_round(records.iter().map(|(_, r)| r))
+        .filter(|r| r.request.as_deref() == Some(request))
+    else {
+        return RequestProgress::NotStarted;
+    };
+    let mut through = Vec::new();
+    let mut waiting = Vec::new();
+    for (member, record) in records {
+        match record.last.filter(|l| l.round >= round.id) {
+            Some(outcome) => through.push((member, outcome)),
+            None => waiting.push(member),
+        }
+    }
+    if waiting.is_empty() {
+        RequestProgress::Done(through)
+    } else {
+        RequestProgress::Running { through, waiting }
+    }
+}
+
 /// One member as a defragmentation round sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DefragPeer {
