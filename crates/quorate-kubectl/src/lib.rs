@@ -229,9 +229,9 @@ pub enum Switch {
 /// json` on standard output stays parseable).
 pub struct Io<'a> {
     /// Standard output.
-    pub out: &'a mut dyn Write,
+    pub out: &'a mut (dyn Write + Send),
     /// Standard error.
-    pub err: &'a mut dyn Write,
+    pub err: &'a mut (dyn Write + Send),
 }
 
 /// Whether a command did what it was asked (`Failed`: it ran but the outcome is a failure the
