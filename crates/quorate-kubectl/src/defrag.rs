@@ -25,6 +25,11 @@ pub async fn defrag(
     io: &mut Io<'_>,
 ) -> Result<Outcome, KubectlError> {
     let etcd = target.etcd(name).await?;
+    if etcd.spec.replicas <= 0 {
+        return Err(KubectlError::Usage(format!(
+            "{name} is hibernated (spec.replicas: 0): no member runs to defragment"
+        )));
+    }
     let id = crate::client::request_id("defrag");
     target
         .annotate(&etcd, &[(quorate_api::defrag::DEFRAGMENT, Some(&id))])
