@@ -591,6 +591,57 @@ mod tests {
         p
     }
 
+    #[test]
+    fn a_request_is_done_when_every_member_is_through_the_round_that_took_it_up() {
+        let asked = DefragRound {
+            request: Some("defrag-1".into()),
+            ..round(4, RoundReason::OnDemand)
+        };
+        let record = |round: Option<DefragRound>, last_round: Option<u64>| DefragRecord {
+            round,
+            last: last_round.map(|id| through(peer(0), id).record.last.unwrap()),
+        };
+        let named = |records: Vec<DefragRecord>| -> Vec<(String, DefragRecord)> {
+            records
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (format!("etcd-main-{i}"), r))
+                .collect()
+        };
+        // An older round, or one for another request, has not taken this one up.
+        let older = named(vec![record(Some(round(3, RoundReason::Schedule)), Some(3))]);
+        assert_eq!(
+            request_progress(older, "defrag-1"),
+            RequestProgress::NotStarted
+        );
+        let other = named(vec![record(Some(asked.clone()), Some(4))]);
+        assert_eq!(
+            request_progress(other, "defrag-2"),
+            RequestProgress::NotStarted
+        );
+        // Through it: those whose last defragmentation belongs to it (or a later one).
+        let running = named(vec![
+            record(Some(asked.clone()), Some(4)),
+            record(Some(asked.clone()), Some(3)),
+            DefragRecord::default(),
+        ]);
+        match request_progress(running, "defrag-1") {
+            RequestProgress::Running { through, waiting } => {
+                assert_eq!(through.len(), 1);
+                assert_eq!(waiting, ["etcd-main-1", "etcd-main-2"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let done = named(vec![
+            record(Some(asked.clone()), Some(4)),
+            record(Some(asked), Some(5)),
+        ]);
+        assert!(matches!(
+            request_progress(done, "defrag-1"),
+            RequestProgress::Done(through) if through.len() == 2
+        ));
+    }
+
     fn turn(me: u64, r: &DefragRound, peers: &[DefragPeer]) -> DefragTurn {
         member_turn(
             &format!("etcd-main-{me}"),
