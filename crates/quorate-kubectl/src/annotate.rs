@@ -58,25 +58,7 @@ pub async fn change(
     }
     let (key, value, done) = change.patch();
     if change == Change::Reconcile {
-        // druidctl's rule: a suspended Etcd would ignore the request, silently.
-        let suspended: Vec<String> = etcds
-            .iter()
-            .filter(|e| {
-                e.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(SUSPEND_ETCD_SPEC_RECONCILE))
-            })
-            .map(|e| e.metadata.name.clone().unwrap_or_default())
-            .collect();
-        if !suspended.is_empty() {
-            return Err(KubectlError::Usage(format!(
-                "{} suspended ({SUSPEND_ETCD_SPEC_RECONCILE}): the operator would not act on the \
-                 request; `kubectl quorate resume {}` first",
-                suspended.join(", "),
-                suspended.join(" ")
-            )));
-        }
+        refuse_suspended(&etcds, "reconcile")?;
     }
     let mut changed = Vec::new();
     for etcd in &etcds {
@@ -103,4 +85,40 @@ pub async fn change(
         writeln!(io.err, "note: -o wide prints the same as no -o here")?;
     }
     Ok(())
+}
+
+/// The operator carries a request (`reconcile`, and the requests that reach the agents through
+/// the cluster configuration with it) out only when spec reconciliation is not suspended; a
+/// request on a suspended Etcd would be ignored silently, so it is refused (druidctl's rule).
+pub fn refuse_suspended(etcds: &[quorate_api::Etcd], what: &str) -> Result<(), KubectlError> {
+    let suspended: Vec<String> = etcds
+        .iter()
+        .filter(|e| {
+            e.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(SUSPEND_ETCD_SPEC_RECONCILE))
+        })
+        .map(|e| e.metadata.name.clone().unwrap_or_default())
+        .collect();
+    if suspended.is_empty() {
+        return Ok(());
+    }
+    Err(KubectlError::Usage(format!(
+        "{} suspended ({SUSPEND_ETCD_SPEC_RECONCILE}): the operator would not carry the {what} \
+         request out; `kubectl quorate resume {}` first",
+        suspended.join(", "),
+        suspended.join(" ")
+    )))
+}
+
+/// The annotations of a request the agents carry out once (`quorate.io/defragment`,
+/// `quorate.io/recover`): the request itself, and `druid.gardener.cloud/operation: reconcile`,
+/// without which an operator without spec auto-reconcile (druid's default) does not pass the
+/// request on to the agents' configuration (an annotation does not change the generation).
+pub fn request_annotations<'a>(key: &'a str, id: &'a str) -> [(&'a str, Option<&'a str>); 2] {
+    [
+        (key, Some(id)),
+        (DRUID_OPERATION, Some(OPERATION_RECONCILE)),
+    ]
 }

@@ -1,6 +1,7 @@
-//! `kubectl quorate defrag NAME`: sets `quorate.io/defragment` to a fresh request ID (the
-//! operator passes it to the agents in the cluster configuration; the leader's agent starts a
-//! round, every member takes its turn, the leader last) and follows the round on the member
+//! `kubectl quorate defrag NAME`: sets `quorate.io/defragment` to a fresh request ID, with
+//! `druid.gardener.cloud/operation: reconcile` (the operator passes the request to the agents
+//! in the cluster configuration; the leader's agent starts a round, every member takes its
+//! turn, the leader last) and follows the round on the member
 //! leases, where each agent publishes its outcome, as `quorate defrag` does locally.
 
 use crate::output::{self, OutputFormat, Printed};
@@ -30,9 +31,13 @@ pub async fn defrag(
             "{name} is hibernated (spec.replicas: 0): no member runs to defragment"
         )));
     }
+    crate::annotate::refuse_suspended(std::slice::from_ref(&etcd), "defragmentation")?;
     let id = crate::client::request_id("defrag");
     target
-        .annotate(&etcd, &[(quorate_api::defrag::DEFRAGMENT, Some(&id))])
+        .annotate(
+            &etcd,
+            &crate::annotate::request_annotations(quorate_api::defrag::DEFRAGMENT, &id),
+        )
         .await?;
     writeln!(io.err, "defragmentation requested ({id})")?;
     if no_wait {

@@ -2,7 +2,7 @@
 //! From outside the cluster the plugin cannot ask the members' etcd; it shows what the
 //! operator and the agents report (the `Ready` condition, which is quorum, and each member's
 //! published data state and what it waits for). With `--yes` it sets the annotation to a
-//! fresh request ID; the agents then make the same decision local mode's dry run shows (core
+//! fresh request ID (with `druid.gardener.cloud/operation: reconcile`, which passes it on); the agents then make the same decision local mode's dry run shows (core
 //! `membership::recovery`): the surviving member with the newest data, or wait and say why.
 
 use crate::output::{self, OutputFormat, Printed};
@@ -40,9 +40,13 @@ pub async fn recover(
     let (action, request) = if has_quorum {
         ("none", None)
     } else if yes {
+        crate::annotate::refuse_suspended(std::slice::from_ref(&etcd), "recovery")?;
         let id = crate::client::request_id("recover");
         target
-            .annotate(&etcd, &[(quorate_api::annotations::RECOVER, Some(&id))])
+            .annotate(
+                &etcd,
+                &crate::annotate::request_annotations(quorate_api::annotations::RECOVER, &id),
+            )
             .await?;
         ("requested", Some(id))
     } else {

@@ -466,12 +466,35 @@ async fn members_and_defrag_read_what_the_agents_publish_on_the_leases() {
         "{:?}",
         unanswered.result
     );
+    let annotations = env.annotations("etcd-main").await;
     assert!(
+        annotations
+            .get("quorate.io/defragment")
+            .is_some_and(|id| id.starts_with("defrag-")),
+        "{annotations:?}"
+    );
+    // With the reconcile request that passes it on to the agents' configuration.
+    assert_eq!(
+        annotations
+            .get("druid.gardener.cloud/operation")
+            .map(String::as_str),
+        Some("reconcile")
+    );
+    // On a suspended Etcd the operator would pass nothing on: refused, nothing set.
+    env.run(&["suspend", "etcd-main"]).await.ok();
+    let refused = env.run(&["defrag", "etcd-main"]).await;
+    assert!(
+        matches!(&refused.result, Err(KubectlError::Usage(m)) if m.contains("resume etcd-main")),
+        "{:?}",
+        refused.result
+    );
+    assert_eq!(
         env.annotations("etcd-main")
             .await
-            .get("quorate.io/defragment")
-            .is_some_and(|id| id.starts_with("defrag-"))
+            .get("quorate.io/defragment"),
+        annotations.get("quorate.io/defragment")
     );
+    env.run(&["resume", "etcd-main"]).await.ok();
 
     // The agents' part: once the request is on the Etcd, every member publishes its outcome
     // for the round that took it up; one member's failure makes the command fail.
@@ -658,9 +681,13 @@ async fn recover_shows_the_state_and_requests_only_with_yes() {
     assert_eq!(requested["action"], "requested");
     let id = requested["request"].as_str().unwrap().to_string();
     assert!(id.starts_with("recover-"), "{id}");
+    let annotations = env.annotations("etcd-main").await;
+    assert_eq!(annotations.get("quorate.io/recover"), Some(&id));
     assert_eq!(
-        env.annotations("etcd-main").await.get("quorate.io/recover"),
-        Some(&id)
+        annotations
+            .get("druid.gardener.cloud/operation")
+            .map(String::as_str),
+        Some("reconcile")
     );
 }
 
