@@ -5,9 +5,9 @@
 //! through the store Secret, and a `wait`; every `-o json` it prints must parse and say what
 //! the cluster shows.
 //!
-//! The plugin binary: `QUORATE_E2E_PLUGIN`, else `kubectl-quorate` on the PATH, else
-//! `$CARGO_TARGET_DIR/release/quorate` (what `scripts/e2e.sh` builds for the image), else
-//! `target/release/quorate` of the workspace.
+//! The plugin binary: `QUORATE_E2E_PLUGIN`, else `kubectl-quorate` on the PATH, else the
+//! release `quorate` `scripts/image.sh` builds for the image (`$CARGO_TARGET_DIR`, else
+//! `~/.cache/quorate/target`), else `target/release/quorate` of the workspace.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -31,18 +31,27 @@ fn plugin_binary() -> PathBuf {
             }
         }
     }
+    // Where scripts/image.sh builds the image's binary: $CARGO_TARGET_DIR, else
+    // ~/.cache/quorate/target; then the workspace's own target directory.
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let candidates: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let built = target.join("release/quorate");
-    assert!(
-        built.is_file(),
-        "no plugin binary: set QUORATE_E2E_PLUGIN to a quorate binary, put kubectl-quorate on the \
-         PATH, or build {} (cargo build --release -p quorate)",
-        built.display()
-    );
-    built
+        .into_iter()
+        .chain([home.join(".cache/quorate/target"), workspace.join("target")])
+        .map(|target| target.join("release/quorate"))
+        .collect();
+    candidates
+        .iter()
+        .find(|c| c.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no plugin binary: set QUORATE_E2E_PLUGIN to a quorate binary, put \
+                 kubectl-quorate on the PATH, or build one of {candidates:?} (cargo build \
+                 --release -p quorate)"
+            )
+        })
 }
 
 /// kubectl with the plugin on its PATH.
