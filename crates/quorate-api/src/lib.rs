@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod etcd_version;
 pub mod manifest;
 pub mod names;
+pub mod printer;
 pub mod provider;
 pub mod quantity;
 pub mod spec_etcd;

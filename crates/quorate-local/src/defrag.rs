@@ -9,7 +9,7 @@ use crate::commands::LocalContext;
 use crate::object;
 use crate::render::read_config;
 use quorate_coord::{Coordination, FileCoordination};
-use quorate_core::maintenance::defrag::{DefragOutcome, DefragRecord, current_round};
+use quorate_core::maintenance::defrag::{DefragOutcome, DefragRecord, request_progress};
 
 /// Asks the agents of cluster `name` for one defragmentation of every member; returns the
 /// request's ID.
@@ -21,21 +21,8 @@ pub fn request(ctx: &LocalContext, name: &str) -> Result<String, LocalError> {
     )
 }
 
-/// Where the round for `request` stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// No round has taken the request up yet.
-    NotStarted,
-    /// The round runs: the members through with it, with how it went, and those still to go.
-    Running {
-        /// Members through with the round.
-        through: Vec<(String, DefragOutcome)>,
-        /// Members still to go.
-        waiting: Vec<String>,
-    },
-    /// Every member is through.
-    Done(Vec<(String, DefragOutcome)>),
-}
+/// Where the round for `request` stands (core's, shared with the kubectl plugin).
+pub use quorate_core::maintenance::defrag::RequestProgress as Progress;
 
 /// How far the round for `request` has come, from the members' leases.
 pub async fn progress(
@@ -58,24 +45,7 @@ pub async fn progress(
             (m.name.clone(), record)
         })
         .collect();
-    let Some(round) = current_round(records.iter().map(|(_, r)| r))
-        .filter(|r| r.request.as_deref() == Some(request))
-    else {
-        return Ok(Progress::NotStarted);
-    };
-    let mut through = Vec::new();
-    let mut waiting = Vec::new();
-    for (member, record) in records {
-        match record.last.filter(|l| l.round >= round.id) {
-            Some(outcome) => through.push((member, outcome)),
-            None => waiting.push(member),
-        }
-    }
-    Ok(if waiting.is_empty() {
-        Progress::Done(through)
-    } else {
-        Progress::Running { through, waiting }
-    })
+    Ok(request_progress(records, request))
 }
 
 /// How often [`wait`] reads the members' leases.

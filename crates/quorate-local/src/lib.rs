@@ -19,7 +19,8 @@ pub mod restore;
 pub mod state_dir;
 pub mod status;
 pub mod supervisor;
-pub mod table;
+/// The `get etcd` table and kubectl's column layout, shared with the kubectl plugin.
+pub use quorate_api::printer as table;
 pub mod tls;
 
 use thiserror::Error;

@@ -266,6 +266,10 @@ pub enum Command {
         #[arg(long, value_name = "MAJOR.MINOR")]
         kubernetes_version: Option<String>,
     },
+    /// The commands for Etcd resources on Kubernetes (`--kubeconfig`, `--context`, `-n`,
+    /// `-A`, `-l`): the same as `kubectl quorate …` when this binary is installed as
+    /// `kubectl-quorate` (docs/usage/kubectl-plugin.md).
+    Kube(quorate_kubectl::KubectlArgs),
     /// Run the agent of one member (started by `quorate up` or in a pod).
     Agent(AgentArgs),
     /// Run the Kubernetes operator: the Etcd controller and its validating webhooks.

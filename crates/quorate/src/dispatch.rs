@@ -128,6 +128,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             print!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Kube(args) => kube_plugin(args).await,
         Command::Agent(args) => crate::agent_cmd::run(args).await,
         Command::Operator(args) => {
             quorate_operator::run_operator(args, shutdown_on_signals()).await?;
@@ -137,6 +138,19 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             done(local_cmds::supervise(&context(state_dir, etcd_binary), &name).await)
         }
     }
+}
+
+/// `quorate kube …` and `kubectl quorate …` (`quorate_kubectl`), on standard output and error.
+pub async fn kube_plugin(args: quorate_kubectl::KubectlArgs) -> Result<ExitCode> {
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    let mut io = quorate_kubectl::Io {
+        out: &mut out,
+        err: &mut err,
+    };
+    Ok(match quorate_kubectl::run(args, &mut io).await? {
+        quorate_kubectl::Outcome::Success => ExitCode::SUCCESS,
+        quorate_kubectl::Outcome::Failed => ExitCode::FAILURE,
+    })
 }
 
 /// `quorate completion SHELL`.

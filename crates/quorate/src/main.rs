@@ -17,16 +17,40 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    if invoked_as_kubectl_plugin() {
+        let plugin = quorate_kubectl::PluginCli::parse();
+        die_quietly_on_closed_pipe();
+        init_tracing(None, cli::LogFormat::Text);
+        return run_to_exit(dispatch::kube_plugin(plugin.args));
+    }
     let cli = cli::Cli::parse();
     if !cli.command.is_long_running() {
         die_quietly_on_closed_pipe();
     }
     init_tracing(cli.log_level.as_deref(), cli.log_format);
+    run_to_exit(dispatch::run(cli))
+}
+
+/// Whether this binary runs as kubectl's plugin: installed (copied or linked) as
+/// `kubectl-quorate`, which `kubectl quorate …` executes.
+fn invoked_as_kubectl_plugin() -> bool {
+    std::env::args_os()
+        .next()
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name)
+        .is_some_and(|name| name == "kubectl-quorate")
+}
+
+/// Runs a command to its exit code on a fresh runtime.
+fn run_to_exit(
+    command: impl std::future::Future<Output = Result<ExitCode, Box<dyn std::error::Error>>>,
+) -> ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let code = match runtime.block_on(dispatch::run(cli)) {
+    let code = match runtime.block_on(command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");

@@ -172,6 +172,46 @@ pub fn current_round<'a>(
         .cloned()
 }
 
+/// Where the round taken up for one on-demand request stands, as the members' records say:
+/// what `quorate defrag` and `kubectl quorate defrag` wait for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestProgress {
+    /// No round has taken the request up yet.
+    NotStarted,
+    /// The round runs: the members through with it, with how it went, and those still to go.
+    Running {
+        /// Members through with the round.
+        through: Vec<(String, DefragOutcome)>,
+        /// Members still to go.
+        waiting: Vec<String>,
+    },
+    /// Every member is through.
+    Done(Vec<(String, DefragOutcome)>),
+}
+
+/// How far the round for `request` has come, from each member's record (a member without a
+/// record has not defragmented yet).
+pub fn request_progress(records: Vec<(String, DefragRecord)>, request: &str) -> RequestProgress {
+    let Some(round) = current_round(records.iter().map(|(_, r)| r))
+        .filter(|r| r.request.as_deref() == Some(request))
+    else {
+        return RequestProgress::NotStarted;
+    };
+    let mut through = Vec::new();
+    let mut waiting = Vec::new();
+    for (member, record) in records {
+        match record.last.filter(|l| l.round >= round.id) {
+            Some(outcome) => through.push((member, outcome)),
+            None => waiting.push(member),
+        }
+    }
+    if waiting.is_empty() {
+        RequestProgress::Done(through)
+    } else {
+        RequestProgress::Running { through, waiting }
+    }
+}
+
 /// One member as a defragmentation round sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DefragPeer {
@@ -549,6 +589,57 @@ mod tests {
             error: None,
         });
         p
+    }
+
+    #[test]
+    fn a_request_is_done_when_every_member_is_through_the_round_that_took_it_up() {
+        let asked = DefragRound {
+            request: Some("defrag-1".into()),
+            ..round(4, RoundReason::OnDemand)
+        };
+        let record = |round: Option<DefragRound>, last_round: Option<u64>| DefragRecord {
+            round,
+            last: last_round.map(|id| through(peer(0), id).record.last.unwrap()),
+        };
+        let named = |records: Vec<DefragRecord>| -> Vec<(String, DefragRecord)> {
+            records
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (format!("etcd-main-{i}"), r))
+                .collect()
+        };
+        // An older round, or one for another request, has not taken this one up.
+        let older = named(vec![record(Some(round(3, RoundReason::Schedule)), Some(3))]);
+        assert_eq!(
+            request_progress(older, "defrag-1"),
+            RequestProgress::NotStarted
+        );
+        let other = named(vec![record(Some(asked.clone()), Some(4))]);
+        assert_eq!(
+            request_progress(other, "defrag-2"),
+            RequestProgress::NotStarted
+        );
+        // Through it: those whose last defragmentation belongs to it (or a later one).
+        let running = named(vec![
+            record(Some(asked.clone()), Some(4)),
+            record(Some(asked.clone()), Some(3)),
+            DefragRecord::default(),
+        ]);
+        match request_progress(running, "defrag-1") {
+            RequestProgress::Running { through, waiting } => {
+                assert_eq!(through.len(), 1);
+                assert_eq!(waiting, ["etcd-main-1", "etcd-main-2"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let done = named(vec![
+            record(Some(asked.clone()), Some(4)),
+            record(Some(asked), Some(5)),
+        ]);
+        assert!(matches!(
+            request_progress(done, "defrag-1"),
+            RequestProgress::Done(through) if through.len() == 2
+        ));
     }
 
     fn turn(me: u64, r: &DefragRound, peers: &[DefragPeer]) -> DefragTurn {

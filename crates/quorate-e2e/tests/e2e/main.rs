@@ -11,6 +11,7 @@ mod s12_version_chain;
 mod s13_drain;
 mod s14_node_loss;
 mod s15_wildcard_tls;
+mod s16_kubectl_plugin;
 mod s1_ready;
 mod s2_tls_scale_out;
 mod s3_member_loss;

@@ -1,14 +1,20 @@
-//! The table `kubectl get etcd [-o wide]` prints, from the same printer columns, so local mode
-//! and Kubernetes look the same.
+//! The table `kubectl get etcd [-o wide]` prints, from the CRD's own printer columns, so local
+//! mode, the kubectl plugin and Kubernetes look the same; and kubectl's column layout and ages.
 
-use quorate_api::Etcd;
-use quorate_api::status::EtcdStatus;
+use crate::Etcd;
+use crate::status::EtcdStatus;
 
 /// Renders `kubectl get etcd` output for `items` at `now`: the CRD's own printer columns
 /// (priority 0, and with `wide` also priority 1), each cell its JSONPath's first match as
 /// kubectl shows it (`<none>` when nothing matches; a date as an age).
 pub fn render(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> String {
-    let columns: Vec<_> = quorate_api::crd::etcd_printer_columns()
+    format_columns(&rows(items, wide, now))
+}
+
+/// The header and one row per object of [`render`], unformatted, for a caller that adds
+/// columns (the kubectl plugin's NAMESPACE with `-A`).
+pub fn rows(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> Vec<Vec<String>> {
+    let columns: Vec<_> = crate::crd::etcd_printer_columns()
         .into_iter()
         .filter(|c| wide || c.priority.unwrap_or(0) == 0)
         .collect();
@@ -31,7 +37,7 @@ pub fn render(items: &[Etcd], wide: bool, now: jiff::Timestamp) -> String {
         );
         rows.push(row);
     }
-    format_columns(&rows)
+    rows
 }
 
 /// One cell: the first value `json_path` finds in `object`.
@@ -132,7 +138,7 @@ mod tests {
 
     #[test]
     fn the_crds_printer_columns_are_rendered_as_kubectl_shows_them() {
-        use quorate_api::status::{Condition, ConditionStatus};
+        use crate::status::{Condition, ConditionStatus};
         let now: jiff::Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
         let time =
             |t: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().unwrap());
