@@ -7,6 +7,7 @@
 mod backend;
 mod error;
 mod hash_records;
+mod swift;
 mod upload;
 
 use std::io;
