@@ -802,6 +802,89 @@ mod tests {
     }
 
     #[test]
+    fn swift_reads_password_app_credential_and_json_forms() {
+        let base = [
+            ("authURL", "https://keystone:5000/v3\n"),
+            ("domainName", "Default"),
+            ("tenantName", "proj"),
+        ];
+        let mut keys = base.to_vec();
+        keys.extend([
+            ("username", "u"),
+            ("password", "p"),
+            ("region", "RegionTwo"),
+        ]);
+        let c =
+            SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap()).unwrap();
+        assert_eq!(c.auth_url, "https://keystone:5000/v3");
+        assert_eq!(c.region.as_deref(), Some("RegionTwo"));
+        assert!(matches!(c.auth, SwiftAuth::Password { ref username, .. } if username == "u"));
+        assert!(!format!("{c:?}").contains("\"p\""), "{c:?}");
+
+        let mut keys = base.to_vec();
+        keys.extend([
+            ("applicationCredentialID", "id"),
+            ("applicationCredentialName", "name"),
+            ("applicationCredentialSecret", "s3cr3t"),
+            ("regionName", "RegionOne"),
+        ]);
+        let c =
+            SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap()).unwrap();
+        assert_eq!(c.region.as_deref(), Some("RegionOne"));
+        assert!(matches!(c.auth, SwiftAuth::ApplicationCredential { ref id, .. } if id == "id"));
+        assert!(!format!("{c:?}").contains("s3cr3t"), "{c:?}");
+
+        let json = r#"{"authURL": "https://k/v3", "domainName": "d", "tenantName": "t", "username": "u", "password": "p"}"#;
+        let c = SwiftCredentials::from_dir(
+            &SecretDir::open(secret(&[("creds.json", json)]).path()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.auth_url.as_str(), c.tenant_name.as_str()),
+            ("https://k/v3", "t")
+        );
+
+        // Missing keys are named; both ways at once are refused.
+        for (drop, named) in [("tenantName", "tenantName"), ("password", "password")] {
+            let mut keys = base.to_vec();
+            keys.extend([("username", "u"), ("password", "p")]);
+            keys.retain(|(k, _)| *k != drop);
+            let e = SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap())
+                .unwrap_err();
+            assert!(e.to_string().contains(named), "{e}");
+        }
+        let mut keys = base.to_vec();
+        keys.extend([
+            ("username", "u"),
+            ("password", "p"),
+            ("applicationCredentialID", "id"),
+        ]);
+        let e = SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("keep one"), "{e}");
+    }
+
+    #[test]
+    fn oss_reads_keys_or_json() {
+        let keys = [
+            ("storageEndpoint", "oss-eu-central-1.aliyuncs.com"),
+            ("accessKeyID", "id"),
+            ("accessKeySecret", "secret"),
+        ];
+        let c = OssCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap()).unwrap();
+        assert_eq!(c.storage_endpoint, "oss-eu-central-1.aliyuncs.com");
+        assert!(!format!("{c:?}").contains("\"secret\""));
+        let json = r#"{"storageEndpoint": "e", "accessKeyID": "i", "accessKeySecret": "s"}"#;
+        let c =
+            OssCredentials::from_dir(&SecretDir::open(secret(&[("a.json", json)]).path()).unwrap())
+                .unwrap();
+        assert_eq!(c.access_key_secret, "s");
+        let e = OssCredentials::from_dir(&SecretDir::open(secret(&keys[1..]).path()).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("storageEndpoint"), "{e}");
+    }
+
+    #[test]
     fn reads_gcs_and_azure_keys() {
         let d = secret(&[("serviceaccount.json", "{}")]);
         let g = GcsCredentials::from_dir(&SecretDir::open(d.path()).unwrap()).unwrap();

@@ -506,6 +506,45 @@ mod tests {
     }
 
     #[test]
+    fn oss_signs_for_the_endpoints_region_and_addresses_buckets_by_host() {
+        let creds = |endpoint: &str| OssCredentials {
+            storage_endpoint: endpoint.to_string(),
+            access_key_id: "id".to_string(),
+            access_key_secret: "secret".to_string(),
+        };
+        let c = oss_as_s3(creds("oss-eu-central-1.aliyuncs.com")).unwrap();
+        assert_eq!(c.region.as_deref(), Some("oss-eu-central-1"));
+        assert_eq!(
+            c.endpoint.as_deref(),
+            Some("https://oss-eu-central-1.aliyuncs.com")
+        );
+        assert_eq!(c.force_path_style, Some(false));
+        let c = oss_as_s3(creds("https://oss-cn-hangzhou-internal.aliyuncs.com")).unwrap();
+        assert_eq!(c.region.as_deref(), Some("oss-cn-hangzhou"));
+        let c = oss_as_s3(creds("http://127.0.0.1:9000")).unwrap();
+        assert_eq!((c.region, c.force_path_style), (None, Some(true)));
+        let tmp = tempfile::tempdir().unwrap();
+        let secret = tempfile::tempdir().unwrap();
+        for (k, v) in [
+            ("storageEndpoint", "oss-eu-central-1.aliyuncs.com"),
+            ("accessKeyID", "id"),
+            ("accessKeySecret", "secret"),
+        ] {
+            std::fs::write(secret.path().join(k), v).unwrap();
+        }
+        let b = open(
+            &spec("alicloud", Some("bkt")),
+            &opts(tmp.path(), Some(secret.path())),
+        )
+        .unwrap();
+        assert_eq!(b.provider, StorageProvider::Oss);
+        assert_eq!(
+            b.description,
+            "s3://bkt/etcd-main at https://oss-eu-central-1.aliyuncs.com"
+        );
+    }
+
+    #[test]
     fn endpoint_override_means_path_style_with_http_allowed() {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = spec("aws", Some("bkt"));
