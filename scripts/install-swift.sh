@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Installs OpenStack Swift's servers from Debian (swift, swift-proxy, swift-account,
-# swift-container, swift-object) and memcached (tempauth keeps its tokens there) for the Swift
-# store tests, which start an all-in-one Swift of their own on free ports in a temporary
-# directory (quorate-testkit's SwiftServer). Python packages, so they are installed with apt
+# swift-container, swift-object), memcached (tempauth keeps its tokens there), Keystone
+# (python3-keystone: keystone-manage and keystone-wsgi-public, run on SQLite) and
+# keystonemiddleware (the proxy's token check) for the Swift store tests, which start an
+# all-in-one Swift (and a Keystone) of their own on free ports in a temporary directory
+# (quorate-testkit's SwiftServer). The `keystone` package itself is not installed: it
+# configures a system service through debconf. Python packages, so they are installed with apt
 # rather than unpacked into ~/.cache/quorate; no service is started: while apt runs, a
 # policy-rc.d refuses every service start (the one already there is kept when there is one).
 # Safe to run repeatedly; prints how long the install took.
 set -euo pipefail
 bins=(/usr/bin/swift-proxy-server /usr/bin/swift-account-server /usr/bin/swift-container-server
-  /usr/bin/swift-object-server /usr/bin/swift-ring-builder /usr/bin/memcached)
+  /usr/bin/swift-object-server /usr/bin/swift-ring-builder /usr/bin/memcached
+  /usr/bin/keystone-manage /usr/bin/keystone-wsgi-public
+  /usr/lib/python3/dist-packages/keystonemiddleware/__init__.py)
 missing=false
-for b in "${bins[@]}"; do [ -x "$b" ] || missing=true; done
+for b in "${bins[@]}"; do [ -e "$b" ] || missing=true; done
 if ! $missing; then
   exit 0
 fi
@@ -28,13 +33,14 @@ if [ ! -e "$policy" ]; then
 fi
 cleanup() { if $created_policy; then $sudo rm -f "$policy"; fi; }
 trap cleanup EXIT
-pkgs=(swift swift-proxy swift-account swift-container swift-object memcached)
+pkgs=(swift swift-proxy swift-account swift-container swift-object memcached python3-keystone
+  python3-keystonemiddleware)
 echo "installing OpenStack Swift from Debian: ${pkgs[*]}" >&2
 if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
 for b in "${bins[@]}"; do
-  [ -x "$b" ] || { echo "install-swift.sh: $b is still missing after installing ${pkgs[*]}" >&2; exit 1; }
+  [ -e "$b" ] || { echo "install-swift.sh: $b is still missing after installing ${pkgs[*]}" >&2; exit 1; }
 done
 echo "installed Swift in $(($(date +%s) - start))s" >&2

@@ -1,8 +1,9 @@
 //! The Swift store against a real OpenStack Swift (Debian's proxy, account, container and object
-//! servers, tempauth): druid's Secret keys (as files and as one JSON file), a backup of a real
-//! etcd (a full snapshot large enough to go up as a Dynamic Large Object, and deltas) restored
-//! exactly, the objects as etcd-backup-restore writes and reads them, listing, deletion with the
-//! segments, and clear errors for wrong credentials, a missing container and missing keys.
+//! servers, with tempauth or behind a real Keystone v3): druid's Secret keys (as files and as
+//! one JSON file; a password or an application credential), a backup of a real etcd (a full
+//! snapshot large enough to go up as a Dynamic Large Object, and deltas) restored exactly, the
+//! objects as etcd-backup-restore writes and reads them, listing, deletion with the segments,
+//! and clear errors for wrong credentials, a wrong region, a missing container and missing keys.
 
 mod restore_common;
 mod support {
@@ -16,7 +17,9 @@ use quorate_backup::layout::SnapshotName;
 use quorate_backup::restore::RestoreTarget;
 use quorate_backup::store::{MIN_PART_SIZE, SnapStore, StoreError, StoreOptions};
 use quorate_backup::store_restore::{StoreRestoreOptions, restore_from_store};
-use quorate_testkit::{SWIFT_KEY, SwiftServer};
+use quorate_testkit::{
+    KEYSTONE_PASSWORD, KEYSTONE_PROJECT, KEYSTONE_REGION, SWIFT_KEY, SwiftServer,
+};
 use restore_common::*;
 use support::s3::{body, read_all, sample_data, scenarios};
 
@@ -278,4 +281,100 @@ async fn swift_round_trips_every_compression_and_reports_what_is_wrong() {
     std::fs::write(secret.join("applicationCredentialSecret"), "s").unwrap();
     let e = open("backups", "Swift", &secret).err().unwrap();
     assert!(e.to_string().contains("keep one"), "{e}");
+}
+
+/// One small and one segmented snapshot go up, are listed, come back byte for byte, and are
+/// deleted with their segments.
+async fn round_trip(store: &SnapStore, swift: &SwiftServer) {
+    let small = SnapshotName::incr(1, 5, 1_700_000_000, None);
+    let big = SnapshotName::full(6, 1_700_000_001, None);
+    let big_data = sample_data(5, MIN_PART_SIZE + 1000, 256);
+    let s = store.upload(&small, body(b"keystone", 3)).await.unwrap();
+    let b = store
+        .upload(&big, body(&big_data, 64 * 1024))
+        .await
+        .unwrap();
+    assert_eq!(store.list().await.unwrap(), vec![s.clone(), b.clone()]);
+    let got = read_all(store.download(&b).await.unwrap()).await.unwrap();
+    assert!(got == big_data, "read back {} bytes that differ", got.len());
+    assert_eq!(
+        read_all(store.download(&s).await.unwrap()).await.unwrap(),
+        b"keystone"
+    );
+    store.delete(&s).await.unwrap();
+    store.delete(&b).await.unwrap();
+    assert_eq!(swift.names(""), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn swift_behind_keystone_v3_takes_a_password_or_an_application_credential() {
+    let Some(swift) = SwiftServer::start_with_keystone("backups") else {
+        return;
+    };
+    assert!(swift.auth_url.ends_with("/v3"), "{}", swift.auth_url);
+    let dir = tempfile::tempdir().unwrap();
+
+    // druid's password Secret, with and without the region.
+    let password = swift.write_secret(&dir.path().join("password"), KEYSTONE_PASSWORD);
+    let store = open("backups", "openstack", &password).unwrap();
+    store.check().await.unwrap();
+    round_trip(&store, &swift).await;
+    std::fs::write(password.join("region"), KEYSTONE_REGION).unwrap();
+    open("backups", "Swift", &password)
+        .unwrap()
+        .check()
+        .await
+        .unwrap();
+
+    // An application credential (scoped to the project when it was created).
+    let app = swift.application_credential.clone().unwrap();
+    let app_dir = dir.path().join("app");
+    std::fs::create_dir_all(&app_dir).unwrap();
+    for (key, value) in [
+        ("authURL", swift.auth_url.as_str()),
+        ("domainName", "Default"),
+        ("tenantName", KEYSTONE_PROJECT),
+        ("applicationCredentialID", &app.id),
+        ("applicationCredentialName", &app.name),
+        ("applicationCredentialSecret", &app.secret),
+    ] {
+        std::fs::write(app_dir.join(key), value).unwrap();
+    }
+    let store = open("backups", "Swift", &app_dir).unwrap();
+    store.check().await.unwrap();
+    round_trip(&store, &swift).await;
+
+    // A wrong password and a wrong application credential secret: refused by Keystone.
+    let wrong = swift.write_secret(&dir.path().join("wrong"), "not-the-password");
+    std::fs::write(
+        app_dir.join("applicationCredentialSecret"),
+        "not-the-secret",
+    )
+    .unwrap();
+    for secret in [&wrong, &app_dir] {
+        let e = open("backups", "Swift", secret)
+            .unwrap()
+            .check()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, StoreError::AccessDenied { .. }), "{e}");
+        assert!(
+            e.to_string().contains("Keystone v3 authentication")
+                && e.to_string().contains("refused the credentials"),
+            "{e}"
+        );
+    }
+
+    // A region without Swift in the catalog.
+    std::fs::write(password.join("region"), "RegionTwo").unwrap();
+    let e = open("backups", "Swift", &password)
+        .unwrap()
+        .check()
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no public object-store endpoint in region \"RegionTwo\""),
+        "{e}"
+    );
 }
