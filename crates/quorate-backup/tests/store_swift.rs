@@ -243,6 +243,13 @@ async fn swift_round_trips_every_compression_and_reports_what_is_wrong() {
     assert_eq!(store.claim_unclaimed("one").await.unwrap(), "one");
     assert_eq!(store.claim_unclaimed("two").await.unwrap(), "one");
 
+    // Tokens the server stops accepting (as when they expire) are renewed: the old token is
+    // refused, and the store carries on with a new one.
+    swift.expire_tempauth_tokens();
+    assert_eq!(swift.raw("HEAD", "", &[], b"").status, 401);
+    assert_eq!(store.owner().await.unwrap().as_deref(), Some("one"));
+    store.check().await.unwrap();
+
     // A wrong password: refused by the auth service, said so.
     let wrong = swift.write_secret(&dir.path().join("wrong"), "not-the-key");
     let e = open("backups", "Swift", &wrong)

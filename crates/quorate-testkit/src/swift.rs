@@ -71,6 +71,8 @@ pub struct SwiftServer {
     pub storage_url: String,
     /// A valid token for those requests.
     pub token: String,
+    /// memcached's port (tempauth's tokens live there).
+    memcache_port: u16,
     // Dropped before the directory: servers first.
     _children: Vec<ChildGuard>,
     dir: TempDir,
@@ -386,6 +388,7 @@ impl SwiftServer {
             container: container.to_string(),
             storage_url,
             token,
+            memcache_port: memcache,
             _children: children,
             dir,
         })
@@ -425,6 +428,19 @@ impl SwiftServer {
             .iter()
             .filter_map(|e| e["name"].as_str().map(str::to_string))
             .collect()
+    }
+
+    /// Invalidates every tempauth token (empties memcached, where tempauth keeps them): the
+    /// next request with an old token is answered 401, as after a token expired.
+    pub fn expire_tempauth_tokens(&self) {
+        let addr: SocketAddr = ([127, 0, 0, 1], self.memcache_port).into();
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("cannot reach memcached at {addr}: {e}"));
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"flush_all\r\n").unwrap();
+        let mut answer = [0u8; 4];
+        s.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"OK\r\n", "memcached's answer to flush_all");
     }
 
     /// The directory holding the configuration, rings, objects and logs.
