@@ -71,8 +71,8 @@ fn generic(e: impl std::error::Error + Send + Sync + 'static) -> object_store::E
     }
 }
 
-/// An authenticated session: where the account's objects are and the token that opens them.
-#[derive(Debug)]
+/// An authenticated session: where the account's objects are and the token that opens them
+/// (no `Debug`: the token is a credential).
 struct Session {
     storage_url: Url,
     token: String,
