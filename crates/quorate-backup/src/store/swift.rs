@@ -47,8 +47,6 @@ const STORE: &str = "Swift";
 const MAX_RETRIES: u32 = 3;
 /// Digits of a segment number, as etcd-backup-restore names segments (`%010d`).
 const SEGMENT_DIGITS: usize = 10;
-/// Entries asked for per listing page: Swift's default (and usual maximum) listing limit.
-const PAGE_LIMIT: usize = 10_000;
 
 /// A failed Swift or Keystone request: what was asked, what came back.
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +81,9 @@ struct Inner {
     creds: SwiftCredentials,
     container: String,
     session: Mutex<Option<Arc<Session>>>,
-    /// Entries per listing page.
-    page_limit: usize,
+    /// Entries asked for per listing page; `None` lets the server choose (its
+    /// `container_listing_limit`, which it refuses to be asked to exceed).
+    page_limit: Option<usize>,
 }
 
 /// A Swift container as an [`ObjectStore`].
@@ -126,7 +125,7 @@ impl SwiftStore {
                 creds,
                 container: container.to_string(),
                 session: Mutex::new(None),
-                page_limit: PAGE_LIMIT,
+                page_limit: None,
             }),
         })
     }
@@ -142,7 +141,7 @@ impl SwiftStore {
         .expect("a client");
         Arc::get_mut(&mut store.inner)
             .expect("not shared yet")
-            .page_limit = limit;
+            .page_limit = Some(limit);
         store
     }
 }
@@ -523,8 +522,11 @@ impl Inner {
         delimiter: bool,
         marker: &str,
     ) -> Result<Vec<Listed>, object_store::Error> {
-        let limit = self.page_limit.to_string();
-        let mut query = vec![("format", "json"), ("prefix", prefix), ("limit", &limit)];
+        let limit = self.page_limit.map(|l| l.to_string());
+        let mut query = vec![("format", "json"), ("prefix", prefix)];
+        if let Some(limit) = &limit {
+            query.push(("limit", limit));
+        }
         if delimiter {
             query.push(("delimiter", "/"));
         }
