@@ -276,6 +276,7 @@ impl SwiftServer {
         children.push(
             ChildGuard::spawn(
                 Command::new("/usr/bin/memcached")
+                    // `-u root` is required as root and ignored otherwise.
                     .args(["-u", "root", "-l", "127.0.0.1", "-U", "0", "-p"])
                     .arg(memcache.to_string())
                     .stdin(Stdio::null())
@@ -497,20 +498,18 @@ fn setup_keystone(dir: &Path, addr: SocketAddr) -> PathBuf {
             .args(args))
     };
     manage(&["db_sync"]);
-    manage(&[
-        "fernet_setup",
-        "--keystone-user",
-        "root",
-        "--keystone-group",
-        "root",
-    ]);
-    manage(&[
-        "credential_setup",
-        "--keystone-user",
-        "root",
-        "--keystone-group",
-        "root",
-    ]);
+    // The key directories belong to whoever runs the tests.
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "root".to_string(), |u| u.name);
+    let group = nix::unistd::Group::from_gid(nix::unistd::getgid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "root".to_string(), |g| g.name);
+    for setup in ["fernet_setup", "credential_setup"] {
+        manage(&[setup, "--keystone-user", &user, "--keystone-group", &group]);
+    }
     manage(&[
         "bootstrap",
         "--bootstrap-password",
