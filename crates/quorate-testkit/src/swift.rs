@@ -154,6 +154,8 @@ impl SwiftServer {
         let [proxy, account, container_port, object, memcache, keystone] = block.ports()[..] else {
             unreachable!("six ports reserved")
         };
+        // Swift's servers switch to `user` (by default `swift`); they stay who runs the tests.
+        let (user, _) = current_user_and_group();
         let addr: SocketAddr = ([127, 0, 0, 1], proxy).into();
         let keystone_addr: SocketAddr = ([127, 0, 0, 1], keystone).into();
         for (kind, port) in [
@@ -175,7 +177,7 @@ impl SwiftServer {
                 etc.join(format!("{kind}-server.conf")),
                 format!(
                     "[DEFAULT]\ndevices = {}\nmount_check = false\nbind_ip = 127.0.0.1\n\
-                     bind_port = {port}\nworkers = 0\nswift_dir = {}\nlog_level = WARNING\n\
+                     bind_port = {port}\nworkers = 0\nuser = {user}\nswift_dir = {}\nlog_level = WARNING\n\
                      [pipeline:main]\npipeline = {kind}-server\n\
                      [app:{kind}-server]\nuse = egg:swift#{kind}\n",
                     devices.display(),
@@ -210,7 +212,7 @@ impl SwiftServer {
             ),
         };
         let mut proxy_conf = format!(
-            "[DEFAULT]\nbind_ip = 127.0.0.1\nbind_port = {proxy}\nworkers = 0\nswift_dir = {}\n\
+            "[DEFAULT]\nbind_ip = 127.0.0.1\nbind_port = {proxy}\nworkers = 0\nuser = {user}\nswift_dir = {}\n\
              log_level = WARNING\n\
              [pipeline:main]\npipeline = catch_errors gatekeeper healthcheck proxy_logging cache \
              listing_formats bulk slo dlo {auth_filters} proxy_logging proxy-server\n\
@@ -472,6 +474,19 @@ impl SwiftServer {
     }
 }
 
+/// The names of the user and group running the tests.
+fn current_user_and_group() -> (String, String) {
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "root".to_string(), |u| u.name);
+    let group = nix::unistd::Group::from_gid(nix::unistd::getgid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "root".to_string(), |g| g.name);
+    (user, group)
+}
+
 /// Configures a Keystone on SQLite in `dir/keystone` (schema, Fernet keys, the admin, the
 /// identity endpoint at `addr`); returns its configuration file.
 fn setup_keystone(dir: &Path, addr: SocketAddr) -> PathBuf {
@@ -499,14 +514,7 @@ fn setup_keystone(dir: &Path, addr: SocketAddr) -> PathBuf {
     };
     manage(&["db_sync"]);
     // The key directories belong to whoever runs the tests.
-    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map_or_else(|| "root".to_string(), |u| u.name);
-    let group = nix::unistd::Group::from_gid(nix::unistd::getgid())
-        .ok()
-        .flatten()
-        .map_or_else(|| "root".to_string(), |g| g.name);
+    let (user, group) = current_user_and_group();
     for setup in ["fernet_setup", "credential_setup"] {
         manage(&[setup, "--keystone-user", &user, "--keystone-group", &group]);
     }
