@@ -243,6 +243,40 @@ async fn swift_round_trips_every_compression_and_reports_what_is_wrong() {
     assert_eq!(store.claim_unclaimed("one").await.unwrap(), "one");
     assert_eq!(store.claim_unclaimed("two").await.unwrap(), "one");
 
+    // Archiving (a new chain in the prefix) copies server-side, a segmented snapshot too.
+    let big_data = sample_data(12, MIN_PART_SIZE + 4096, 256);
+    let big = store
+        .upload(
+            &SnapshotName::full(9, 1_700_000_000, None),
+            body(&big_data, 65536),
+        )
+        .await
+        .unwrap();
+    let small = store
+        .upload(
+            &SnapshotName::incr(10, 12, 1_700_000_001, None),
+            body(b"delta", 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.archive("old").await.unwrap(), 2);
+    assert_eq!(store.list().await.unwrap(), vec![]);
+    let archived = |p: &str| p.replacen(PREFIX, &format!("superseded-old-{PREFIX}"), 1);
+    let got = swift.raw("GET", &archived(&big.path), &[], b"");
+    assert!(
+        got.body == big_data,
+        "{} ({} bytes)",
+        got.head,
+        got.body.len()
+    );
+    assert_eq!(
+        swift.raw("GET", &archived(&small.path), &[], b"").body,
+        b"delta"
+    );
+    assert_eq!(swift.names(&format!("{}/", archived(&big.path))).len(), 2);
+    // The originals' segments went with them.
+    assert_eq!(swift.names(&format!("{PREFIX}/")), Vec::<String>::new());
+
     // Tokens the server stops accepting (as when they expire) are renewed: the old token is
     // refused, and the store carries on with a new one.
     swift.expire_tempauth_tokens();

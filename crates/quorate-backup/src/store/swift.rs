@@ -919,35 +919,60 @@ impl ObjectStore for SwiftStore {
         })
     }
 
-    /// A server-side copy (`X-Copy-From`): of a large object, its assembled contents, which
-    /// Swift allows up to its largest object (5 GiB by default).
+    /// A server-side copy (`X-Copy-From`). A large object is copied as it is stored: each
+    /// segment `<from>/<n>` to `<to>/<n>`, then a manifest naming them (a copy of the manifest
+    /// alone would name the source's segments, which go when the source is deleted).
     async fn copy_opts(
         &self,
         from: &Path,
         to: &Path,
         options: CopyOptions,
     ) -> object_store::Result<()> {
-        let mut headers = vec![(
-            "X-Copy-From",
-            format!("/{}/{}", self.inner.container, from.as_ref()),
-        )];
-        if options.mode == CopyMode::Create {
-            headers.push(("If-None-Match", "*".to_string()));
+        let (from, to) = (from.as_ref(), to.as_ref());
+        let create = options.mode == CopyMode::Create;
+        let inner = &self.inner;
+        let head = inner.send(Method::HEAD, Some(from), &[], &[], None).await?;
+        if !head.status().is_success() {
+            return Err(inner.failure(format!("HEAD of {from}"), from, head).await);
         }
-        match self
-            .inner
-            .put(to.as_ref(), PutPayload::default(), &headers)
-            .await
-        {
-            // The source is missing (Swift answers a copy of a missing object with 404).
-            Err(e) if e.to_string().contains("ContainerNotFound") => {
-                match self.inner.head(from.as_ref()).await {
-                    Ok(_) => Err(e),
-                    Err(missing) => Err(missing),
-                }
+        let copy_from = |name: &str| ("X-Copy-From", format!("/{}/{name}", inner.container));
+        let mut last = vec![];
+        if create {
+            last.push(("If-None-Match", "*".to_string()));
+        }
+        if header_str(head.headers(), "x-object-manifest").is_none() {
+            last.push(copy_from(from));
+            return inner
+                .put(to, PutPayload::default(), &last)
+                .await
+                .map(|_| ());
+        }
+        let prefix = format!("{from}/");
+        let mut copied = 0;
+        for entry in inner.list_all(&prefix, true).await? {
+            let Some(name) = entry.name else { continue };
+            let rest = &name[prefix.len()..];
+            if is_segment_name(rest) {
+                inner
+                    .put(
+                        &format!("{to}/{rest}"),
+                        PutPayload::default(),
+                        &[copy_from(&name)],
+                    )
+                    .await?;
+                copied += 1;
             }
-            other => other.map(|_| ()),
         }
+        if copied == 0 {
+            return Err(generic(Malformed(format!(
+                "{from} is a large object without segments named {prefix}<number>; cannot copy it"
+            ))));
+        }
+        last.push(("X-Object-Manifest", format!("{}/{to}/", inner.container)));
+        inner
+            .put(to, PutPayload::default(), &last)
+            .await
+            .map(|_| ())
     }
 }
 
