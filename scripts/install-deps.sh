@@ -2,8 +2,8 @@
 # Installs what building and testing quorate needs, skipping what is already there:
 # etcd 3.4 (server + etcdctl) from Debian, etcd 3.5, 3.6 and 3.7 built from pinned Go modules
 # (scripts/install-etcd.sh; needs Go 1.26+), protoc with its well-known types, and (as root)
-# iptables from Debian; moto's S3 server; mdBook; promtool; kube-apiserver and kubectl. Safe to
-# run repeatedly.
+# iptables from Debian; moto's S3 server; OpenStack Swift, Keystone and memcached from Debian;
+# mdBook; promtool; kube-apiserver and kubectl. Safe to run repeatedly.
 #
 #   scripts/install-deps.sh          # everything the tests need
 #   scripts/install-deps.sh --local  # only what building quorate and running local mode need
@@ -82,6 +82,11 @@ if [ ! -x "$venv/bin/moto_server" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]" >/dev/null
 fi
 
+
+# OpenStack Swift (Debian's proxy, account, container and object servers), memcached and
+# Keystone, for the Swift store tests (crates/quorate-backup/tests/store_swift.rs); about
+# 2.5 minutes cold, the script says how long it took.
+bash "$(dirname "$0")/install-swift.sh"
 
 # mdBook, which renders docs/ (scripts/test.sh builds the book), from crates.io at a pinned
 # version into ~/.cache/quorate/mdbook: Debian bookworm has no package.

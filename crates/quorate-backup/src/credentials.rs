@@ -10,6 +10,8 @@
 //! | OCS (S3-compatible) | `endpoint`, `region`, `accessKeyID`, `secretAccessKey`; optional `disableSSL`, `insecureSkipVerify`; or one `*.json` file with those fields |
 //! | GCS | `serviceaccount.json`; optional `storageAPIEndpoint` |
 //! | ABS | `storageAccount`, `storageKey`; optional `domain`, `emulatorEnabled` |
+//! | Swift | `authURL`, `domainName`, `tenantName`, then `username` + `password` or `applicationCredentialID` + `applicationCredentialName` + `applicationCredentialSecret`; optional `region` (or `regionName`); or one `*.json` file with those fields |
+//! | OSS (S3-compatible) | `storageEndpoint`, `accessKeyID`, `accessKeySecret`; or one `*.json` file with those fields |
 
 use std::fmt;
 use std::io;
@@ -372,6 +374,291 @@ impl fmt::Debug for AzureCredentials {
     }
 }
 
+/// How a Swift client proves who it is: Keystone v3 with a password or an application
+/// credential (what etcd-backup-restore does through gophercloud), or Swift's own v1 auth
+/// (tempauth, swauth) when `authURL` ends in `/v1.0` or `/v1` (quorate's addition).
+#[derive(Clone, PartialEq, Eq)]
+pub enum SwiftAuth {
+    /// `username` and `password`, scoped to the project `tenantName` in `domainName`.
+    Password {
+        /// `username`.
+        username: String,
+        /// `password`.
+        password: String,
+    },
+    /// A Keystone v3 application credential (scoped when it was created).
+    ApplicationCredential {
+        /// `applicationCredentialID`.
+        id: String,
+        /// `applicationCredentialName`.
+        name: String,
+        /// `applicationCredentialSecret`.
+        secret: String,
+    },
+}
+
+/// OpenStack Swift credentials, with etcd-backup-restore's key names.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SwiftCredentials {
+    /// `authURL`: the Keystone endpoint (`https://keystone:5000/v3`), or a v1 auth URL.
+    pub auth_url: String,
+    /// `domainName`: the user's and the project's domain.
+    pub domain_name: String,
+    /// `tenantName`: the project.
+    pub tenant_name: String,
+    /// `region` (etcd-backup-restore's key) or `regionName`: the catalog region whose
+    /// object-store endpoint is used; the first public one when unset.
+    pub region: Option<String>,
+    /// Password or application credential.
+    pub auth: SwiftAuth,
+}
+
+const SWIFT_NEEDS: &str = "authURL, domainName, tenantName and either username + password or applicationCredentialID + applicationCredentialName + applicationCredentialSecret";
+
+/// etcd-backup-restore's Swift credentials file (`*.json` in the secret).
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct SwiftJson {
+    #[serde(rename = "authURL")]
+    auth_url: String,
+    domain_name: String,
+    tenant_name: String,
+    region: String,
+    username: String,
+    password: String,
+    #[serde(rename = "applicationCredentialID")]
+    application_credential_id: String,
+    application_credential_name: String,
+    application_credential_secret: String,
+}
+
+impl SwiftCredentials {
+    /// Reads etcd-backup-restore's Swift secret: a `*.json` file when there is one (it wins,
+    /// as in etcd-backup-restore), else one file per key. A password and an application
+    /// credential together are refused, as etcd-backup-restore refuses them.
+    pub fn from_dir(dir: &SecretDir) -> Result<SwiftCredentials, CredentialsError> {
+        let j = match dir.first_with_extension("json")? {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| {
+                    CredentialsError::Unreadable {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                serde_json::from_str::<SwiftJson>(&text).map_err(|e| CredentialsError::Invalid {
+                    dir: dir.path().to_path_buf(),
+                    key: "*.json",
+                    problem: format!(
+                        "{} is not Swift credentials JSON ({e}); write {{\"authURL\": ..., \"domainName\": ..., \"tenantName\": ..., \"username\": ..., \"password\": ...}}",
+                        path.display()
+                    ),
+                })?
+            }
+            None => {
+                let get = |k| dir.get(k).map(Option::unwrap_or_default);
+                SwiftJson {
+                    auth_url: get("authURL")?,
+                    domain_name: get("domainName")?,
+                    tenant_name: get("tenantName")?,
+                    region: match dir.get("region")? {
+                        Some(r) => r,
+                        None => get("regionName")?,
+                    },
+                    username: get("username")?,
+                    password: get("password")?,
+                    application_credential_id: get("applicationCredentialID")?,
+                    application_credential_name: get("applicationCredentialName")?,
+                    application_credential_secret: get("applicationCredentialSecret")?,
+                }
+            }
+        };
+        let t = |s: String| s.trim().to_string();
+        let j = SwiftJson {
+            auth_url: t(j.auth_url),
+            domain_name: t(j.domain_name),
+            tenant_name: t(j.tenant_name),
+            region: t(j.region),
+            username: t(j.username),
+            password: t(j.password),
+            application_credential_id: t(j.application_credential_id),
+            application_credential_name: t(j.application_credential_name),
+            application_credential_secret: t(j.application_credential_secret),
+        };
+        let missing = |key| CredentialsError::Missing {
+            dir: dir.path().to_path_buf(),
+            key,
+            provider: "Swift",
+            needs: SWIFT_NEEDS,
+        };
+        let has_password = !j.username.is_empty() || !j.password.is_empty();
+        let has_app =
+            !j.application_credential_id.is_empty() || !j.application_credential_secret.is_empty();
+        if has_password && has_app {
+            return Err(CredentialsError::Invalid {
+                dir: dir.path().to_path_buf(),
+                key: "applicationCredentialSecret",
+                problem: "is set together with username/password; keep one of the two ways to authenticate".to_string(),
+            });
+        }
+        for (key, value) in [
+            ("authURL", &j.auth_url),
+            ("domainName", &j.domain_name),
+            ("tenantName", &j.tenant_name),
+        ] {
+            if value.is_empty() {
+                return Err(missing(key));
+            }
+        }
+        let auth = if has_app {
+            for (key, value) in [
+                ("applicationCredentialID", &j.application_credential_id),
+                ("applicationCredentialName", &j.application_credential_name),
+                (
+                    "applicationCredentialSecret",
+                    &j.application_credential_secret,
+                ),
+            ] {
+                if value.is_empty() {
+                    return Err(missing(key));
+                }
+            }
+            SwiftAuth::ApplicationCredential {
+                id: j.application_credential_id,
+                name: j.application_credential_name,
+                secret: j.application_credential_secret,
+            }
+        } else {
+            if j.username.is_empty() {
+                return Err(missing("username"));
+            }
+            if j.password.is_empty() {
+                return Err(missing("password"));
+            }
+            SwiftAuth::Password {
+                username: j.username,
+                password: j.password,
+            }
+        };
+        Ok(SwiftCredentials {
+            auth_url: j.auth_url,
+            domain_name: j.domain_name,
+            tenant_name: j.tenant_name,
+            region: (!j.region.is_empty()).then_some(j.region),
+            auth,
+        })
+    }
+}
+
+impl fmt::Debug for SwiftCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auth = match &self.auth {
+            SwiftAuth::Password { username, .. } => format!("password of {username:?}"),
+            SwiftAuth::ApplicationCredential { id, name, .. } => {
+                format!("application credential {name:?} ({id})")
+            }
+        };
+        f.debug_struct("SwiftCredentials")
+            .field("auth_url", &self.auth_url)
+            .field("domain_name", &self.domain_name)
+            .field("tenant_name", &self.tenant_name)
+            .field("region", &self.region)
+            .field("auth", &auth)
+            .finish()
+    }
+}
+
+/// Alibaba OSS credentials (etcd-backup-restore's key names), used through OSS's S3-compatible
+/// API.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OssCredentials {
+    /// `storageEndpoint`: e.g. `oss-eu-central-1.aliyuncs.com` (https when no scheme is given).
+    pub storage_endpoint: String,
+    /// `accessKeyID`.
+    pub access_key_id: String,
+    /// `accessKeySecret`.
+    pub access_key_secret: String,
+}
+
+const OSS_NEEDS: &str = "storageEndpoint, accessKeyID and accessKeySecret";
+
+/// etcd-backup-restore's OSS credentials file (`*.json` in the secret).
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct OssJson {
+    #[serde(rename = "storageEndpoint")]
+    storage_endpoint: String,
+    #[serde(rename = "accessKeyID")]
+    access_key_id: String,
+    #[serde(rename = "accessKeySecret")]
+    access_key_secret: String,
+}
+
+impl OssCredentials {
+    /// Reads etcd-backup-restore's OSS secret: a `*.json` file when there is one, else the
+    /// keys `storageEndpoint`, `accessKeyID`, `accessKeySecret`.
+    pub fn from_dir(dir: &SecretDir) -> Result<OssCredentials, CredentialsError> {
+        let j = match dir.first_with_extension("json")? {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| {
+                    CredentialsError::Unreadable {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+                serde_json::from_str::<OssJson>(&text).map_err(|e| CredentialsError::Invalid {
+                    dir: dir.path().to_path_buf(),
+                    key: "*.json",
+                    problem: format!(
+                        "{} is not OSS credentials JSON ({e}); write {{\"storageEndpoint\": ..., \"accessKeyID\": ..., \"accessKeySecret\": ...}}",
+                        path.display()
+                    ),
+                })?
+            }
+            None => OssJson {
+                storage_endpoint: dir.get("storageEndpoint")?.unwrap_or_default(),
+                access_key_id: dir.get("accessKeyID")?.unwrap_or_default(),
+                access_key_secret: dir.get("accessKeySecret")?.unwrap_or_default(),
+            },
+        };
+        let mut values = [
+            ("storageEndpoint", j.storage_endpoint),
+            ("accessKeyID", j.access_key_id),
+            ("accessKeySecret", j.access_key_secret),
+        ];
+        for (key, value) in &mut values {
+            *value = value.trim().to_string();
+            if value.is_empty() {
+                return Err(CredentialsError::Missing {
+                    dir: dir.path().to_path_buf(),
+                    key,
+                    provider: "OSS",
+                    needs: OSS_NEEDS,
+                });
+            }
+        }
+        let [
+            (_, storage_endpoint),
+            (_, access_key_id),
+            (_, access_key_secret),
+        ] = values;
+        Ok(OssCredentials {
+            storage_endpoint,
+            access_key_id,
+            access_key_secret,
+        })
+    }
+}
+
+impl fmt::Debug for OssCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OssCredentials")
+            .field("storage_endpoint", &self.storage_endpoint)
+            .field("access_key_id", &self.access_key_id)
+            .field("access_key_secret", &"<redacted>")
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,6 +799,89 @@ mod tests {
             e.to_string().contains("region") && e.to_string().contains("OCS"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn swift_reads_password_app_credential_and_json_forms() {
+        let base = [
+            ("authURL", "https://keystone:5000/v3\n"),
+            ("domainName", "Default"),
+            ("tenantName", "proj"),
+        ];
+        let mut keys = base.to_vec();
+        keys.extend([
+            ("username", "u"),
+            ("password", "p"),
+            ("region", "RegionTwo"),
+        ]);
+        let c =
+            SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap()).unwrap();
+        assert_eq!(c.auth_url, "https://keystone:5000/v3");
+        assert_eq!(c.region.as_deref(), Some("RegionTwo"));
+        assert!(matches!(c.auth, SwiftAuth::Password { ref username, .. } if username == "u"));
+        assert!(!format!("{c:?}").contains("\"p\""), "{c:?}");
+
+        let mut keys = base.to_vec();
+        keys.extend([
+            ("applicationCredentialID", "id"),
+            ("applicationCredentialName", "name"),
+            ("applicationCredentialSecret", "s3cr3t"),
+            ("regionName", "RegionOne"),
+        ]);
+        let c =
+            SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap()).unwrap();
+        assert_eq!(c.region.as_deref(), Some("RegionOne"));
+        assert!(matches!(c.auth, SwiftAuth::ApplicationCredential { ref id, .. } if id == "id"));
+        assert!(!format!("{c:?}").contains("s3cr3t"), "{c:?}");
+
+        let json = r#"{"authURL": "https://k/v3", "domainName": "d", "tenantName": "t", "username": "u", "password": "p"}"#;
+        let c = SwiftCredentials::from_dir(
+            &SecretDir::open(secret(&[("creds.json", json)]).path()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.auth_url.as_str(), c.tenant_name.as_str()),
+            ("https://k/v3", "t")
+        );
+
+        // Missing keys are named; both ways at once are refused.
+        for (drop, named) in [("tenantName", "tenantName"), ("password", "password")] {
+            let mut keys = base.to_vec();
+            keys.extend([("username", "u"), ("password", "p")]);
+            keys.retain(|(k, _)| *k != drop);
+            let e = SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap())
+                .unwrap_err();
+            assert!(e.to_string().contains(named), "{e}");
+        }
+        let mut keys = base.to_vec();
+        keys.extend([
+            ("username", "u"),
+            ("password", "p"),
+            ("applicationCredentialID", "id"),
+        ]);
+        let e = SwiftCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("keep one"), "{e}");
+    }
+
+    #[test]
+    fn oss_reads_keys_or_json() {
+        let keys = [
+            ("storageEndpoint", "oss-eu-central-1.aliyuncs.com"),
+            ("accessKeyID", "id"),
+            ("accessKeySecret", "secret"),
+        ];
+        let c = OssCredentials::from_dir(&SecretDir::open(secret(&keys).path()).unwrap()).unwrap();
+        assert_eq!(c.storage_endpoint, "oss-eu-central-1.aliyuncs.com");
+        assert!(!format!("{c:?}").contains("\"secret\""));
+        let json = r#"{"storageEndpoint": "e", "accessKeyID": "i", "accessKeySecret": "s"}"#;
+        let c =
+            OssCredentials::from_dir(&SecretDir::open(secret(&[("a.json", json)]).path()).unwrap())
+                .unwrap();
+        assert_eq!(c.access_key_secret, "s");
+        let e = OssCredentials::from_dir(&SecretDir::open(secret(&keys[1..]).path()).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("storageEndpoint"), "{e}");
     }
 
     #[test]

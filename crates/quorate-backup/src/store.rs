@@ -1,12 +1,13 @@
 //! The snapshot store: where full and delta snapshots live, in etcd-backup-restore's bucket
-//! layout, on any provider druid supports that `object_store` speaks (a local directory, S3 and
-//! S3-compatible servers, GCS, Azure Blob). Snapshots stream through it compressed on the way
+//! layout, on every provider druid supports: through `object_store` (a local directory, S3 and
+//! the S3-compatible ECS, OCS and OSS, GCS, Azure Blob) and OpenStack Swift (`swift.rs`). Snapshots stream through it compressed on the way
 //! in and decompressed on the way out; failures come back as a [`StoreError`] that says which
 //! of unreachable / access denied / bucket missing / not found / corrupt it is.
 
 mod backend;
 mod error;
 mod hash_records;
+mod swift;
 mod upload;
 
 use std::io;

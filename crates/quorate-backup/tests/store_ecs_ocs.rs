@@ -1,8 +1,9 @@
-//! ECS and OCS stores as druid configures them, against real S3 servers (s3s-fs in the test
+//! ECS, OCS and OSS stores as druid configures them, against real S3 servers (s3s-fs in the test
 //! process, and moto): each with its own Secret layout (ECS: `endpoint`, `accessKeyID`,
-//! `secretAccessKey`; OCS: the same plus `region`, or one `*.json` file), no
+//! `secretAccessKey`; OCS: the same plus `region`, or one `*.json` file; OSS:
+//! `storageEndpoint`, `accessKeyID`, `accessKeySecret`, or one `*.json` file), no
 //! `endpointOverride`, snapshots round-trip; a wrong key is refused by s3s-fs (moto does not
-//! check keys).
+//! check keys). OSS is reached through an S3 API here: Alibaba's own OSS is not tested.
 
 mod support {
     pub mod s3;
@@ -84,6 +85,28 @@ fn ocs_json_secret(dir: &Path, target: &S3Target) -> PathBuf {
     write(dir, &[("credentials.json", &json.to_string())])
 }
 
+/// etcd-backup-restore's OSS Secret for `target`, as keys.
+fn oss_secret(dir: &Path, target: &S3Target, secret_key: &str) -> PathBuf {
+    write(
+        dir,
+        &[
+            ("storageEndpoint", &target.endpoint),
+            ("accessKeyID", ACCESS_KEY),
+            ("accessKeySecret", secret_key),
+        ],
+    )
+}
+
+/// The same as one JSON file.
+fn oss_json_secret(dir: &Path, target: &S3Target) -> PathBuf {
+    let json = serde_json::json!({
+        "storageEndpoint": target.endpoint,
+        "accessKeyID": ACCESS_KEY,
+        "accessKeySecret": support::s3::SECRET_KEY,
+    });
+    write(dir, &[("credentials.json", &json.to_string())])
+}
+
 fn open(target: &S3Target, provider: &str, secret: &Path) -> Result<SnapStore, StoreError> {
     let opts = StoreOptions {
         local_root: secret.to_path_buf(),
@@ -123,6 +146,15 @@ async fn ecs_and_ocs_secrets_reach_s3s_fs() {
         ocs_secret(&dir.path().join("ocs-keys"), target),
     ));
     secrets.push(("OCS", ocs_json_secret(&dir.path().join("ocs-json"), target)));
+    secrets.push((
+        "alicloud",
+        oss_secret(
+            &dir.path().join("oss-keys"),
+            target,
+            support::s3::SECRET_KEY,
+        ),
+    ));
+    secrets.push(("OSS", oss_json_secret(&dir.path().join("oss-json"), target)));
     for (provider, secret) in secrets {
         let store = open(target, provider, &secret).unwrap();
         assert_eq!(
@@ -153,10 +185,21 @@ async fn ecs_and_ocs_secrets_reach_s3s_fs() {
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::AccessDenied { .. }), "{e}");
+    let wrong = oss_secret(&dir.path().join("oss-wrong"), target, "not-the-key");
+    let e = open(target, "OSS", &wrong)
+        .unwrap()
+        .check()
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::AccessDenied { .. }), "{e}");
 
     // A Secret without a key the provider needs is refused before any request, naming it.
     let partial = write(&dir.path().join("partial"), &[("accessKeyID", ACCESS_KEY)]);
-    for (provider, key) in [("ECS", "endpoint"), ("OCS", "endpoint")] {
+    for (provider, key) in [
+        ("ECS", "endpoint"),
+        ("OCS", "endpoint"),
+        ("OSS", "storageEndpoint"),
+    ] {
         let e = open(target, provider, &partial).err().unwrap();
         assert!(
             e.to_string().contains(key) && e.to_string().contains(provider),
@@ -188,6 +231,10 @@ async fn ecs_and_ocs_secrets_reach_moto() {
         ),
         ("OCS", ocs_secret(&dir.path().join("ocs-keys"), target)),
         ("OCS", ocs_json_secret(&dir.path().join("ocs-json"), target)),
+        (
+            "OSS",
+            oss_secret(&dir.path().join("oss"), target, support::s3::SECRET_KEY),
+        ),
     ] {
         let store = open(target, provider, &secret).unwrap();
         store.check().await.unwrap();

@@ -12,6 +12,7 @@ pub mod etcd_crd;
 pub mod kube_apiserver;
 pub mod moto;
 pub mod ports;
+pub mod swift;
 pub mod tls;
 pub mod wait;
 
@@ -30,6 +31,10 @@ pub use kube_apiserver::{KubeApiServer, KubeApiServerError, k8s_bin_dir, kubectl
 pub use moto::{MotoServer, moto_binary};
 pub use nix::sys::signal::Signal;
 pub use ports::{PortBlock, free_port};
+pub use swift::{
+    ApplicationCredential, KEYSTONE_PASSWORD, KEYSTONE_PROJECT, KEYSTONE_REGION, KEYSTONE_USER,
+    SWIFT_ACCOUNT, SWIFT_KEY, SWIFT_USER, SwiftServer, swift_bin_dir,
+};
 pub use tempfile::TempDir;
 pub use tls::TestCerts;
 pub use wait::eventually;

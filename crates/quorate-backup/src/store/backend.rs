@@ -15,7 +15,10 @@ use url::Url;
 
 use super::StoreOptions;
 use super::error::StoreError;
-use crate::credentials::{AzureCredentials, GcsCredentials, S3Credentials, SecretDir};
+use super::swift::SwiftStore;
+use crate::credentials::{
+    AzureCredentials, GcsCredentials, OssCredentials, S3Credentials, SecretDir, SwiftCredentials,
+};
 
 /// How long to wait for a TCP/TLS connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,11 +80,24 @@ pub(crate) fn open(spec: &StoreSpec, opts: &StoreOptions) -> Result<Backend, Sto
         }
         StorageProvider::Gcs => open_gcs(spec, secret.as_ref(), prefix),
         StorageProvider::Abs => open_azure(spec, secret.as_ref(), prefix),
-        StorageProvider::Swift | StorageProvider::Oss => Err(StoreError::Config {
-            detail: format!(
-                "provider {provider} is not supported by quorate yet; use S3, GCS, ABS, an S3-compatible endpoint (endpointOverride) or Local"
-            ),
-        }),
+        StorageProvider::Swift => {
+            let secret = secret.as_ref().ok_or_else(|| StoreError::Config {
+                detail: format!(
+                    "provider {provider} needs spec.backup.store.secretRef: a Secret with authURL, domainName, tenantName and username + password (or an application credential)"
+                ),
+            })?;
+            open_swift(spec, SwiftCredentials::from_dir(secret)?, prefix)
+        }
+        // Alibaba OSS through its S3-compatible API.
+        StorageProvider::Oss => {
+            let secret = secret.as_ref().ok_or_else(|| StoreError::Config {
+                detail: format!(
+                    "provider {provider} needs spec.backup.store.secretRef: a Secret with storageEndpoint, accessKeyID and accessKeySecret"
+                ),
+            })?;
+            let creds = oss_as_s3(OssCredentials::from_dir(secret)?)?;
+            open_s3(spec, provider, Some(creds), prefix)
+        }
     }
 }
 
@@ -269,6 +285,64 @@ fn open_s3(
     })
 }
 
+/// OSS credentials as S3 ones for OSS's S3-compatible API: requests are signed for the region
+/// the endpoint names (`oss-eu-central-1.aliyuncs.com` → `oss-eu-central-1`, as Alibaba's
+/// S3 guide does) and buckets addressed virtual-hosted (OSS refuses path-style), except at an
+/// IP address or `localhost` (an S3 server standing in for OSS), which is addressed path-style.
+fn oss_as_s3(c: OssCredentials) -> Result<S3Credentials, StoreError> {
+    let url = endpoint_url(&c.storage_endpoint, "the secret's storageEndpoint")?;
+    let host = url.host_str().unwrap_or_default().to_string();
+    let local =
+        host == "localhost" || host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[');
+    let region = host
+        .split('.')
+        .next()
+        .filter(|label| label.starts_with("oss-"))
+        .map(|label| label.trim_end_matches("-internal").to_string());
+    Ok(S3Credentials {
+        access_key_id: c.access_key_id,
+        secret_access_key: c.access_key_secret,
+        region,
+        endpoint: Some(endpoint_text(&url)),
+        force_path_style: Some(local),
+        session_token: None,
+        insecure_skip_verify: false,
+    })
+}
+
+fn open_swift(
+    spec: &StoreSpec,
+    creds: SwiftCredentials,
+    prefix: &str,
+) -> Result<Backend, StoreError> {
+    let container_name = container(spec, StorageProvider::Swift)?;
+    if spec.endpoint_override.is_some() {
+        return Err(StoreError::Config {
+            detail: "spec.backup.store.endpointOverride is not used by provider Swift: the object-store endpoint comes from Keystone's catalog (or v1 auth); remove it".to_string(),
+        });
+    }
+    let auth_url = endpoint_url(&creds.auth_url, "the secret's authURL")?;
+    let description = format!(
+        "{} at {}",
+        with_prefix(format!("swift://{container_name}"), prefix),
+        endpoint_text(&auth_url)
+    );
+    let store = SwiftStore::new(
+        creds,
+        container_name,
+        &client_options(auth_url.scheme() == "http"),
+    )
+    .map_err(|e| StoreError::Config {
+        detail: format!("cannot set up Swift store {description}: {e}"),
+    })?;
+    Ok(Backend {
+        store: Arc::new(store),
+        provider: StorageProvider::Swift,
+        bucket: container_name.to_string(),
+        description,
+    })
+}
+
 fn open_gcs(
     spec: &StoreSpec,
     secret: Option<&SecretDir>,
@@ -432,6 +506,45 @@ mod tests {
     }
 
     #[test]
+    fn oss_signs_for_the_endpoints_region_and_addresses_buckets_by_host() {
+        let creds = |endpoint: &str| OssCredentials {
+            storage_endpoint: endpoint.to_string(),
+            access_key_id: "id".to_string(),
+            access_key_secret: "secret".to_string(),
+        };
+        let c = oss_as_s3(creds("oss-eu-central-1.aliyuncs.com")).unwrap();
+        assert_eq!(c.region.as_deref(), Some("oss-eu-central-1"));
+        assert_eq!(
+            c.endpoint.as_deref(),
+            Some("https://oss-eu-central-1.aliyuncs.com")
+        );
+        assert_eq!(c.force_path_style, Some(false));
+        let c = oss_as_s3(creds("https://oss-cn-hangzhou-internal.aliyuncs.com")).unwrap();
+        assert_eq!(c.region.as_deref(), Some("oss-cn-hangzhou"));
+        let c = oss_as_s3(creds("http://127.0.0.1:9000")).unwrap();
+        assert_eq!((c.region, c.force_path_style), (None, Some(true)));
+        let tmp = tempfile::tempdir().unwrap();
+        let secret = tempfile::tempdir().unwrap();
+        for (k, v) in [
+            ("storageEndpoint", "oss-eu-central-1.aliyuncs.com"),
+            ("accessKeyID", "id"),
+            ("accessKeySecret", "secret"),
+        ] {
+            std::fs::write(secret.path().join(k), v).unwrap();
+        }
+        let b = open(
+            &spec("alicloud", Some("bkt")),
+            &opts(tmp.path(), Some(secret.path())),
+        )
+        .unwrap();
+        assert_eq!(b.provider, StorageProvider::Oss);
+        assert_eq!(
+            b.description,
+            "s3://bkt/etcd-main at https://oss-eu-central-1.aliyuncs.com"
+        );
+    }
+
+    #[test]
     fn endpoint_override_means_path_style_with_http_allowed() {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = spec("aws", Some("bkt"));
@@ -455,7 +568,11 @@ mod tests {
         let o = opts(tmp.path(), None);
         let cases = [
             (spec("aws", None), "container"),
-            (spec("Swift", Some("b")), "not supported"),
+            (
+                spec("Swift", Some("b")),
+                "needs spec.backup.store.secretRef",
+            ),
+            (spec("OSS", Some("b")), "needs spec.backup.store.secretRef"),
             (spec("nope", Some("b")), "unknown"),
             (spec("Local", Some("../escape")), "plain directory"),
         ];
