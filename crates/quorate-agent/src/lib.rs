@@ -3,6 +3,7 @@
 //! member starts, runs etcd as a child, restarts it when its configuration changes, promotes it
 //! from learner, renews its member lease and serves `/healthz`.
 
+pub mod adopt;
 pub mod backup;
 mod backup_hash;
 mod certificates;
