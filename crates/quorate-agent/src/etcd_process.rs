@@ -1,7 +1,7 @@
 //! The member's `etcd` process: started with the computed flags, logging to a file, or adopted
-//! from an earlier agent of the same member (see `adopt`). etcd outlives the agent: it runs in a
-//! process group of its own and without a parent-death signal, so a crash of the agent (a
-//! `kill -9`, a panic, an out-of-memory kill) never stops it; the restarted agent adopts it. A
+//! from an earlier agent of the same member (see `adopt`). etcd outlives the agent: it runs
+//! without a parent-death signal, so a crash of the agent (a `kill -9`, a panic, an
+//! out-of-memory kill) never stops it; the restarted agent adopts it. A
 //! temporary etcd (`private_start`) still dies with the agent, since nobody would adopt it.
 
 use std::os::fd::OwnedFd;
@@ -90,11 +90,10 @@ impl EtcdProcess {
             .stdout(stdout)
             .stderr(stderr);
         match lifetime {
-            // Its own process group: a signal to the agent's group (a terminal's Ctrl-C, a
-            // supervisor stopping the agent) does not reach it; the agent stops it itself.
-            Lifetime::OutlivesAgent => {
-                command.process_group(0);
-            }
+            // It stays in the agent's process group: whoever ends that whole group (a test's
+            // guard, a machine-crash simulation) means etcd too; a signal to the agent alone
+            // does not reach it.
+            Lifetime::OutlivesAgent => {}
             Lifetime::DiesWithAgent => {
                 command.kill_on_drop(true);
                 // SAFETY: prctl is async-signal-safe and touches no memory shared with the parent.
