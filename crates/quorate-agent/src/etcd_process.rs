@@ -1,7 +1,7 @@
 //! The member's `etcd` process: started with the computed flags, logging to a file, or adopted
 //! from an earlier agent of the same member (see `adopt`). etcd outlives the agent: it runs
-//! without a parent-death signal, so a crash of the agent (a `kill -9`, a panic, an
-//! out-of-memory kill) never stops it; the restarted agent adopts it. A
+//! without a parent-death signal, so a crash of the agent (a `kill -9`, a panic — the binary
+//! aborts on one instead of unwinding —, an out-of-memory kill) never stops it; the restarted agent adopts it. A
 //! temporary etcd (`private_start`) still dies with the agent, since nobody would adopt it.
 
 use std::os::fd::OwnedFd;
@@ -182,12 +182,10 @@ impl EtcdProcess {
 }
 
 impl Drop for EtcdProcess {
-    /// An orderly drop (the member loop's task aborted, as tests do) kills etcd, as it always
-    /// did; a drop while unwinding from a panic leaves it running for the next agent to adopt.
+    /// A drop (the member loop's task aborted, as tests do) kills etcd, as it always did. The
+    /// `quorate agent` process never unwinds through it: its panic hook aborts the process,
+    /// so a panicking agent leaves etcd running for the next agent to adopt.
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            return;
-        }
         match &mut self.inner {
             Inner::Child(child) => {
                 let _ = child.start_kill();
