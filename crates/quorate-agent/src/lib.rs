@@ -14,6 +14,7 @@ pub mod etcd_version;
 pub mod executor;
 mod facts;
 pub mod http;
+pub mod keeper;
 mod listener;
 pub mod member;
 pub mod metrics;

@@ -26,6 +26,13 @@ const RESOLVE_INTERVAL: Duration = Duration::from_secs(2);
 pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
     abort_on_panic();
     let shutdown = shutdown_on_signals();
+    if args.kubernetes && !quorate_agent::keeper::is_worker() {
+        // The container's main process keeps the agent, so the agent's crash is not etcd's.
+        let exe = std::env::current_exe()?.into_os_string();
+        let argv = std::env::args_os().skip(1).collect();
+        let code = quorate_agent::keeper::keep(exe, argv, shutdown).await;
+        return Ok(ExitCode::from(code));
+    }
     let etcd_binaries = quorate_etcd::binaries::EtcdBinaries::with_pinned(args.etcd_binary.clone());
     match (
         args.kubernetes,
