@@ -1,7 +1,8 @@
-//! A cluster's etcd processes that run without their supervisor. etcd outlives quorate's own
-//! processes (a `kill -9` of the supervisor or of an agent is never etcd's outage), so after
-//! such a crash a member's etcd may still serve: the next `quorate up` leaves its ports to it
-//! (the restarted agent adopts it, by evidence), and `quorate down` stops it.
+//! A cluster's agents and etcd processes that run without their supervisor. Both outlive
+//! quorate's supervisor (a `kill -9` of it, or of an agent, is never etcd's outage), so after
+//! such a crash a member's agent and etcd may still run: the next `quorate up` leaves their
+//! ports to them (the new supervisor adopts the agent, a restarted agent adopts etcd, by
+//! evidence), and `quorate down` stops them.
 
 use crate::LocalError;
 use crate::state_dir::ClusterDir;
@@ -43,9 +44,30 @@ fn members(dir: &ClusterDir) -> Vec<String> {
         .collect()
 }
 
-/// Stops every etcd of the cluster that runs without a supervisor: SIGTERM (etcd flushes and
-/// exits), SIGKILL for one still there after `timeout`.
+/// Whether `member`'s agent or etcd still runs (its ports are theirs).
+pub fn member_runs(dir: &ClusterDir, member: &str) -> bool {
+    !running_etcd(dir, member).is_empty()
+        || !crate::agents::recorded_running(dir, &[member.to_string()]).is_empty()
+}
+
+/// Stops every agent and etcd of the cluster that runs without a supervisor: the agents by
+/// SIGTERM (each stops its etcd cleanly), then any etcd left by SIGTERM; SIGKILL for what is
+/// still there after `timeout`.
 pub async fn stop_all(dir: &ClusterDir, timeout: Duration) -> Result<(), LocalError> {
+    let agents = crate::agents::recorded_running(dir, &members(dir));
+    if !agents.is_empty() {
+        tracing::info!(?agents, "stopping agents that ran without their supervisor");
+        for pid in &agents {
+            let pid = nix::unistd::Pid::from_raw(*pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !crate::agents::recorded_running(dir, &members(dir)).is_empty()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let pids: Vec<u32> = members(dir)
         .iter()
         .flat_map(|m| running_etcd(dir, m))

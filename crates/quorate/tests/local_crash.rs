@@ -1,7 +1,8 @@
 //! quorate's own crash is never etcd's outage: under a writing client (`quorate canary`, 5 s
 //! write timeout), `kill -9` of a local cluster's supervisor, of one agent, and of every agent
 //! at once; etcd keeps serving (no write fails), the restarted processes adopt the running
-//! members (every etcd keeps its PID), and the cluster is healthy again. `Local` kills every
+//! ones (every etcd keeps its PID; agents outlive the supervisor and the next one adopts them),
+//! and the cluster is healthy again. `Local` kills every
 //! process of the state directory when dropped, also when a test panics.
 
 mod support;
@@ -109,27 +110,39 @@ fn supervisor_kill_leaves_etcd_serving_and_a_new_up_adopts_it() {
         .unwrap();
 
     sigkill(supervisor);
-    // Its agents die with it; etcd does not.
-    eventually("the agents to go", Duration::from_secs(15), || {
-        members(name)
-            .iter()
-            .all(|m| local.agent_pid(name, m).is_none())
+    eventually("the supervisor to go", Duration::from_secs(15), || {
+        let state = local.state.path().display().to_string();
+        local
+            .find_pid(&[&state, "supervise", name])
+            .is_none()
             .then_some(())
     });
+    canary_writes_on(&endpoints);
+    // Neither an agent nor an etcd died with it.
+    assert_eq!(
+        agent_pids(&local, name),
+        agents,
+        "every agent outlived the supervisor"
+    );
     assert_eq!(
         etcd_pids(&local, name),
         etcds,
-        "no etcd died with the supervisor"
+        "every etcd outlived the supervisor"
     );
 
-    // A new supervisor starts agents that adopt the running members.
+    // A new supervisor adopts the running agents, which keep their etcd.
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "90s"]);
-    new_agents_healthy(&local, name, &agents);
+    for i in 0..MEMBERS {
+        eventually("every agent healthy", Duration::from_secs(60), || {
+            agent_healthy(&local, name, i).then_some(())
+        });
+    }
     assert_eq!(
-        etcd_pids(&local, name),
-        etcds,
-        "the new agents adopted every etcd"
+        agent_pids(&local, name),
+        agents,
+        "the new supervisor adopted every agent"
     );
+    assert_eq!(etcd_pids(&local, name), etcds, "every etcd kept running");
     canary_writes_on(&endpoints);
     canary.finish_unhurt();
 

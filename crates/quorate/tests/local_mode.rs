@@ -920,8 +920,8 @@ fn stopped_and_orphaned_clusters_are_not_shown_ready() {
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     assert_eq!(readiness_columns(&local, "halt"), ["true", "True", "True"]);
 
-    // The supervisor is killed on its own; its agent dies with it, etcd keeps serving, but
-    // nothing watches it: the cluster is not shown ready.
+    // The supervisor is killed on its own; its agent and etcd keep running, but nothing
+    // watches them: the cluster is not shown ready.
     let lock = local.cluster_dir("halt").join("supervisor.lock");
     let pid: i32 = std::fs::read_to_string(lock)
         .unwrap()
@@ -934,10 +934,18 @@ fn stopped_and_orphaned_clusters_are_not_shown_ready() {
     )
     .unwrap();
     let etcd = local.etcd_pid("halt", "halt-0").expect("etcd runs");
-    eventually(
-        "the agent to die with its supervisor",
-        Duration::from_secs(15),
-        || local.agent_pid("halt", "halt-0").is_none().then_some(()),
+    let agent = local.agent_pid("halt", "halt-0").expect("the agent runs");
+    eventually("the supervisor to go", Duration::from_secs(15), || {
+        let state = local.state.path().display().to_string();
+        local
+            .find_pid(&[&state, "supervise", "halt"])
+            .is_none()
+            .then_some(())
+    });
+    assert_eq!(
+        local.agent_pid("halt", "halt-0"),
+        Some(agent),
+        "the agent kept running"
     );
     assert_eq!(
         local.etcd_pid("halt", "halt-0"),
@@ -955,7 +963,12 @@ fn stopped_and_orphaned_clusters_are_not_shown_ready() {
     assert_eq!(
         local.etcd_pid("halt", "halt-0"),
         Some(etcd),
-        "the new agent adopted etcd"
+        "etcd kept running"
+    );
+    assert_eq!(
+        local.agent_pid("halt", "halt-0"),
+        Some(agent),
+        "the agent was adopted"
     );
     local.ok(&["down", "halt"]);
     assert_eq!(local.etcd_pid("halt", "halt-0"), None, "down stopped etcd");

@@ -14,7 +14,8 @@ pub enum ProcessSeen {
     /// The PID belongs to a process with another start time: the recorded one exited and its
     /// PID was reused.
     Reused,
-    /// The same process, but its command line does not name this member's data directory.
+    /// The same process, but its command line does not name this member (an etcd: its data
+    /// directory; an agent: its cluster directory and member).
     OtherDataDir,
     /// The recorded process, on this member's data directory.
     Same,
@@ -113,6 +114,34 @@ pub fn decide_adoption(e: &AdoptEvidence, data_dir: &str) -> Adoption {
     }
 }
 
+/// Whether a starting local supervisor adopts the agent a crashed supervisor started, on the
+/// same kind of evidence: the recorded process is the same process (PID and start time), its
+/// command line names this cluster and member, and it answers on the member's agent port. A
+/// live agent that does not answer yet is waited for, never doubled (a second agent would
+/// find its port taken and its etcd already adopted).
+pub fn decide_agent_adoption(
+    recorded_pid: Option<u32>,
+    process: &ProcessSeen,
+    answers: bool,
+) -> Adoption {
+    let Some(pid) = recorded_pid else {
+        return Adoption::Start("no agent process was recorded for this member".into());
+    };
+    match process {
+        ProcessSeen::Gone => Adoption::Start(format!("the recorded agent (PID {pid}) has exited")),
+        ProcessSeen::Reused => Adoption::Start(format!(
+            "PID {pid} of the recorded agent now belongs to another process"
+        )),
+        ProcessSeen::OtherDataDir => Adoption::Start(format!(
+            "the recorded process {pid} is not this member's agent"
+        )),
+        ProcessSeen::Same if answers => Adoption::Adopt,
+        ProcessSeen::Same => Adoption::Wait(format!(
+            "the agent (PID {pid}) runs but does not answer on its port yet; waiting for it"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +225,31 @@ mod tests {
             panic!("another member's answer must wait");
         };
         assert!(why.contains("by hand"), "{why}");
+    }
+
+    #[test]
+    fn a_running_agent_that_answers_is_adopted_a_silent_one_waited_for() {
+        assert_eq!(
+            decide_agent_adoption(Some(5), &ProcessSeen::Same, true),
+            Adoption::Adopt
+        );
+        assert!(matches!(
+            decide_agent_adoption(Some(5), &ProcessSeen::Same, false),
+            Adoption::Wait(_)
+        ));
+        for process in [
+            ProcessSeen::Gone,
+            ProcessSeen::Reused,
+            ProcessSeen::OtherDataDir,
+        ] {
+            assert!(matches!(
+                decide_agent_adoption(Some(5), &process, true),
+                Adoption::Start(_)
+            ));
+        }
+        assert!(matches!(
+            decide_agent_adoption(None, &ProcessSeen::Same, true),
+            Adoption::Start(_)
+        ));
     }
 }
