@@ -1,11 +1,15 @@
-//! The member's `etcd` as a child process: started with the computed flags, logging to a file,
-//! killed by the kernel if the agent itself dies (so a `kill -9` of the agent never leaves an
-//! orphaned etcd holding the member's ports and data directory).
+//! The member's `etcd` process: started with the computed flags, logging to a file, or adopted
+//! from an earlier agent of the same member (see `adopt`). etcd outlives the agent: it runs
+//! without a parent-death signal, so a crash of the agent (a `kill -9`, a panic — the binary
+//! aborts on one instead of unwinding —, an out-of-memory kill) never stops it; the restarted agent adopts it. A
+//! temporary etcd (`private_start`) still dies with the agent, since nobody would adopt it.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 use thiserror::Error;
+use tokio::io::unix::AsyncFd;
 use tokio::process::{Child, Command};
 
 /// A failure to start the etcd process.
@@ -32,15 +36,41 @@ pub enum SpawnError {
     },
 }
 
-/// A running etcd child.
+/// Whether a started etcd outlives the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifetime {
+    /// The member's etcd: survives the agent's death, to be adopted by the next agent.
+    OutlivesAgent,
+    /// A temporary etcd only this agent uses: killed by the kernel when the agent dies.
+    DiesWithAgent,
+}
+
+/// A running etcd, started by this agent or adopted.
 #[derive(Debug)]
 pub struct EtcdProcess {
-    child: Child,
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Child(Child),
+    /// Not our child: watched through a pidfd, which turns readable when the process exits.
+    Adopted {
+        pid: u32,
+        pidfd: AsyncFd<OwnedFd>,
+    },
+    /// Stopped or exited; nothing left to do.
+    Done,
 }
 
 impl EtcdProcess {
     /// Starts `binary` with `args`, appending its output to `log`.
-    pub fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Self, SpawnError> {
+    pub fn spawn(
+        binary: &Path,
+        args: &[String],
+        log: &Path,
+        lifetime: Lifetime,
+    ) -> Result<Self, SpawnError> {
         let open_log = || {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -58,43 +88,113 @@ impl EtcdProcess {
             .args(args)
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr)
-            .kill_on_drop(true);
-        // SAFETY: prctl is async-signal-safe and touches no memory shared with the parent.
-        unsafe {
-            command.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)
-            });
+            .stderr(stderr);
+        match lifetime {
+            // It stays in the agent's process group: whoever ends that whole group (a test's
+            // guard, a machine-crash simulation) means etcd too; a signal to the agent alone
+            // does not reach it.
+            Lifetime::OutlivesAgent => {}
+            Lifetime::DiesWithAgent => {
+                command.kill_on_drop(true);
+                // SAFETY: prctl is async-signal-safe and touches no memory shared with the parent.
+                unsafe {
+                    command.pre_exec(|| {
+                        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                            .map_err(std::io::Error::from)
+                    });
+                }
+            }
         }
         let child = command.spawn().map_err(|source| SpawnError::Binary {
             binary: binary.display().to_string(),
             source,
         })?;
-        Ok(Self { child })
+        Ok(Self {
+            inner: Inner::Child(child),
+        })
     }
 
-    /// Process ID, for logs.
+    /// Takes over a running etcd that is not this process's child, known by `pidfd` (opened
+    /// before the evidence about `pid` was gathered, so it cannot name a reused PID).
+    pub fn adopt(pid: u32, pidfd: OwnedFd) -> std::io::Result<Self> {
+        // SAFETY: the OwnedFd is moved into the AsyncFd, stays open and keeps its number until
+        // the AsyncFd is dropped.
+        let pidfd =
+            unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+                .map_err(std::io::Error::from)?;
+        Ok(Self {
+            inner: Inner::Adopted { pid, pidfd },
+        })
+    }
+
+    /// Process ID, for logs and the process record.
     pub fn pid(&self) -> Option<u32> {
-        self.child.id()
+        match &self.inner {
+            Inner::Child(child) => child.id(),
+            Inner::Adopted { pid, .. } => Some(*pid),
+            Inner::Done => None,
+        }
     }
 
-    /// Waits for the process to exit by itself.
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait().await
+    /// Waits for the process to exit by itself; says how it ended (an adopted process's exit
+    /// status belongs to its parent, so it only says that it exited).
+    pub async fn wait(&mut self) -> std::io::Result<String> {
+        match &mut self.inner {
+            Inner::Child(child) => child.wait().await.map(|s| s.to_string()),
+            Inner::Adopted { pid, pidfd } => {
+                let pid = *pid;
+                pidfd.readable().await?.retain_ready();
+                self.inner = Inner::Done;
+                Ok(format!("adopted etcd {pid} exited"))
+            }
+            Inner::Done => std::future::pending().await,
+        }
     }
 
     /// Stops etcd: SIGTERM, then SIGKILL after `grace`. etcd flushes and exits cleanly on SIGTERM.
     pub async fn stop(mut self, grace: Duration) {
-        if let Some(pid) = self.child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
-                return;
+        match std::mem::replace(&mut self.inner, Inner::Done) {
+            Inner::Child(mut child) => {
+                if let Some(pid) = child.id() {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                    if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+                        return;
+                    }
+                }
+                let _ = child.kill().await;
             }
+            Inner::Adopted { pidfd, .. } => {
+                let signal = rustix::process::Signal::TERM;
+                let _ = rustix::process::pidfd_send_signal(pidfd.get_ref(), signal);
+                if tokio::time::timeout(grace, pidfd.readable()).await.is_ok() {
+                    return;
+                }
+                let kill = rustix::process::Signal::KILL;
+                let _ = rustix::process::pidfd_send_signal(pidfd.get_ref(), kill);
+                let _ = pidfd.readable().await;
+            }
+            Inner::Done => {}
         }
-        let _ = self.child.kill().await;
+    }
+}
+
+impl Drop for EtcdProcess {
+    /// A drop (the member loop's task aborted, as tests do) kills etcd, as it always did. The
+    /// `quorate agent` process never unwinds through it: its panic hook aborts the process,
+    /// so a panicking agent leaves etcd running for the next agent to adopt.
+    fn drop(&mut self) {
+        match &mut self.inner {
+            Inner::Child(child) => {
+                let _ = child.start_kill();
+            }
+            Inner::Adopted { pidfd, .. } => {
+                let kill = rustix::process::Signal::KILL;
+                let _ = rustix::process::pidfd_send_signal(pidfd.get_ref(), kill);
+            }
+            Inner::Done => {}
+        }
     }
 }

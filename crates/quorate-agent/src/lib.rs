@@ -3,6 +3,7 @@
 //! member starts, runs etcd as a child, restarts it when its configuration changes, promotes it
 //! from learner, renews its member lease and serves `/healthz`.
 
+pub mod adopt;
 pub mod backup;
 mod backup_hash;
 mod certificates;
@@ -13,6 +14,7 @@ pub mod etcd_version;
 pub mod executor;
 mod facts;
 pub mod http;
+pub mod keeper;
 mod listener;
 pub mod member;
 pub mod metrics;

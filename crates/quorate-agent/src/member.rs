@@ -2,7 +2,8 @@
 //! configuration, promote it when it is a learner, renew its lease, take part in quorum-loss
 //! recovery, and stop for good when the member has been removed from the cluster.
 
-use crate::etcd_process::{EtcdProcess, SpawnError};
+use crate::adopt::{self, Found};
+use crate::etcd_process::{EtcdProcess, Lifetime, SpawnError};
 use crate::executor::{Executor, own_etcd};
 use crate::options::AgentOptions;
 use crate::start::{self, NotYet, prepare_start};
@@ -76,6 +77,7 @@ pub async fn run_agent<C: Coordination>(
     let mut next_mode: Option<StartMode> = None;
     // Data found behind the bucket's history while etcd ran: why.
     let mut behind: Option<String> = None;
+    let mut looked_for_etcd = false;
     state.update(|s| {
         s.recovery = facts::load_recovery(&opts.data_dir);
         s.superseded_recoveries = facts::load_superseded(&opts.data_dir);
@@ -112,37 +114,91 @@ pub async fn run_agent<C: Coordination>(
         if let Err(reason) = crate::secret_files::write_backup_keys(&coord, &cluster).await {
             tracing::warn!(member = %opts.member, %reason, "backup encryption keys not written");
         }
-        let started = match (next_mode.take(), behind.take()) {
-            (Some(mode), _) => Ok(mode),
-            (None, Some(why)) => {
-                // Read before the restore: these records cannot speak of the data it brings.
-                let superseded =
-                    RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
-                start::replace_from_backup(&cluster, &opts, &state, &why, superseded).await
+        // Once per agent: an etcd an earlier agent of this member started may still run.
+        let mut adopted = None;
+        if !looked_for_etcd {
+            match adopt::look(&opts).await {
+                Found::Adopted(process, started_with) => {
+                    looked_for_etcd = true;
+                    tracing::info!(member = %opts.member, pid = ?process.pid(), "adopted the running etcd");
+                    adopted = Some((process, started_with));
+                }
+                Found::Start(why) => {
+                    looked_for_etcd = true;
+                    tracing::info!(member = %opts.member, %why, "no running etcd to adopt");
+                }
+                Found::Wait(why) => {
+                    let reason = Wait::new(why);
+                    wait(&state, &opts, &mut shutdown, reason, opts.retry_interval).await;
+                    continue;
+                }
             }
-            (None, None) => prepare_start(&coord, &cluster, &opts, &state).await,
+        }
+        let end = if let Some((process, started_with)) = adopted {
+            // Whatever mode it started in, the running etcd has its data: a plain restart's
+            // configuration is the one it runs with.
+            let data_dir = opts.data_dir.display().to_string();
+            let config =
+                member_etcd_config(&started_with, &opts.member, &data_dir, &StartMode::Restart);
+            match config {
+                Ok(config) => {
+                    run_process(
+                        &coord,
+                        &started_with,
+                        &opts,
+                        config,
+                        process,
+                        &state,
+                        &mut shutdown,
+                    )
+                    .await?
+                }
+                // Recorded by an agent that ran it: it was a member of that configuration.
+                Err(e) => {
+                    tracing::warn!(member = %opts.member, error = %e, "the adopted etcd's recorded configuration does not describe this member; stopping it");
+                    process
+                        .stop(Duration::from_secs(
+                            quorate_core::agent_exit::ETCD_STOP_SECONDS,
+                        ))
+                        .await;
+                    adopt::forget(&opts.data_dir);
+                    continue;
+                }
+            }
+        } else {
+            let started = match (next_mode.take(), behind.take()) {
+                (Some(mode), _) => Ok(mode),
+                (None, Some(why)) => {
+                    // Read before the restore: these records cannot speak of the data it brings.
+                    let superseded =
+                        RecoveryRecord::all(&coord.member_leases().await.unwrap_or_default());
+                    start::replace_from_backup(&cluster, &opts, &state, &why, superseded).await
+                }
+                (None, None) => prepare_start(&coord, &cluster, &opts, &state).await,
+            };
+            let mode = match started {
+                Ok(mode) => {
+                    restore_failures = 0;
+                    mode
+                }
+                Err(not_yet) => {
+                    let counted = &mut restore_failures;
+                    not_started(
+                        &coord,
+                        &cluster,
+                        &opts,
+                        &state,
+                        &mut shutdown,
+                        not_yet,
+                        counted,
+                    )
+                    .await;
+                    continue;
+                }
+            };
+            run_etcd(&coord, &cluster, &opts, mode, &state, &mut shutdown).await?
         };
-        let mode = match started {
-            Ok(mode) => {
-                restore_failures = 0;
-                mode
-            }
-            Err(not_yet) => {
-                let counted = &mut restore_failures;
-                not_started(
-                    &coord,
-                    &cluster,
-                    &opts,
-                    &state,
-                    &mut shutdown,
-                    not_yet,
-                    counted,
-                )
-                .await;
-                continue;
-            }
-        };
-        match run_etcd(&coord, &cluster, &opts, mode, &state, &mut shutdown).await? {
+        match end {
             RunEnd::Shutdown => return Ok(AgentExit::Shutdown),
             RunEnd::Removed => {
                 state.update(|s| {
@@ -268,14 +324,32 @@ async fn run_etcd<C: Coordination>(
         path: opts.data_dir.display().to_string(),
         source,
     })?;
-    state.update(|s| s.hibernation_request = cluster.hibernation_request.clone());
     let binary = opts.etcd_binaries.etcd(cluster.etcd_version)?;
-    let mut process = EtcdProcess::spawn(&binary, &args, &opts.etcd_log)?;
+    let process = EtcdProcess::spawn(&binary, &args, &opts.etcd_log, Lifetime::OutlivesAgent)?;
     tracing::info!(member = %me, pid = ?process.pid(), ?mode, "etcd started");
+    if let Some(pid) = process.pid() {
+        adopt::record(&opts.data_dir, pid, cluster);
+    }
+    run_process(coord, cluster, opts, config, process, state, shutdown).await
+}
+
+/// Runs the member with `process`, an etcd started (or adopted) with `cluster`'s configuration,
+/// until a duty, its exit, a removal or a shutdown ends this run.
+async fn run_process<C: Coordination>(
+    coord: &C,
+    cluster: &ClusterConfig,
+    opts: &AgentOptions,
+    config: MemberEtcdConfig,
+    mut process: EtcdProcess,
+    state: &SharedState,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<RunEnd, AgentError> {
+    let me = &opts.member;
     state.update(|s| {
+        s.hibernation_request = cluster.hibernation_request.clone();
         s.phase = Phase::Running;
         s.message = String::new();
-        s.etcd_args = args.clone();
+        s.etcd_args = config.to_args();
     });
     let mut run = Running::new(coord, cluster, opts, state, config).await;
     let mut probe = tokio::time::interval(opts.retry_interval);
@@ -288,13 +362,15 @@ async fn run_etcd<C: Coordination>(
                 None
             }
             status = process.wait() => {
-                let why = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                let why = status.unwrap_or_else(|e| e.to_string());
+                adopt::forget(&opts.data_dir);
                 state.update(|s| s.healthy = false);
                 return Ok(removal(coord, cluster, me, state).await.unwrap_or(RunEnd::Exited(why)));
             }
             _ = shutdown.changed() => {
                 let grace = Duration::from_secs(quorate_core::agent_exit::ETCD_STOP_SECONDS);
                 process.stop(grace).await;
+                adopt::forget(&opts.data_dir);
                 tracing::info!(member = %me, "stopping: etcd stopped");
                 state.update(|s| s.healthy = false);
                 return Ok(RunEnd::Shutdown);
@@ -308,6 +384,7 @@ async fn run_etcd<C: Coordination>(
         };
         if let Some(ending) = ending {
             process.stop(Duration::from_secs(10)).await;
+            adopt::forget(&opts.data_dir);
             return Ok(ending.into());
         }
     }
@@ -468,6 +545,7 @@ impl<'a, C: Coordination> Running<'a, C> {
         let read = !st.is_learner && st.leader_id != 0 && client.linearizable_read().await.is_ok();
         if self.recorded_ids != Some((st.cluster_id, st.member_id)) {
             facts::store(&opts.data_dir, st.cluster_id, st.member_id, st.revision);
+            adopt::note_ids(&opts.data_dir, st.cluster_id, st.member_id);
             crate::restore::continue_chain_after_restore(cluster, &opts.data_dir, st.cluster_id)
                 .await;
             self.recorded_ids = Some((st.cluster_id, st.member_id));

@@ -4,7 +4,7 @@
 //! is ever acknowledged on data that is about to be moved aside (etcd-backup-restore validates
 //! with an embedded etcd for the same reason).
 
-use crate::etcd_process::EtcdProcess;
+use crate::etcd_process::{EtcdProcess, Lifetime};
 use crate::options::AgentOptions;
 use crate::wait::Wait;
 use quorate_core::cluster_config::ClusterConfig;
@@ -37,8 +37,13 @@ pub async fn data_facts(cluster: &ClusterConfig, opts: &AgentOptions) -> Result<
         .etcd_binaries
         .etcd(cluster.etcd_version)
         .map_err(|missing| Wait::new(missing.to_string()))?;
-    let mut process = EtcdProcess::spawn(&binary, &config.to_args(), &opts.etcd_log)
-        .map_err(|e| Wait::new(e.to_string()))?;
+    let mut process = EtcdProcess::spawn(
+        &binary,
+        &config.to_args(),
+        &opts.etcd_log,
+        Lifetime::DiesWithAgent,
+    )
+    .map_err(|e| Wait::new(e.to_string()))?;
     // The server certificate names the member's real address, not the private one.
     let tls = quorate_etcd::client_tls(cluster).map(|tls| EtcdTls {
         domain_name: cluster

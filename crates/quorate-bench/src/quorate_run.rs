@@ -37,7 +37,7 @@ spec:
     )
 }
 
-/// Kills the cluster's supervisor process group (supervisor, agents, etcds) when dropped,
+/// Kills the cluster's supervisor, agents and etcds when dropped,
 /// whatever way the round ends; a clean `quorate down` first makes this a no-op.
 struct SupervisorGuard {
     lock_file: PathBuf,
@@ -78,11 +78,33 @@ impl Drop for SupervisorGuard {
     fn drop(&mut self) {
         let pid = read_pid(&self.lock_file).or(self.pid);
         if let Some(pid) = pid.filter(|&pid| pid > 1 && is_supervisor(pid)) {
-            // The supervisor leads its own session and process group; agents and their etcds
-            // are in it.
+            // The supervisor leads its own session and process group.
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         }
+        // Agents run in sessions of their own and outlive the supervisor, etcd with them:
+        // every process naming the cluster's directory goes too.
+        if let Some(dir) = self.lock_file.parent() {
+            for pid in processes_naming(&dir.display().to_string()) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
     }
+}
+
+/// PIDs of the processes whose command line contains `needle`.
+fn processes_naming(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
 }
 
 /// Runs `quorate --state-dir <state_dir> <args>`; returns its standard output, or an error

@@ -62,10 +62,29 @@ impl StepContext<'_> {
     }
 }
 
+/// Every member's etcd PID.
+fn etcd_pids(ctx: &StepContext<'_>) -> Vec<Option<i32>> {
+    (0..ctx.members.len())
+        .map(|m| ctx.pid(m, Target::Etcd))
+        .collect()
+}
+
+/// Records an anomaly unless every member's etcd is the same process as `before`: quorate's
+/// own crash must never restart etcd.
+fn etcd_kept(ctx: &mut StepContext<'_>, before: &[Option<i32>], what: &str) {
+    let after = etcd_pids(ctx);
+    if after != before {
+        ctx.anomalies.push(format!(
+            "etcd restarted after {what}: PIDs {before:?} before, {after:?} after (each running \
+             etcd must be adopted)"
+        ));
+    }
+}
+
 /// Carries out `step`, returning once its fault is healed (or its operation done), with the
 /// instant the fault itself ended (before any catching up it waited for).
 pub(crate) async fn inject(
-    ctx: StepContext<'_>,
+    mut ctx: StepContext<'_>,
     step: &Step,
     quota_flip: bool,
 ) -> Result<Instant, RunError> {
@@ -116,6 +135,41 @@ pub(crate) async fn inject(
             ctx.cluster.crash();
             ctx.cluster
                 .quorate(&["up", "-d", "-f", &manifest_path(&ctx), "--timeout", "120s"])?;
+        }
+        Step::SupervisorKill => {
+            let before = etcd_pids(&ctx);
+            if let Some(pid) = ctx.cluster.supervisor_pid() {
+                LocalCluster::signal(pid, Signal::SIGKILL);
+                let deadline = Instant::now() + HEAL_DEADLINE;
+                while !crate::cluster::exited(pid) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            ended = Some(Instant::now());
+            ctx.cluster
+                .quorate(&["up", "-d", "-f", &manifest_path(&ctx), "--timeout", "120s"])?;
+            etcd_kept(&mut ctx, &before, "the supervisor's kill");
+        }
+        Step::AllAgentsKill => {
+            let before = etcd_pids(&ctx);
+            let agents: Vec<i32> = (0..ctx.members.len())
+                .filter_map(|m| ctx.pid(m, Target::Agent))
+                .collect();
+            for pid in &agents {
+                LocalCluster::signal(*pid, Signal::SIGKILL);
+            }
+            ended = Some(Instant::now());
+            // The supervisor restarts each agent; the new ones adopt the running etcds.
+            let deadline = Instant::now() + HEAL_DEADLINE;
+            while Instant::now() < deadline
+                && !(0..ctx.members.len()).all(|m| {
+                    ctx.pid(m, Target::Agent)
+                        .is_some_and(|pid| !agents.contains(&pid))
+                })
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            etcd_kept(&mut ctx, &before, "every agent's kill");
         }
         Step::PauseSupervisor { hold } => {
             if let Some(pid) = ctx.cluster.supervisor_pid() {

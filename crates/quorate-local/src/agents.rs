@@ -1,9 +1,18 @@
 //! The agent processes of one local cluster: started as `quorate agent` children, restarted with
 //! backoff when they crash, left down when their member was removed on purpose, and stopped
 //! cleanly (SIGTERM, which stops etcd cleanly) on scale-down or shutdown.
+//!
+//! Agents outlive the supervisor: each runs in a session of its own, without a parent-death
+//! signal, and is recorded (`members/<name>/agent-process.json`: PID and start time). A
+//! restarted supervisor adopts a recorded agent that is still the same process, names this
+//! cluster and member, and answers on its port (core `decide_agent_adoption`), instead of
+//! starting a second one.
 
 use crate::state_dir::ClusterDir;
 use quorate_core::agent_exit::AGENT_EXIT_REMOVED;
+use quorate_core::cluster_config::TlsFiles;
+use quorate_core::membership::adopt::{Adoption, ProcessSeen, decide_agent_adoption};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -20,8 +29,85 @@ pub enum AgentEnded {
 }
 
 struct Running {
-    child: Child,
+    process: Process,
     started: Instant,
+}
+
+/// An agent this supervisor started, or one it adopted from a supervisor that crashed.
+enum Process {
+    Child(Child),
+    /// Not our child: known by PID and start time, watched through `/proc`.
+    Adopted {
+        pid: u32,
+        start_time: u64,
+    },
+}
+
+/// What the supervisor records about an agent it started.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AgentRecord {
+    pid: u32,
+    /// Field 22 of `/proc/PID/stat`; with the PID, names one process.
+    start_time: u64,
+}
+
+fn record_path(dir: &ClusterDir, member: &str) -> PathBuf {
+    dir.member(member).join("agent-process.json")
+}
+
+/// (start time, state) of `pid` from `/proc/PID/stat`.
+fn stat(pid: u32) -> Option<(u64, char)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some((
+        fields.get(19)?.parse().ok()?,
+        fields.first()?.chars().next()?,
+    ))
+}
+
+/// Whether the process `pid` started at `start_time` still runs (not exited, not a zombie).
+fn alive(pid: u32, start_time: u64) -> bool {
+    matches!(stat(pid), Some((t, state)) if t == start_time && state != 'Z')
+}
+
+/// The recorded agent of `member` as `/proc` shows it: (PID, start time, what it is).
+fn recorded_agent(dir: &ClusterDir, member: &str) -> Option<(u32, u64, ProcessSeen)> {
+    let text = std::fs::read_to_string(record_path(dir, member)).ok()?;
+    let record: AgentRecord = serde_json::from_str(&text).ok()?;
+    let seen = match stat(record.pid) {
+        None | Some((_, 'Z')) => ProcessSeen::Gone,
+        Some((t, _)) if t != record.start_time => ProcessSeen::Reused,
+        Some(_) if !is_agent_of(record.pid, dir, member) => ProcessSeen::OtherDataDir,
+        Some(_) => ProcessSeen::Same,
+    };
+    Some((record.pid, record.start_time, seen))
+}
+
+/// Whether `pid`'s command line is `quorate agent --cluster-dir <dir> --member <member>`.
+fn is_agent_of(pid: u32, dir: &ClusterDir, member: &str) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let root = dir.root().as_os_str().as_encoded_bytes();
+    let follows =
+        |flag: &[u8], value: &[u8]| args.windows(2).any(|w| w[0] == flag && w[1] == value);
+    args.contains(&b"agent".as_slice())
+        && follows(b"--cluster-dir", root)
+        && follows(b"--member", member.as_bytes())
+}
+
+/// PIDs of the agents of `dir`'s members that still run, by their records (for `down` when
+/// the supervisor is gone).
+pub fn recorded_running(dir: &ClusterDir, members: &[String]) -> Vec<u32> {
+    members
+        .iter()
+        .filter_map(|m| recorded_agent(dir, m))
+        .filter(|(_, _, seen)| *seen == ProcessSeen::Same)
+        .map(|(pid, _, _)| pid)
+        .collect()
 }
 
 /// The agents of one cluster.
@@ -57,10 +143,39 @@ impl Agents {
         self.running.contains_key(member)
     }
 
-    /// Starts `member`'s agent unless it runs, was removed on purpose, or is backing off.
-    pub fn ensure_started(&mut self, member: &str, now: Instant) -> std::io::Result<()> {
+    /// Starts `member`'s agent unless it runs, was removed on purpose, or is backing off; an
+    /// agent a crashed supervisor started is adopted instead when it still runs and answers on
+    /// `port` (over TLS with `tls`).
+    pub async fn ensure_started(
+        &mut self,
+        member: &str,
+        now: Instant,
+        port: u16,
+        tls: Option<&TlsFiles>,
+    ) -> std::io::Result<()> {
         if self.running.contains_key(member) || self.dir.member_removed_marker(member).exists() {
             return Ok(());
+        }
+        if let Some((pid, start_time, seen)) = recorded_agent(&self.dir, member) {
+            let answers = seen == ProcessSeen::Same
+                && crate::probe::agent_answers(port, tls, Duration::from_millis(500)).await;
+            match decide_agent_adoption(Some(pid), &seen, answers) {
+                Adoption::Adopt => {
+                    tracing::info!(%member, pid, "adopted the running agent");
+                    let process = Process::Adopted { pid, start_time };
+                    let running = Running {
+                        process,
+                        started: now,
+                    };
+                    self.running.insert(member.to_string(), running);
+                    return Ok(());
+                }
+                Adoption::Wait(why) => {
+                    tracing::info!(%member, %why, "waiting");
+                    return Ok(());
+                }
+                Adoption::Start(why) => tracing::debug!(%member, %why, "starting an agent"),
+            }
         }
         if let Some((count, at)) = self.crashes.get(member) {
             let backoff = Duration::from_millis(500) * 2u32.saturating_pow((*count).min(6));
@@ -89,12 +204,13 @@ impl Agents {
             command.arg("--etcd-binary").arg(pinned);
         }
         let cgroup_procs = member_cgroup_procs(self.dir.root(), member)?;
-        // SAFETY: prctl, open and write are async-signal-safe; the path was prepared before the
+        // SAFETY: setsid, open and write are async-signal-safe; the path was prepared before the
         // fork, so nothing here allocates or touches memory shared with the parent.
         unsafe {
             command.pre_exec(move || {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                    .map_err(std::io::Error::from)?;
+                // A session of its own: the supervisor's death (or a terminal's Ctrl-C to its
+                // group) does not reach the agent; `down` and the supervisor stop it by SIGTERM.
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
                 if let Some(procs) = &cgroup_procs {
                     let fd = nix::fcntl::open(
                         procs.as_c_str(),
@@ -108,10 +224,17 @@ impl Agents {
         }
         let child = command.spawn()?;
         tracing::info!(%member, pid = ?child.id(), "agent started");
+        if let Some((pid, start_time)) = child.id().and_then(|p| Some((p, stat(p)?.0))) {
+            let record = AgentRecord { pid, start_time };
+            let text = serde_json::to_string(&record).expect("the agent record serializes");
+            let path = record_path(&self.dir, member);
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path))?;
+        }
         self.running.insert(
             member.to_string(),
             Running {
-                child,
+                process: Process::Child(child),
                 started: now,
             },
         );
@@ -122,13 +245,24 @@ impl Agents {
     pub fn reap(&mut self, now: Instant) -> Vec<(String, AgentEnded)> {
         let mut ended = Vec::new();
         for (member, agent) in &mut self.running {
-            if let Ok(Some(status)) = agent.child.try_wait() {
-                let how = if status.code() == Some(i32::from(AGENT_EXIT_REMOVED)) {
-                    AgentEnded::Removed
-                } else {
-                    AgentEnded::Crashed(status.to_string())
-                };
-                ended.push((member.clone(), how, agent.started));
+            match &mut agent.process {
+                Process::Child(child) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let how = if status.code() == Some(i32::from(AGENT_EXIT_REMOVED)) {
+                            AgentEnded::Removed
+                        } else {
+                            AgentEnded::Crashed(status.to_string())
+                        };
+                        ended.push((member.clone(), how, agent.started));
+                    }
+                }
+                // Its exit status went to its first parent; a removed member's next agent
+                // finds the member removed and ends with the code that says so.
+                Process::Adopted { pid, start_time } if !alive(*pid, *start_time) => {
+                    let how = AgentEnded::Crashed(format!("adopted agent {pid} exited"));
+                    ended.push((member.clone(), how, agent.started));
+                }
+                Process::Adopted { .. } => {}
             }
         }
         ended
@@ -155,7 +289,7 @@ impl Agents {
     /// Stops `member`'s agent (and with it etcd) cleanly, waiting up to `grace`.
     pub async fn stop(&mut self, member: &str, grace: Duration) {
         if let Some(mut agent) = self.running.remove(member) {
-            terminate(&mut agent.child, grace).await;
+            terminate(&mut agent.process, grace).await;
         }
     }
 
@@ -170,11 +304,11 @@ impl Agents {
             .filter(|m| Some(m.as_str()) != leader)
             .filter_map(|m| self.running.remove(m))
             .map(|mut agent| async move {
-                terminate(&mut agent.child, grace).await;
+                terminate(&mut agent.process, grace).await;
             });
         futures::future::join_all(stops).await;
         if let Some(mut agent) = leader.and_then(|l| self.running.remove(l)) {
-            terminate(&mut agent.child, grace).await;
+            terminate(&mut agent.process, grace).await;
         }
     }
 }
@@ -214,7 +348,15 @@ fn member_cgroup_procs(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
-async fn terminate(child: &mut Child, grace: Duration) {
+async fn terminate(process: &mut Process, grace: Duration) {
+    let child = match process {
+        Process::Child(child) => child,
+        Process::Adopted { pid, start_time } => {
+            let (pid, start_time) = (*pid, *start_time);
+            stop_adopted(pid, start_time, grace).await;
+            return;
+        }
+    };
     if let Some(pid) = child.id() {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
@@ -225,4 +367,22 @@ async fn terminate(child: &mut Child, grace: Duration) {
         }
     }
     let _ = child.kill().await;
+}
+
+/// Stops an agent that is not this process's child: SIGTERM, SIGKILL after `grace`.
+async fn stop_adopted(pid: u32, start_time: u64, grace: Duration) {
+    let signal = |signal| {
+        if alive(pid, start_time) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        }
+    };
+    signal(nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while alive(pid, start_time) {
+        if Instant::now() >= deadline {
+            signal(nix::sys::signal::Signal::SIGKILL);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -209,13 +209,21 @@ pub fn prepare(ctx: &LocalContext, mut etcd: Etcd) -> Result<(ClusterDir, Applie
             }
         }
         ports::assign(&mut record.ports, &members, base, ports::free_port)?;
+        // A member whose agent or etcd still runs (the supervisor or the agent crashed) holds
+        // its own ports: the new supervisor adopts the agent, a new agent adopts etcd.
+        let serving: Vec<&String> = members
+            .iter()
+            .filter(|m| crate::orphans::member_runs(&dir, m))
+            .collect();
         for member in &members {
-            if let Some(ports) = record.ports.get_mut(member) {
+            if let Some(ports) = record.ports.get_mut(member)
+                && !serving.contains(&member)
+            {
                 ports::free_metrics_port(ports);
             }
         }
         object::save_record(&dir, &record)?;
-        for member in &members {
+        for member in members.iter().filter(|m| !serving.contains(m)) {
             ports::check_available(member, &record.ports[member])?;
         }
     }
@@ -382,8 +390,9 @@ pub fn get(ctx: &LocalContext, name: Option<&str>) -> Result<Vec<Etcd>, LocalErr
 }
 
 /// The status of a cluster whose supervisor does not run (stopped with `quorate down`, or
-/// killed): its agents and etcd died with it, so the status is recomputed with every member
-/// stopped rather than shown as the supervisor last wrote it.
+/// killed): agents and etcd that outlived a killed supervisor are watched by nobody, so the
+/// status is recomputed with every member stopped rather than shown as the supervisor last
+/// wrote it.
 fn status_without_supervisor(
     dir: &ClusterDir,
     etcd: &Etcd,
@@ -435,12 +444,17 @@ pub async fn down(
                 return Err(LocalError::Timeout {
                     what: format!("supervisor {pid} of {name:?} stopping"),
                     seconds: timeout.as_secs(),
-                    hint: format!("kill it with `kill -9 {pid}`; its members stop with it"),
+                    hint: format!(
+                        "kill it with `kill -9 {pid}`, then run `quorate down {name}` again: \
+                         its agents and etcd outlive it and `down` stops them"
+                    ),
                 });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    // etcd outlives a crashed supervisor; stopping the cluster means it too.
+    crate::orphans::stop_all(&dir, timeout).await?;
     if !purge {
         return Ok(None);
     }

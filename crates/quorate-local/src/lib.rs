@@ -10,6 +10,7 @@ pub mod etcd_view;
 pub mod lock;
 pub mod members;
 pub mod object;
+pub mod orphans;
 pub mod ports;
 pub mod probe;
 pub mod record;

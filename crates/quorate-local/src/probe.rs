@@ -19,6 +19,19 @@ pub async fn agent_ready(port: u16, tls: Option<&TlsFiles>, timeout: Duration) -
     status == Some(200)
 }
 
+/// Whether the agent on `127.0.0.1:port` answers HTTP at all (any status) within `timeout`:
+/// it runs and serves, ready or not.
+pub async fn agent_answers(port: u16, tls: Option<&TlsFiles>, timeout: Duration) -> bool {
+    match tls {
+        None => tokio::time::timeout(timeout, get_status(port, "/healthz"))
+            .await
+            .ok()
+            .flatten()
+            .is_some(),
+        Some(files) => https_status(port, files, timeout).await.is_some(),
+    }
+}
+
 async fn https_status(port: u16, files: &TlsFiles, timeout: Duration) -> Option<u16> {
     let client = quorate_coord::agent_tls::http_client(Some(files)).ok()?;
     let response = client

@@ -156,7 +156,9 @@ impl Supervisor {
         }
         let mut start_errors = Vec::new();
         for member in &to_run {
-            if let Err(e) = self.agents.ensure_started(member, now) {
+            let port = record.ports[member].agent;
+            let tls = config.agent_tls.as_ref();
+            if let Err(e) = self.agents.ensure_started(member, now, port, tls).await {
                 start_errors.push(format!("starting the agent of {member}: {e}"));
             }
         }

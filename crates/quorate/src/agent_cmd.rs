@@ -24,7 +24,15 @@ const RESOLVE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Runs the agent in the mode its arguments select.
 pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
+    abort_on_panic();
     let shutdown = shutdown_on_signals();
+    if args.kubernetes && !quorate_agent::keeper::is_worker() {
+        // The container's main process keeps the agent, so the agent's crash is not etcd's.
+        let exe = std::env::current_exe()?.into_os_string();
+        let argv = std::env::args_os().skip(1).collect();
+        let code = quorate_agent::keeper::keep(exe, argv, shutdown).await;
+        return Ok(ExitCode::from(code));
+    }
     let etcd_binaries = quorate_etcd::binaries::EtcdBinaries::with_pinned(args.etcd_binary.clone());
     match (
         args.kubernetes,
@@ -63,6 +71,17 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, Box<dyn Error>> {
                 .into(),
         ),
     }
+}
+
+/// A panicking agent aborts instead of unwinding: unwinding would drop, and so stop, the etcd
+/// it runs, while an abort leaves etcd serving for the restarted agent to adopt (a bug that
+/// every member's agent hits at once must not stop the whole cluster).
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
 }
 
 /// The member's files.

@@ -392,3 +392,149 @@ async fn agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_g
         "SIGTERM -> exit 0 in {took:?} (grace {grace:?}); last delta through {delta}, deltas {deltas:?}"
     );
 }
+
+/// The children of process `parent` whose command line contains `needle`.
+fn children(parent: u32, needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            (ppid == parent && cmdline.contains(needle)).then_some(pid)
+        })
+        .collect()
+}
+
+/// In a pod the container's main process is the agent's keeper: a `kill -9` of the agent (the
+/// keeper's worker) leaves etcd serving, reparented to the keeper; the next worker adopts it
+/// (same etcd PID) and renews the member lease; SIGTERM to the keeper still stops everything
+/// gracefully within the pod's grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_it() {
+    let Some(server) = KubeApiServer::shared_or_skip(
+        "a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_it",
+    )
+    .await
+    else {
+        return;
+    };
+    let admin = server.client().await.expect("admin client");
+    let namespace = server
+        .create_namespace(&admin, "agent-keeper")
+        .await
+        .expect("namespace");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let local_root = dir.path().join("buckets");
+    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
+    let etcd = etcd(&namespace);
+    let config = loopback_config(&etcd, &local_root);
+    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
+    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
+    let mut keeper = start_agent(&namespace, &kubeconfig, dir.path());
+    let log = dir.path().join("agent.log");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
+    let endpoint = config.members[0].client_url.clone();
+    let data_dir = format!("--data-dir={}", dir.path().join("data/new.etcd").display());
+
+    let serving = || {
+        let endpoint = endpoint.clone();
+        async move {
+            let mut c = etcd_client::Client::connect([endpoint], None).await.ok()?;
+            c.put("/keeper/k", "v", None).await.ok()?;
+            Some(())
+        }
+    };
+    eventually(
+        "etcd to take a write",
+        &log,
+        Duration::from_secs(30),
+        serving,
+    )
+    .await;
+    let worker = eventually("the worker", &log, Duration::from_secs(10), || async {
+        children(keeper.pid(), " agent ").first().copied()
+    })
+    .await;
+    let etcd_pid = eventually(
+        "etcd under the worker",
+        &log,
+        Duration::from_secs(10),
+        || async { children(worker, &data_dir).first().copied() },
+    )
+    .await;
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the worker");
+    let killed = jiff::Timestamp::now();
+    // etcd keeps serving, now the keeper's child.
+    eventually(
+        "etcd to be reparented to the keeper",
+        &log,
+        Duration::from_secs(10),
+        || async {
+            children(keeper.pid(), &data_dir)
+                .contains(&etcd_pid)
+                .then_some(())
+        },
+    )
+    .await;
+    serving().await.expect("etcd serves while no agent runs");
+    let next = eventually("a new worker", &log, Duration::from_secs(30), || async {
+        children(keeper.pid(), " agent ")
+            .into_iter()
+            .find(|p| *p != worker)
+    })
+    .await;
+    // The new worker renews the member lease with the same etcd: it adopted it.
+    eventually(
+        "the new worker to renew the member lease",
+        &log,
+        Duration::from_secs(30),
+        || async {
+            let t = renew_time(&leases.get(POD).await.ok()?)?;
+            (t > killed).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        children(keeper.pid(), &data_dir).contains(&etcd_pid),
+        "the same etcd runs; log:\n{}",
+        tail(&log, 40)
+    );
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("adopted the running etcd"),
+        "the worker {next} adopted etcd; log:\n{}",
+        tail(&log, 40)
+    );
+
+    keeper
+        .signal(nix::sys::signal::Signal::SIGTERM)
+        .expect("SIGTERM to the keeper");
+    let grace = Duration::from_secs(quorate_core::agent_exit::termination_grace_seconds());
+    let status = tokio::task::block_in_place(|| keeper.wait_timeout(grace))
+        .expect("wait for the keeper")
+        .unwrap_or_else(|| {
+            panic!(
+                "the keeper did not exit within {grace:?}; log:\n{}",
+                tail(&log, 40)
+            )
+        });
+    assert!(status.success(), "exit {status}; log:\n{}", tail(&log, 40));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{etcd_pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{etcd_pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z")),
+        "etcd stopped with the pod"
+    );
+}

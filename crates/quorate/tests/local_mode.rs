@@ -280,7 +280,8 @@ fn killed_members_are_restarted_with_their_data() {
         Duration::from_secs(30),
         || local.etcd_pid("heal", "heal-1").filter(|p| *p != etcd),
     );
-    // kill -9 the agent of member 2: its etcd dies with it and the supervisor restarts both.
+    // kill -9 the agent of member 2: its etcd keeps running; the supervisor restarts the agent,
+    // which adopts it.
     let agent = local
         .agent_pid("heal", "heal-2")
         .expect("agent of heal-2 runs");
@@ -293,13 +294,9 @@ fn killed_members_are_restarted_with_their_data() {
     )
     .unwrap();
     eventually(
-        "heal-2's agent and etcd to run again",
+        "heal-2's agent to run again",
         Duration::from_secs(30),
-        || {
-            let a = local.agent_pid("heal", "heal-2").filter(|p| *p != agent)?;
-            let e = local.etcd_pid("heal", "heal-2").filter(|p| *p != etcd2)?;
-            Some((a, e))
-        },
+        || local.agent_pid("heal", "heal-2").filter(|p| *p != agent),
     );
 
     let path_status = local.cluster_dir("heal").join("status.json");
@@ -307,6 +304,11 @@ fn killed_members_are_restarted_with_their_data() {
         let status = std::fs::read_to_string(&path_status).ok()?;
         status.contains("\"readyReplicas\": 3").then_some(())
     });
+    assert_eq!(
+        local.etcd_pid("heal", "heal-2"),
+        Some(etcd2),
+        "heal-2's etcd outlived its agent and was adopted"
+    );
     // Same member IDs: the members rejoined with their data instead of being replaced.
     let ids = |table: &str| {
         table
@@ -918,7 +920,8 @@ fn stopped_and_orphaned_clusters_are_not_shown_ready() {
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     assert_eq!(readiness_columns(&local, "halt"), ["true", "True", "True"]);
 
-    // The supervisor is killed on its own; its agent and etcd die with it.
+    // The supervisor is killed on its own; its agent and etcd keep running, but nothing
+    // watches them: the cluster is not shown ready.
     let lock = local.cluster_dir("halt").join("supervisor.lock");
     let pid: i32 = std::fs::read_to_string(lock)
         .unwrap()
@@ -930,10 +933,24 @@ fn stopped_and_orphaned_clusters_are_not_shown_ready() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    eventually(
-        "etcd to die with its supervisor",
-        Duration::from_secs(15),
-        || local.etcd_pid("halt", "halt-0").is_none().then_some(()),
+    let etcd = local.etcd_pid("halt", "halt-0").expect("etcd runs");
+    let agent = local.agent_pid("halt", "halt-0").expect("the agent runs");
+    eventually("the supervisor to go", Duration::from_secs(15), || {
+        let state = local.state.path().display().to_string();
+        local
+            .find_pid(&[&state, "supervise", "halt"])
+            .is_none()
+            .then_some(())
+    });
+    assert_eq!(
+        local.agent_pid("halt", "halt-0"),
+        Some(agent),
+        "the agent kept running"
+    );
+    assert_eq!(
+        local.etcd_pid("halt", "halt-0"),
+        Some(etcd),
+        "etcd kept running"
     );
     assert_eq!(
         readiness_columns(&local, "halt"),
@@ -943,7 +960,18 @@ fn stopped_and_orphaned_clusters_are_not_shown_ready() {
 
     local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
     assert_eq!(readiness_columns(&local, "halt"), ["true", "True", "True"]);
+    assert_eq!(
+        local.etcd_pid("halt", "halt-0"),
+        Some(etcd),
+        "etcd kept running"
+    );
+    assert_eq!(
+        local.agent_pid("halt", "halt-0"),
+        Some(agent),
+        "the agent was adopted"
+    );
     local.ok(&["down", "halt"]);
+    assert_eq!(local.etcd_pid("halt", "halt-0"), None, "down stopped etcd");
     assert_eq!(
         readiness_columns(&local, "halt"),
         ["false", "False", "False"],

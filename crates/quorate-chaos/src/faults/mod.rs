@@ -17,7 +17,7 @@ use serde::Serialize;
 pub enum Target {
     /// The member's etcd.
     Etcd,
-    /// The member's agent (its etcd is its child and dies with it on SIGKILL).
+    /// The member's agent (its etcd outlives it; the restarted agent adopts it).
     Agent,
 }
 
@@ -48,6 +48,12 @@ pub enum Step {
     CrashAll,
     /// `SIGSTOP` of the supervisor for `hold` (members run on unsupervised).
     PauseSupervisor { hold: Duration },
+    /// `kill -9` of the supervisor alone, then `quorate up` again: every agent and etcd keeps
+    /// running and the new supervisor adopts the agents (no etcd restarts).
+    SupervisorKill,
+    /// `kill -9` of every member's agent at once: every etcd keeps serving and the restarted
+    /// agents adopt them (no etcd restarts).
+    AllAgentsKill,
     /// A member cut off from the others for `hold`.
     Partition { member: usize, hold: Duration },
     /// The object store slow, refusing or cutting connections for `hold`; backups must catch
@@ -115,6 +121,8 @@ impl Step {
             Step::CorruptBackup => "corrupted backup object",
             Step::CrashAll => "kill -9 supervisor (all)",
             Step::PauseSupervisor { .. } => "SIGSTOP supervisor",
+            Step::SupervisorKill => "kill -9 supervisor only",
+            Step::AllAgentsKill => "kill -9 every agent at once",
             Step::Partition { .. } => "partition",
             Step::DiskFull { .. } => "disk full",
             Step::Store {
@@ -270,7 +278,8 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
 }
 
 /// The short run's fixed schedule (after the scale-out 1 → 3 every run starts with): every kind
-/// of fault and operation once. `scripts/chaos.sh --short` and the `chaos` test of the `quorate`
+/// of fault and operation once. (The supervisor-only and every-agent kills are not drawn by
+/// [`next_step`], so that the seeds of recorded soaks replay the same schedules.) `scripts/chaos.sh --short` and the `chaos` test of the `quorate`
 /// crate run it.
 pub fn every_fault_once() -> Vec<Step> {
     let hold = Duration::from_secs(6);
@@ -290,6 +299,8 @@ pub fn every_fault_once() -> Vec<Step> {
             member: 1,
             target: Target::Agent,
         },
+        Step::AllAgentsKill,
+        Step::SupervisorKill,
         Step::Pause {
             member: 2,
             target: Target::Agent,

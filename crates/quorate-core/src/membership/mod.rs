@@ -9,6 +9,7 @@
 //! reason that names what is missing and what overrides it. The agent's membership executor
 //! carries the steps out for every caller (scale-out, scale-in, recovery, rollout).
 
+pub mod adopt;
 pub mod data_state;
 pub mod join;
 pub mod planner;

@@ -184,7 +184,6 @@ impl Local {
         ])
     }
 
-    /// Kills every supervisor (and with them their agents and etcds).
     /// Kills one cluster's supervisor process group (supervisor, agents and etcds) at once and
     /// waits until none of its processes is left, as a machine crash would leave it.
     pub fn kill_cluster(&self, name: &str) {
@@ -195,10 +194,16 @@ impl Local {
             .ok()
             .and_then(|t| t.trim().parse::<i32>().ok())
         {
-            // The supervisor leads its own process group; agents and etcds are in it or die
-            // with their parent.
+            // The supervisor leads its own process group; agents run in sessions of their
+            // own (they outlive it), with their etcds: each is killed below.
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        for pid in &before {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
