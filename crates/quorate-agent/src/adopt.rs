@@ -165,25 +165,14 @@ async fn answer(cluster: &ClusterConfig, me: &str) -> Answer {
     }
 }
 
-/// (start time, state) of `pid` from `/proc/PID/stat`, fields 22 and 3.
+/// (start time, state) of `pid`.
 fn stat(pid: u32) -> Option<(u64, char)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold anything; fields after it
-    // are plain.
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first()?.chars().next()?;
-    let start = fields.get(19)?.parse().ok()?;
-    Some((start, state))
+    quorate_proc::stat(pid).map(|st| (st.start_time, st.state))
 }
 
 /// Whether `pid`'s command line names `data_dir` as etcd's data directory.
 fn runs_on(pid: u32, data_dir: &str) -> bool {
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    let flag = format!("--data-dir={data_dir}");
-    cmdline.split(|b| *b == 0).any(|arg| arg == flag.as_bytes())
+    quorate_proc::has_arg(pid, &format!("--data-dir={data_dir}"))
 }
 
 /// Whether `pid` has a file under `data_dir` open that carries a write lock (etcd locks its

@@ -97,21 +97,10 @@ pub async fn keep(exe: OsString, args: Vec<OsString>, mut shutdown: watch::Recei
 
 /// This process's children other than `worker`: etcd processes reparented to the keeper.
 fn orphans(worker: Option<u32>) -> Vec<(u32, char)> {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let rest = &stat[stat.rfind(')')? + 1..];
-            let mut fields = rest.split_whitespace();
-            let state = fields.next()?.chars().next()?;
-            let ppid: u32 = fields.next()?.parse().ok()?;
-            (ppid == me && Some(pid) != worker).then_some((pid, state))
-        })
+    quorate_proc::children_of(std::process::id())
+        .into_iter()
+        .filter(|(pid, _)| Some(*pid) != worker)
+        .map(|(pid, st)| (pid, st.state))
         .collect()
 }
 

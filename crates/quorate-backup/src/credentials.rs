@@ -134,6 +134,33 @@ impl SecretDir {
         Ok(found.into_iter().next())
     }
 
+    /// The first `*.json` file, parsed as `T`, when there is one (etcd-backup-restore lets it
+    /// win over the per-key files); `what` and `example` make the error say what was expected.
+    fn json_file<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        example: &str,
+    ) -> Result<Option<T>, CredentialsError> {
+        let Some(path) = self.first_with_extension("json")? else {
+            return Ok(None);
+        };
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| CredentialsError::Unreadable {
+                path: path.clone(),
+                source,
+            })?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| CredentialsError::Invalid {
+                dir: self.dir.clone(),
+                key: "*.json",
+                problem: format!(
+                    "{} is not {what} credentials JSON ({e}); write {example}",
+                    path.display()
+                ),
+            })
+    }
+
     fn require(
         &self,
         key: &'static str,
@@ -238,27 +265,10 @@ impl S3Credentials {
     /// `endpoint`, `region`, `accessKeyID`, `secretAccessKey` (all required), `disableSSL` and
     /// `insecureSkipVerify`. Buckets are addressed path-style.
     pub fn from_ocs_dir(dir: &SecretDir) -> Result<S3Credentials, CredentialsError> {
-        let json = match dir.first_with_extension("json")? {
-            Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|source| {
-                    CredentialsError::Unreadable {
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
-                let parsed: OcsJson =
-                    serde_json::from_str(&text).map_err(|e| CredentialsError::Invalid {
-                        dir: dir.path().to_path_buf(),
-                        key: "*.json",
-                        problem: format!(
-                            "{} is not OCS credentials JSON ({e}); write {{\"endpoint\": ..., \"region\": ..., \"accessKeyID\": ..., \"secretAccessKey\": ...}}",
-                            path.display()
-                        ),
-                    })?;
-                Some(parsed)
-            }
-            None => None,
-        };
+        let json: Option<OcsJson> = dir.json_file(
+            "OCS",
+            r#"{"endpoint": ..., "region": ..., "accessKeyID": ..., "secretAccessKey": ...}"#,
+        )?;
         let o = match json {
             Some(o) => o,
             None => OcsJson {
@@ -437,23 +447,11 @@ impl SwiftCredentials {
     /// as in etcd-backup-restore), else one file per key. A password and an application
     /// credential together are refused, as etcd-backup-restore refuses them.
     pub fn from_dir(dir: &SecretDir) -> Result<SwiftCredentials, CredentialsError> {
-        let j = match dir.first_with_extension("json")? {
-            Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|source| {
-                    CredentialsError::Unreadable {
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
-                serde_json::from_str::<SwiftJson>(&text).map_err(|e| CredentialsError::Invalid {
-                    dir: dir.path().to_path_buf(),
-                    key: "*.json",
-                    problem: format!(
-                        "{} is not Swift credentials JSON ({e}); write {{\"authURL\": ..., \"domainName\": ..., \"tenantName\": ..., \"username\": ..., \"password\": ...}}",
-                        path.display()
-                    ),
-                })?
-            }
+        let j = match dir.json_file::<SwiftJson>(
+            "Swift",
+            r#"{"authURL": ..., "domainName": ..., "tenantName": ..., "username": ..., "password": ...}"#,
+        )? {
+            Some(j) => j,
             None => {
                 let get = |k| dir.get(k).map(Option::unwrap_or_default);
                 SwiftJson {
@@ -597,23 +595,11 @@ impl OssCredentials {
     /// Reads etcd-backup-restore's OSS secret: a `*.json` file when there is one, else the
     /// keys `storageEndpoint`, `accessKeyID`, `accessKeySecret`.
     pub fn from_dir(dir: &SecretDir) -> Result<OssCredentials, CredentialsError> {
-        let j = match dir.first_with_extension("json")? {
-            Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|source| {
-                    CredentialsError::Unreadable {
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
-                serde_json::from_str::<OssJson>(&text).map_err(|e| CredentialsError::Invalid {
-                    dir: dir.path().to_path_buf(),
-                    key: "*.json",
-                    problem: format!(
-                        "{} is not OSS credentials JSON ({e}); write {{\"storageEndpoint\": ..., \"accessKeyID\": ..., \"accessKeySecret\": ...}}",
-                        path.display()
-                    ),
-                })?
-            }
+        let j = match dir.json_file::<OssJson>(
+            "OSS",
+            r#"{"storageEndpoint": ..., "accessKeyID": ..., "accessKeySecret": ...}"#,
+        )? {
+            Some(j) => j,
             None => OssJson {
                 storage_endpoint: dir.get("storageEndpoint")?.unwrap_or_default(),
                 access_key_id: dir.get("accessKeyID")?.unwrap_or_default(),

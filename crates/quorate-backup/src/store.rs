@@ -62,6 +62,28 @@ pub struct StoredSnapshot {
 }
 
 impl StoredSnapshot {
+    /// The columns of `backups list` (local and `kubectl quorate`), in [`Self::TABLE_HEADER`]'s
+    /// order.
+    pub fn table_row(&self) -> Vec<String> {
+        vec![
+            format!(
+                "{}{}",
+                self.name.kind.as_str(),
+                if self.name.is_final { " (final)" } else { "" }
+            ),
+            self.name.start_revision.to_string(),
+            self.name.last_revision.to_string(),
+            quorate_api::printer::human_size(self.size),
+            jiff::Timestamp::from_second(self.name.created_unix)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            self.path.clone(),
+        ]
+    }
+
+    /// The header of [`Self::table_row`].
+    pub const TABLE_HEADER: [&str; 6] = ["KIND", "START", "LAST", "SIZE", "CREATED", "OBJECT"];
+
     /// What garbage collection and copy selection (core) need to know about it.
     pub fn info(&self) -> quorate_core::gc::SnapshotInfo {
         use quorate_core::gc::SnapshotKind as Kind;

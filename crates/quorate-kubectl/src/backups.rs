@@ -7,8 +7,8 @@ use crate::output::{self, OutputFormat, Printed};
 use crate::{Io, KubectlError, Target};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use quorate_api::printer::{format_columns, human_size};
-use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_api::printer::format_columns;
+use quorate_backup::store::{SnapStore, StoreOptions, StoredSnapshot};
 use std::path::PathBuf;
 
 /// The store Secret's keys, `(namespace, name, data)`.
@@ -164,27 +164,8 @@ pub async fn list(
         return Ok(());
     }
     writeln!(io.err, "{}", store.describe())?;
-    let mut rows = vec![
-        ["KIND", "START", "LAST", "SIZE", "CREATED", "OBJECT"]
-            .map(String::from)
-            .to_vec(),
-    ];
-    for s in &listed {
-        rows.push(vec![
-            format!(
-                "{}{}",
-                s.name.kind.as_str(),
-                if s.name.is_final { " (final)" } else { "" }
-            ),
-            s.name.start_revision.to_string(),
-            s.name.last_revision.to_string(),
-            human_size(s.size),
-            jiff::Timestamp::from_second(s.name.created_unix)
-                .map(|t| t.to_string())
-                .unwrap_or_default(),
-            s.path.clone(),
-        ]);
-    }
+    let mut rows = vec![StoredSnapshot::TABLE_HEADER.map(String::from).to_vec()];
+    rows.extend(listed.iter().map(StoredSnapshot::table_row));
     write!(io.out, "{}", format_columns(&rows))?;
     if listed.is_empty() {
         writeln!(io.err, "(no snapshots)")?;

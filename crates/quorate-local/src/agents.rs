@@ -56,15 +56,9 @@ fn record_path(dir: &ClusterDir, member: &str) -> PathBuf {
     dir.member(member).join("agent-process.json")
 }
 
-/// (start time, state) of `pid` from `/proc/PID/stat`.
+/// (start time, state) of `pid`.
 fn stat(pid: u32) -> Option<(u64, char)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some((
-        fields.get(19)?.parse().ok()?,
-        fields.first()?.chars().next()?,
-    ))
+    quorate_proc::stat(pid).map(|st| (st.start_time, st.state))
 }
 
 /// Whether the process `pid` started at `start_time` still runs (not exited, not a zombie).

@@ -12,26 +12,9 @@ use std::time::Duration;
 /// `--data-dir=` argument the agent gives every etcd it starts).
 pub fn running_etcd(dir: &ClusterDir, member: &str) -> Vec<u32> {
     let flag = format!("--data-dir={}", dir.member_data(member).display());
-    processes_with_arg(&flag)
+    quorate_proc::pids_with_arg(&flag)
 }
 
-/// PIDs of the processes one of whose arguments is exactly `arg`.
-fn processes_with_arg(arg: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            cmdline
-                .split(|b| *b == 0)
-                .any(|a| a == arg.as_bytes())
-                .then_some(pid)
-        })
-        .collect()
-}
 
 /// Members with a directory in the cluster's state directory.
 fn members(dir: &ClusterDir) -> Vec<String> {

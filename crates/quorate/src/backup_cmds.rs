@@ -3,7 +3,7 @@
 use crate::cli::BackupsCommand;
 use quorate_api::tasks::{EtcdCopyBackupsTask, WaitForFinalSnapshotSpec};
 use quorate_api::{BackupSpec, Etcd, StoreSpec};
-use quorate_backup::store::{SnapStore, StoreOptions};
+use quorate_backup::store::{SnapStore, StoreOptions, StoredSnapshot};
 use quorate_backup::store_restore::open_store;
 use quorate_local::commands::{self, LocalContext};
 use quorate_local::restore::{RestoreRequest, open_cluster_store};
@@ -162,28 +162,8 @@ pub async fn backups(ctx: &LocalContext, command: BackupsCommand) -> Result<(), 
     let store = open_cluster_store(ctx, &etcd, secret_dir, local_root)?;
     let listed = store.list().await?;
     println!("{}", store.describe());
-    let mut rows = vec![
-        ["KIND", "START", "LAST", "SIZE", "CREATED", "OBJECT"]
-            .map(String::from)
-            .to_vec(),
-    ];
-    for s in &listed {
-        let created = jiff::Timestamp::from_second(s.name.created_unix)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        rows.push(vec![
-            format!(
-                "{}{}",
-                s.name.kind.as_str(),
-                if s.name.is_final { " (final)" } else { "" }
-            ),
-            s.name.start_revision.to_string(),
-            s.name.last_revision.to_string(),
-            quorate_local::table::human_size(s.size),
-            created,
-            s.path.clone(),
-        ]);
-    }
+    let mut rows = vec![StoredSnapshot::TABLE_HEADER.map(String::from).to_vec()];
+    rows.extend(listed.iter().map(StoredSnapshot::table_row));
     print!("{}", quorate_local::table::format_columns(&rows));
     if listed.is_empty() {
         println!("(no snapshots)");
