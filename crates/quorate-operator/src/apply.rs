@@ -21,10 +21,7 @@ fn apply_params() -> PatchParams {
 
 /// Applies one desired component. The one way the operator writes a component, also used by the benchmark's
 /// replay of its first pass.
-pub async fn apply_component(
-    client: &Client,
-    object: DesiredObject<'_>,
-) -> Result<(), Error> {
+pub async fn apply_component(client: &Client, object: DesiredObject<'_>) -> Result<(), Error> {
     match object {
         DesiredObject::PodDisruptionBudget(o) => apply(client, o).await,
         DesiredObject::ServiceAccount(o) => apply(client, o).await,
