@@ -11,6 +11,7 @@ variants=(
   "--set webhook.enabled=false"
   "--set webhook.certificate.selfSigned=false --set webhook.certificate.secretName=quorate-webhook-tls --set webhook.certificate.caBundle=Y2E="
   "--set replicas=2 --set webhook.certificate.selfSigned=false --set webhook.certificate.secretName=quorate-webhook-tls --set-string webhook.webhookConfigurationAnnotations.cert-manager\.io/inject-ca-from=quorate-system/quorate-operator-webhook"
+  "--set shard=1/2 --set fullnameOverride=quorate-operator-1"
   "--set autoReconcile=true --set workers=5 --set etcdNamespaces={default,etcd} --set extraArgs={--log-level=debug}"
   "--set-string imageVectorOverwrite=images:"
   "--set monitoring.podMonitor.enabled=true --set monitoring.podMonitor.namespaces={default} --set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true --set monitoring.runbookBaseURL=https://runbooks.example/ --set clusterWideSecrets=true"

@@ -23,6 +23,7 @@ pub mod membership;
 pub mod pod_rollout;
 pub mod reconcile_control;
 pub mod scale_plan;
+pub mod shard;
 pub mod statefulset_step;
 pub mod status;
 pub mod tasks;

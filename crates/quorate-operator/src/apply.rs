@@ -21,10 +21,7 @@ fn apply_params() -> PatchParams {
 
 /// Applies one desired component. The one way the operator writes a component, also used by the benchmark's
 /// replay of its first pass.
-pub async fn apply_component(
-    client: &Client,
-    object: DesiredObject<'_>,
-) -> Result<(), Error> {
+pub async fn apply_component(client: &Client, object: DesiredObject<'_>) -> Result<(), Error> {
     match object {
         DesiredObject::PodDisruptionBudget(o) => apply(client, o).await,
         DesiredObject::ServiceAccount(o) => apply(client, o).await,
@@ -37,8 +34,26 @@ pub async fn apply_component(
     }
 }
 
+/// Applies the StatefulSet and returns it as the API server stored it: an authoritative read
+/// at that moment, which the rollout step uses instead of a GET of its own right after.
+pub async fn apply_statefulset(
+    client: &Client,
+    sts: &k8s_openapi::api::apps::v1::StatefulSet,
+) -> Result<k8s_openapi::api::apps::v1::StatefulSet, Error> {
+    apply_returning(client, sts).await
+}
+
 /// Applies a typed namespaced object (its metadata carries name and namespace).
 async fn apply<K>(client: &Client, object: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    K: Resource<Scope = kube::core::NamespaceResourceScope>,
+{
+    apply_returning(client, object).await.map(drop)
+}
+
+/// Applies a typed namespaced object and returns it as stored.
+async fn apply_returning<K>(client: &Client, object: &K) -> Result<K, Error>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
     K: Resource<Scope = kube::core::NamespaceResourceScope>,
@@ -51,7 +66,6 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
     api.patch(&name, &apply_params(), &Patch::Apply(object))
         .await
-        .map(drop)
         .map_err(Error::kube("apply", K::kind(&()), &namespace, &name))
 }
 

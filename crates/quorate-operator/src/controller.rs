@@ -10,6 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use quorate_api::names::{LABEL_PART_OF, delta_snapshot_lease_name, full_snapshot_lease_name};
+use quorate_core::shard::Shard;
 use quorate_core::status::triggers::{self, LeaseKind};
 
 use futures::StreamExt;
@@ -92,6 +93,7 @@ async fn check_crd(client: &Client) -> Result<(), StartError> {
 fn cache<K>(
     client: &Client,
     namespace: Option<&str>,
+    shard: Shard,
     trim: fn(&mut K),
 ) -> (
     Store<K>,
@@ -113,11 +115,48 @@ where
         Some(ns) => Api::<K>::namespaced(client.clone(), ns),
         None => Api::<K>::all(client.clone()),
     };
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer);
+    let stream = only_shard(
+        watcher(api, config).default_backoff(),
+        shard,
+        move |object: &K| {
+            owning_etcd(object).is_some_and(|etcd| {
+                shard.owns(etcd.namespace.as_deref().unwrap_or_default(), &etcd.name)
+            })
+        },
+    )
+    .modify(trim)
+    .reflect(writer);
     (store, stream)
+}
+
+/// The watch events of objects this replica's `shard` owns (`owned`); the others never reach a
+/// store or start a pass, so a sharded replica neither keeps nor reconciles another's share.
+/// Unsharded, every event passes (and `owned` is not asked).
+fn only_shard<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    shard: Shard,
+    owned: impl Fn(&K) -> bool,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> {
+    events.filter(move |event| {
+        let keep = !shard.is_sharded()
+            || match event {
+                Ok(
+                    watcher::Event::Apply(object)
+                    | watcher::Event::InitApply(object)
+                    | watcher::Event::Delete(object),
+                ) => owned(object),
+                Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => true,
+            };
+        futures::future::ready(keep)
+    })
+}
+
+/// Whether `shard` owns this `Etcd`.
+fn owns_etcd(shard: Shard, etcd: &Etcd) -> bool {
+    shard.owns(
+        etcd.metadata.namespace.as_deref().unwrap_or_default(),
+        etcd.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// The objects of `events` whose fingerprint changed (core `status::triggers`), and every
@@ -261,6 +300,8 @@ pub struct Scope {
     pub namespace: Option<String>,
     /// This process's identity (events' reporting instance, `lastOperation.runID`).
     pub identity: String,
+    /// The share of the `Etcd`s this replica owns (`--shard`); [`Shard::ALL`] unsharded.
+    pub shard: Shard,
 }
 
 /// Runs the controller until `shutdown` turns true.
@@ -275,9 +316,10 @@ pub async fn run(
     let namespace = scope.namespace.as_deref();
     check_crd(&client).await?;
     require_policy_v1(&client).await?;
-    let (statefulsets, sts_stream) = cache(&client, namespace, trim::statefulset);
-    let (leases, lease_stream) = cache(&client, namespace, trim::lease);
-    let (pods, pod_stream) = cache(&client, namespace, trim::pod);
+    let shard = scope.shard;
+    let (statefulsets, sts_stream) = cache(&client, namespace, shard, trim::statefulset);
+    let (leases, lease_stream) = cache(&client, namespace, shard, trim::lease);
+    let (pods, pod_stream) = cache(&client, namespace, shard, trim::pod);
     // Every StatefulSet change starts its Etcd's pass; a lease or a pod only when what the
     // status reads of it changed (core `status::triggers`), not on every lease renewal.
     let sts_stream = sts_stream.touched_objects();
@@ -320,15 +362,20 @@ pub async fn run(
         None => Api::all(client),
     };
     let (etcd_store, etcd_writer) = reflector::store();
-    let etcd_stream = watcher(etcds, watcher::Config::default())
-        .modify(trim::etcd)
-        .reflect(etcd_writer)
-        .applied_objects()
-        .predicate_filter(pass_trigger, Default::default());
+    let etcd_stream = only_shard(
+        watcher(etcds, watcher::Config::default()),
+        shard,
+        move |etcd| owns_etcd(shard, etcd),
+    )
+    .modify(trim::etcd)
+    .reflect(etcd_writer)
+    .applied_objects()
+    .predicate_filter(pass_trigger, Default::default());
     let task_controllers = tokio::spawn(crate::tasks::run(
         client_for_tasks,
         settings_for_tasks,
         scope.namespace.clone(),
+        shard,
         identity.to_string(),
         shutdown.clone(),
     ));

@@ -12,6 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube_lease_manager::LeaseManagerBuilder;
+use quorate_core::shard::Shard;
 use tokio::sync::watch;
 
 use crate::context::OperatorSettings;
@@ -121,9 +122,14 @@ pub struct OperatorArgs {
         action = clap::ArgAction::Set
     )]
     pub leader_election: bool,
-    /// Name of the leader lease.
+    /// Name of the leader lease (sharded: `<id>-shard-<I>-of-<M>`, one lease per share).
     #[arg(long, default_value = "quorate-operator")]
     pub leader_election_id: String,
+    /// This replica set's share of the `Etcd`s, `INDEX/COUNT` (e.g. `0/2` and `1/2` for two):
+    /// it reconciles, caches and serves tasks of only the `Etcd`s whose `namespace/name` hash
+    /// to INDEX, under a leader lease of its own; `0/1` (the default) is all of them.
+    #[arg(long, env = "QUORATE_OPERATOR_SHARD", default_value = "0/1", value_parser = Shard::parse)]
+    pub shard: Shard,
     /// This replica's identity (the pod name).
     #[arg(long, env = "POD_NAME", default_value = "quorate-operator")]
     pub identity: String,
@@ -242,7 +248,11 @@ pub async fn run_operator(
     let scope = Scope {
         namespace: args.watch_namespace.clone(),
         identity: args.identity.clone(),
+        shard: args.shard,
     };
+    if args.shard.is_sharded() {
+        tracing::info!(shard = %args.shard, lease = %leader_lease_name(&args), "sharded: reconciling only this share of the Etcds");
+    }
     let result = if args.leader_election {
         run_as_leader(&args, client, settings, metrics, scope, ready, shutdown).await
     } else {
@@ -317,6 +327,22 @@ async fn kube_client(args: &OperatorArgs) -> Result<Client, RunError> {
     Client::try_from(config).map_err(RunError::Config)
 }
 
+/// The leader lease of this replica's share: `--leader-election-id` unsharded, else one lease
+/// per share, so each share elects its own leader and standbys of one share never take
+/// another's.
+pub fn leader_lease_name(args: &OperatorArgs) -> String {
+    if args.shard.is_sharded() {
+        format!(
+            "{}-shard-{}-of-{}",
+            args.leader_election_id,
+            args.shard.index(),
+            args.shard.count()
+        )
+    } else {
+        args.leader_election_id.clone()
+    }
+}
+
 async fn stopped(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
@@ -330,7 +356,7 @@ async fn run_as_leader(
     ready: Arc<AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let lease = args.leader_election_id.clone();
+    let lease = leader_lease_name(args);
     let election_error = |e: kube_lease_manager::LeaseManagerError| RunError::LeaderElection {
         lease: lease.clone(),
         message: e.to_string(),

@@ -195,7 +195,11 @@ pub fn status_patch(old: Option<&EtcdStatus>, new: &EtcdStatus) -> serde_json::V
 }
 
 /// Whether `new` must be written over `old`: something other than the conditions'
-/// `lastUpdateTime` changed, or those times are older than [`CONDITION_REFRESH`].
+/// `lastUpdateTime` changed, or a condition's time is older than [`CONDITION_REFRESH`] and
+/// `new` refreshes it. A condition carried over unchanged (its time too, as
+/// `EtcdVersionCurrent` between spec flows) starts no write: writing would not make it any
+/// younger, so every later pass would write again (at 4 passes a minute, 4 writes per
+/// cluster instead of 1).
 pub fn needs_write(old: Option<&EtcdStatus>, new: &EtcdStatus, now: Timestamp) -> bool {
     let Some(old) = old else {
         return true;
@@ -211,9 +215,13 @@ pub fn needs_write(old: Option<&EtcdStatus>, new: &EtcdStatus, now: Timestamp) -
     if without_update_times(old) != without_update_times(new) {
         return true;
     }
-    old.conditions
-        .iter()
-        .any(|c| now.duration_since(c.last_update_time.0) > CONDITION_REFRESH)
+    old.conditions.iter().any(|c| {
+        now.duration_since(c.last_update_time.0) > CONDITION_REFRESH
+            && new
+                .conditions
+                .iter()
+                .any(|n| n.type_ == c.type_ && n.last_update_time != c.last_update_time)
+    })
 }
 
 #[cfg(test)]
@@ -446,6 +454,48 @@ mod tests {
             now() + jiff::SignedDuration::from_secs(15)
         ));
         assert!(needs_write(None, &first, now()));
+    }
+
+    #[test]
+    fn a_condition_carried_over_with_its_old_time_starts_no_write_every_pass() {
+        let e = etcd(1, 1);
+        let leases = [lease("main-0", now(), "Leader")];
+        let s = sts(1, 1);
+        let ready = BTreeMap::new();
+        let mut first = compute_status(inputs(
+            &e,
+            &leases,
+            Some(&s),
+            &ready,
+            &PassOutcome::Succeeded,
+        ));
+        // As the last spec flow left it: `NotRun` passes carry it over, time and all.
+        let mut version = first.conditions[0].clone();
+        version.type_ = ETCD_VERSION_CURRENT.to_string();
+        first.conditions.retain(|c| c.type_ != ETCD_VERSION_CURRENT);
+        first.conditions.push(version);
+        let mut again = e.clone();
+        again.status = Some(first.clone());
+        let minute = now() + jiff::SignedDuration::from_secs(61);
+        let mut later = inputs(&again, &leases, Some(&s), &ready, &PassOutcome::NotRun);
+        later.now = minute;
+        let refreshed = compute_status(later);
+        assert!(needs_write(Some(&first), &refreshed, minute));
+        // The next pass, 15 s after that write, finds only the carried-over time old.
+        let next_time = minute + jiff::SignedDuration::from_secs(15);
+        let mut written = e.clone();
+        written.status = Some(refreshed.clone());
+        let mut next = inputs(&written, &leases, Some(&s), &ready, &PassOutcome::NotRun);
+        next.now = next_time;
+        let next_status = compute_status(next);
+        let kept = |st: &EtcdStatus| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == ETCD_VERSION_CURRENT)
+                .map(|c| c.last_update_time.clone())
+        };
+        assert_eq!(kept(&next_status), kept(&first), "carried over unchanged");
+        assert!(!needs_write(Some(&refreshed), &next_status, next_time));
     }
 
     #[test]

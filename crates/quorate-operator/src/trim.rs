@@ -5,14 +5,16 @@
 //! Dropped everywhere: `metadata.managedFields` (server-side apply's field owners, often more
 //! than half of an object) and kubectl's `last-applied-configuration` annotation (a second
 //! copy of the object as last applied). Pods keep only their metadata, their Ready condition and
-//! their containers' names, readiness, restarts and waiting reason. `Etcd` objects,
-//! StatefulSets and Leases keep everything else: the spec flow reads the `Etcd` whole, the
-//! StatefulSet's pod volumes, selector, claim templates and rollout status, and the leases'
-//! holder, renewal, annotations and creation time.
+//! their containers' names, readiness, restarts and waiting reason. StatefulSets keep their
+//! metadata, status, replicas, immutable fields and pod volumes (no containers). `Etcd`
+//! objects and Leases keep everything else: the spec flow reads the `Etcd` whole, and the
+//! leases' holder, renewal, annotations and creation time.
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStatus, Pod, PodSpec, PodStatus, PodTemplateSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use quorate_api::Etcd;
 
@@ -32,9 +34,41 @@ pub fn etcd(etcd: &mut Etcd) {
     metadata(&mut etcd.metadata);
 }
 
-/// A StatefulSet as the controller caches it.
+/// A StatefulSet as the controller caches it: its metadata, status, and of its spec what the
+/// passes read — replicas, the fields kept on apply because the API refuses to change them
+/// (selector, service name, pod management policy, claim templates) and the pod template's
+/// volumes (the TLS mounts); not the containers, the template's metadata or anything else of
+/// the pod spec, most of the object. The rollout reads the StatefulSet from the API, whole.
 pub fn statefulset(sts: &mut StatefulSet) {
     metadata(&mut sts.metadata);
+    if let Some(spec) = sts.spec.take() {
+        let volumes = spec.template.spec.and_then(|pod| pod.volumes);
+        let claim_templates = spec.volume_claim_templates.map(|claims| {
+            claims
+                .into_iter()
+                .map(|mut claim| {
+                    metadata(&mut claim.metadata);
+                    claim.status = None;
+                    claim
+                })
+                .collect()
+        });
+        sts.spec = Some(StatefulSetSpec {
+            replicas: spec.replicas,
+            selector: spec.selector,
+            service_name: spec.service_name,
+            pod_management_policy: spec.pod_management_policy,
+            volume_claim_templates: claim_templates,
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: volumes.map(|volumes| PodSpec {
+                    volumes: Some(volumes),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        });
+    }
 }
 
 /// A Lease as the controller caches it.
@@ -105,6 +139,62 @@ mod tests {
             Some(BTreeMap::from([("keep".to_string(), "me".to_string())]))
         );
         assert_eq!(m.name.as_deref(), Some("etcd-main-0"));
+    }
+
+    #[test]
+    fn a_statefulset_keeps_what_passes_read_and_loses_its_containers() {
+        use k8s_openapi::api::apps::v1::StatefulSetStatus;
+        use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Volume};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+        let claim = PersistentVolumeClaim {
+            metadata: meta(),
+            ..Default::default()
+        };
+        let mut sts = StatefulSet {
+            metadata: meta(),
+            spec: Some(StatefulSetSpec {
+                replicas: Some(3),
+                selector: LabelSelector::default(),
+                service_name: Some("etcd-main-peer".into()),
+                pod_management_policy: Some("Parallel".into()),
+                volume_claim_templates: Some(vec![claim]),
+                min_ready_seconds: Some(5),
+                template: PodTemplateSpec {
+                    metadata: Some(meta()),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "etcd".into(),
+                            ..Default::default()
+                        }],
+                        volumes: Some(vec![Volume {
+                            name: "peer-ca".into(),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            }),
+            status: Some(StatefulSetStatus {
+                ready_replicas: Some(2),
+                ..Default::default()
+            }),
+        };
+        statefulset(&mut sts);
+        assert_eq!(sts.metadata.managed_fields, None);
+        assert_eq!(sts.status.unwrap().ready_replicas, Some(2));
+        let spec = sts.spec.unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.service_name.as_deref(), Some("etcd-main-peer"));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        assert_eq!(spec.min_ready_seconds, None);
+        let claims = spec.volume_claim_templates.unwrap();
+        assert_eq!(claims[0].metadata.managed_fields, None);
+        assert_eq!(claims[0].metadata.name.as_deref(), Some("etcd-main-0"));
+        assert_eq!(spec.template.metadata, None);
+        let pod = spec.template.spec.unwrap();
+        assert!(pod.containers.is_empty());
+        assert_eq!(pod.volumes.unwrap()[0].name, "peer-ca");
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn scope(namespace: &str) -> Scope {
     Scope {
         namespace: Some(namespace.to_string()),
         identity: format!("test-{namespace}"),
+        shard: quorate_core::shard::Shard::ALL,
     }
 }
 
@@ -1612,4 +1613,87 @@ async fn a_waiting_version_step_requeues_and_keeps_the_reconcile_annotation_unti
     );
     let config = cluster_config(&client, &ns, "etcd-single").await;
     assert_ne!(config["etcd"]["snapshotCount"], 10, "the count is back");
+}
+
+/// Two sharded operators in one API server (`--shard 0/2` and `1/2`): each `Etcd` is reconciled
+/// by exactly the replica that owns it. The first runs alone until it has reconciled its share
+/// and made further passes, while the other share stays untouched (no finalizer, no status, no
+/// StatefulSet); then the second starts and takes its share, and every `Etcd`'s last operation
+/// names its owner.
+#[tokio::test]
+async fn sharded_operators_each_reconcile_only_their_own_share() {
+    use quorate_core::shard::Shard;
+    let Some((client, namespace)) = setup("sharded_operators").await else {
+        return;
+    };
+    let shards = [Shard::new(0, 2).unwrap(), Shard::new(1, 2).unwrap()];
+    let identity = |shard: Shard| format!("shard-{}-{namespace}", shard.index());
+    let names: Vec<String> = (0..8).map(|i| format!("etcd-shard-{i}")).collect();
+    let owner = |name: &str| *shards.iter().find(|s| s.owns(&namespace, name)).unwrap();
+    for shard in shards {
+        assert!(
+            names.iter().any(|n| owner(n) == shard),
+            "the names put nothing in share {shard}"
+        );
+    }
+    let start = |shard: Shard, metrics: Metrics| {
+        Operator::run(
+            &client,
+            Scope {
+                namespace: Some(namespace.clone()),
+                identity: identity(shard),
+                shard,
+            },
+            false,
+            Duration::from_millis(500),
+            metrics,
+        )
+    };
+    let first_metrics = Metrics::default();
+    let _first = start(shards[0], first_metrics.clone());
+    let mut api = None;
+    for name in &names {
+        let mut etcd = manifest(SINGLE, &namespace);
+        etcd.metadata.name = Some(name.clone());
+        api = Some(create(&client, &etcd).await);
+    }
+    let api = api.unwrap();
+    let (mine, theirs): (Vec<&String>, Vec<&String>) =
+        names.iter().partition(|n| owner(n) == shards[0]);
+    for name in &mine {
+        wait_observed(&api, name, 1).await;
+    }
+    // Further passes of the first replica (its 500 ms sync), past those of the first creates.
+    let after_first = passes(&first_metrics);
+    eventually("the first replica passes again", WAIT, || async {
+        (passes(&first_metrics) >= after_first + 2 * mine.len() as u64).then_some(())
+    })
+    .await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
+    for name in &theirs {
+        let etcd = api.get(name).await.expect("get");
+        assert!(etcd.status.is_none(), "{name} got a status from share 0");
+        assert!(
+            etcd.metadata.finalizers.unwrap_or_default().is_empty(),
+            "{name} got a finalizer from share 0"
+        );
+        assert!(
+            statefulsets.get_opt(name).await.expect("get").is_none(),
+            "{name} got a StatefulSet from share 0"
+        );
+    }
+    let _second = start(shards[1], Metrics::default());
+    for name in &names {
+        let etcd = wait_observed(&api, name, 1).await;
+        let run_id = etcd
+            .status
+            .and_then(|s| s.last_operation)
+            .map(|op| op.run_id)
+            .unwrap_or_default();
+        assert_eq!(
+            run_id,
+            identity(owner(name)),
+            "{name}: reconciled by the wrong share"
+        );
+    }
 }

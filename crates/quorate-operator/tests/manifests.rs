@@ -1114,6 +1114,7 @@ async fn the_clusterrole_is_enough_for_the_controller() {
     let scope = Scope {
         namespace: None,
         identity: "quorate-operator-0".to_string(),
+        shard: quorate_core::shard::Shard::ALL,
     };
     let period = Duration::from_millis(500);
     let controller = Operator::run(&operator, scope, false, period, Metrics::default());

@@ -35,6 +35,7 @@ impl Controllers {
             client.clone(),
             OperatorSettings::default(),
             Some(namespace.to_string()),
+            quorate_core::shard::Shard::ALL,
             format!("test-{namespace}"),
             stopped,
         ));

@@ -251,11 +251,11 @@ pub fn parse_operator(text: &str) -> OperatorCounters {
         } else if let Some(value) =
             line.strip_prefix("quorate_operator_reconcile_duration_seconds_sum ")
         {
-            out.duration_sum = value.trim().parse().unwrap_or(0.0);
+            out.duration_sum += value.trim().parse().unwrap_or(0.0);
         } else if let Some(value) =
             line.strip_prefix("quorate_operator_reconcile_duration_seconds_count ")
         {
-            out.duration_count = value.trim().parse().unwrap_or(0.0);
+            out.duration_count += value.trim().parse().unwrap_or(0.0);
         }
     }
     out

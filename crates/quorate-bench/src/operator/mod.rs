@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 use crate::error::{BenchError, Result};
 use crate::report::MachineFacts;
 use metrics::{OperatorCounters, delta, parse_operator};
-use process::OperatorProcess;
+use process::OperatorGroup;
 use results::{BaselineRun, Convergence, OperatorRun, Phase, Results, Settings};
 use workload::{Cached, ConvergenceWatch, Replay};
 
@@ -49,6 +49,10 @@ pub struct OperatorArgs {
     #[arg(long, value_delimiter = ',', default_value = "3",
           value_parser = clap::value_parser!(u16).range(1..))]
     workers: Vec<u16>,
+    /// Operator processes, each with `--shard I/REPLICAS` (one share of the `Etcd`s each);
+    /// the baseline then gets REPLICAS × workers plain workers.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    replicas: u32,
     /// Creates in flight at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
     create_concurrency: u64,
@@ -161,18 +165,29 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
     let mut baselines = Vec::new();
     let mut runs = Vec::new();
     for &workers in &args.workers {
+        let plain = workers as usize * args.replicas as usize;
         eprintln!(
-            "baseline, {workers} workers: {} Etcds, first passes replayed by a plain client ...",
+            "baseline, {plain} workers: {} Etcds, first passes replayed by a plain client ...",
             settings.clusters
         );
-        let baseline = baseline_run(&settings, &etcds, workers as usize).await?;
+        let baseline = baseline_run(&settings, &etcds, plain).await?;
         eprintln!("  {}", baseline.convergence.progress_line());
         baselines.push(baseline);
         eprintln!(
-            "operator, {workers} workers: {} Etcds ...",
-            settings.clusters
+            "operator, {} × {workers} workers: {} Etcds ...",
+            args.replicas, settings.clusters
         );
-        runs.push(operator_run(&settings, &etcds, &quorate, workers, dir.path()).await?);
+        runs.push(
+            operator_run(
+                &settings,
+                &etcds,
+                &quorate,
+                workers,
+                args.replicas,
+                dir.path(),
+            )
+            .await?,
+        );
     }
     machine.finish();
 
@@ -206,6 +221,11 @@ async fn prepare_server(settings: &Settings) -> Result<(KubeApiServer, Client)> 
 /// CPU time of `pid` now.
 fn cpu(pid: u32) -> Option<Duration> {
     crate::backup::cpu_time(Some(pid))
+}
+
+/// CPU time of all `pids` now.
+fn cpu_all(pids: &[u32]) -> Option<Duration> {
+    pids.iter().map(|&pid| cpu(pid)).sum()
 }
 
 fn cpu_between(before: Option<Duration>, after: Option<Duration>) -> Option<Duration> {
@@ -302,12 +322,12 @@ async fn baseline_run(settings: &Settings, etcds: &[Etcd], workers: usize) -> Re
     })
 }
 
-async fn operator_metrics(operator: &OperatorProcess) -> Result<OperatorCounters> {
+async fn operator_metrics(operator: &OperatorGroup) -> Result<OperatorCounters> {
     Ok(parse_operator(&operator.metrics().await?))
 }
 
 /// Sleeps `duration` without a single API request, checking the operator is alive.
-async fn quiet(operator: &mut OperatorProcess, duration: Duration) -> Result<()> {
+async fn quiet(operator: &mut OperatorGroup, duration: Duration) -> Result<()> {
     let end = Instant::now() + duration;
     while Instant::now() < end {
         tokio::time::sleep((end - Instant::now()).min(Duration::from_secs(1))).await;
@@ -321,6 +341,7 @@ async fn operator_run(
     etcds: &[Etcd],
     quorate: &Path,
     workers: u16,
+    replicas: u32,
     dir: &Path,
 ) -> Result<OperatorRun> {
     let (server, client) = prepare_server(settings).await?;
@@ -338,27 +359,30 @@ async fn operator_run(
         elapsed: settings.background,
     };
 
-    let mut operator = OperatorProcess::start(quorate, server.kubeconfig(), workers, dir).await?;
+    let mut operator =
+        OperatorGroup::start(quorate, server.kubeconfig(), workers, replicas, dir).await?;
+    let pids = operator.pids();
     // Its caches list and start watching; then it idles with nothing to reconcile.
     tokio::time::sleep(Duration::from_secs(3)).await;
     operator.check_running()?;
-    let rss_idle_kib = process::read_status(operator.pid())
-        .and_then(|s| s.rss_kib)
+    let rss_idle_kib = pids
+        .iter()
+        .filter_map(|&pid| process::read_status(pid).and_then(|s| s.rss_kib))
+        .max()
         .unwrap_or(0);
     eprintln!(
-        "  operator pid {} idle at {:.1} MiB",
-        operator.pid(),
+        "  operator pid(s) {pids:?} idle at {:.1} MiB",
         rss_idle_kib as f64 / 1024.0
     );
 
     let watch = ConvergenceWatch::start(&client).await?;
     let r0 = workload::apiserver_requests(&client).await?;
     let m0 = operator_metrics(&operator).await?;
-    let cpu0 = (cpu(operator.pid()), cpu(apiserver_pid), cpu(etcd_pid));
+    let cpu0 = (cpu_all(&pids), cpu(apiserver_pid), cpu(etcd_pid));
     let convergence = create_and_converge(&client, settings, etcds, watch, None).await?;
     let r1 = workload::apiserver_requests(&client).await?;
     let m1 = operator_metrics(&operator).await?;
-    let cpu1 = (cpu(operator.pid()), cpu(apiserver_pid), cpu(etcd_pid));
+    let cpu1 = (cpu_all(&pids), cpu(apiserver_pid), cpu(etcd_pid));
     let rss_converged = operator.rss();
     eprintln!("  {}", convergence.progress_line());
     operator.check_running()?;
@@ -371,23 +395,24 @@ async fn operator_run(
     quiet(&mut operator, settings.settle).await?;
     let r2 = workload::apiserver_requests(&client).await?;
     let m2 = operator_metrics(&operator).await?;
-    let cpu2 = (cpu(operator.pid()), cpu(apiserver_pid), cpu(etcd_pid));
+    let cpu2 = (cpu_all(&pids), cpu(apiserver_pid), cpu(etcd_pid));
     let steady_start = Instant::now();
     quiet(&mut operator, settings.steady).await?;
     let r3 = workload::apiserver_requests(&client).await?;
     let steady_elapsed = steady_start.elapsed();
     let m3 = operator_metrics(&operator).await?;
-    let cpu3 = (cpu(operator.pid()), cpu(apiserver_pid), cpu(etcd_pid));
+    let cpu3 = (cpu_all(&pids), cpu(apiserver_pid), cpu(etcd_pid));
     let rss_steady_end_kib = operator.rss().last_kib;
 
     // What the operator caches, as the API server serves it (after the window).
     let cached = cached_sizes(&client).await?;
     let components = workload::count_components(&client, etcds.len()).await?;
-    let log = operator.log.clone();
+    let logs = operator.logs();
     let (memory, exit) = tokio::task::block_in_place(|| operator.stop());
     drop(server);
     let run = OperatorRun {
         workers,
+        replicas,
         convergence,
         background,
         burst: delta(&r0, &r1),
@@ -415,7 +440,7 @@ async fn operator_run(
         etcd_cpu_steady: cpu_between(cpu2.2, cpu3.2),
         cached,
         components,
-        log_warnings: process::log_warnings(&log),
+        log_warnings: process::log_warnings(&logs),
         exit,
     };
     eprintln!("  {}", run.progress_line(settings.clusters));

@@ -30,15 +30,20 @@ impl OperatorProcess {
     /// Starts `quorate operator` with the given `--etcd-workers` against the API server of
     /// `kubeconfig`, with webhooks and leader election off and every other setting at its
     /// default, and waits until its `/readyz` answers.
+    /// `shard` is `(index, count)`: the process runs with `--shard index/count`.
     pub async fn start(
         quorate: &Path,
         kubeconfig: &Path,
         workers: u16,
+        shard: (u32, u32),
         dir: &Path,
     ) -> Result<OperatorProcess> {
         let port = quorate_testkit::free_port();
         let http = format!("127.0.0.1:{port}");
-        let log = dir.join(format!("operator-{workers}-workers.log"));
+        let (index, count) = shard;
+        let log = dir.join(format!(
+            "operator-{workers}-workers-shard-{index}-of-{count}.log"
+        ));
         let out = std::fs::File::create(&log).map_err(BenchError::io("create", &log))?;
         let err = out.try_clone().map_err(BenchError::io("open", &log))?;
         let mut cmd = std::process::Command::new(quorate);
@@ -47,6 +52,7 @@ impl OperatorProcess {
             .arg("--leader-election=false")
             .arg(format!("--http-address={http}"))
             .arg(format!("--etcd-workers={workers}"))
+            .arg(format!("--shard={index}/{count}"))
             .env("KUBECONFIG", kubeconfig)
             .env_remove("QUORATE_LOG")
             .env_remove("POD_NAME")
@@ -141,6 +147,90 @@ impl OperatorProcess {
             },
         };
         (memory, exit)
+    }
+}
+
+/// The operator as M processes, one per share (`--shard I/M`), read as one: CPU and passes
+/// are their sum, memory the largest process's (what one replica needs).
+pub struct OperatorGroup {
+    processes: Vec<OperatorProcess>,
+}
+
+impl OperatorGroup {
+    /// Starts `replicas` processes (see [`OperatorProcess::start`]), each with its share.
+    pub async fn start(
+        quorate: &Path,
+        kubeconfig: &Path,
+        workers: u16,
+        replicas: u32,
+        dir: &Path,
+    ) -> Result<OperatorGroup> {
+        let mut processes = Vec::new();
+        for index in 0..replicas.max(1) {
+            processes.push(
+                OperatorProcess::start(quorate, kubeconfig, workers, (index, replicas.max(1)), dir)
+                    .await?,
+            );
+        }
+        Ok(OperatorGroup { processes })
+    }
+
+    /// The process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.processes.iter().map(OperatorProcess::pid).collect()
+    }
+
+    /// Every process's `/metrics` text, one after the other (counters add up when parsed).
+    pub async fn metrics(&self) -> Result<String> {
+        let mut all = String::new();
+        for p in &self.processes {
+            all.push_str(&p.metrics().await?);
+            all.push('\n');
+        }
+        Ok(all)
+    }
+
+    /// Fails when any process has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.processes
+            .iter_mut()
+            .try_for_each(OperatorProcess::check_running)
+    }
+
+    /// The memory samples so far: the largest process's peak and latest, all samples counted.
+    pub fn rss(&self) -> RssSamples {
+        self.processes
+            .iter()
+            .map(OperatorProcess::rss)
+            .fold(RssSamples::default(), |a, b| RssSamples {
+                peak_kib: a.peak_kib.max(b.peak_kib),
+                last_kib: a.last_kib.max(b.last_kib),
+                count: a.count + b.count,
+            })
+    }
+
+    /// The logs.
+    pub fn logs(&self) -> Vec<PathBuf> {
+        self.processes.iter().map(|p| p.log.clone()).collect()
+    }
+
+    /// Stops every process (see [`OperatorProcess::stop`]): the largest memory figures and each
+    /// exit status.
+    pub fn stop(self) -> (Memory, String) {
+        let mut memory = Memory::default();
+        let mut exits = Vec::new();
+        for p in self.processes {
+            let (m, exit) = p.stop();
+            memory = Memory {
+                hwm_kib: m.hwm_kib.max(memory.hwm_kib),
+                rss_kib: m.rss_kib.max(memory.rss_kib),
+                peak_sampled_kib: m.peak_sampled_kib.max(memory.peak_sampled_kib),
+                samples: m.samples + memory.samples,
+            };
+            exits.push(exit);
+        }
+        exits.dedup();
+        (memory, exits.join("; "))
     }
 }
 
@@ -302,11 +392,13 @@ fn tail(path: &Path, lines: usize) -> String {
     }
 }
 
-/// Counts the lines of the operator's log at WARN and ERROR level, with the first few.
-pub fn log_warnings(path: &Path) -> (usize, Vec<String>) {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return (0, Vec::new());
-    };
+/// Counts the lines of the operator's logs at WARN and ERROR level, with the first few.
+pub fn log_warnings(paths: &[PathBuf]) -> (usize, Vec<String>) {
+    let text: String = paths
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .collect::<Vec<_>>()
+        .join("\n");
     let warnings: Vec<&str> = text
         .lines()
         .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))

@@ -95,7 +95,9 @@ pub fn render(r: &Results) -> String {
          renewed). `quorate operator` runs as \
          its own process with `--disable-webhooks --leader-election=false`, `KUBECONFIG` \
          pointing at that server and every other setting at its default (status sync every \
-         15 s, 3 workers unless said otherwise). A cluster counts as reconciled when one watch \
+         15 s, 3 workers unless said otherwise; with M replicas, M such processes, each with \
+         `--shard I/M`, and the peak memory is the largest of them while CPU and passes are \
+         their sum). A cluster counts as reconciled when one watch \
          on all `Etcd`s (the same in every run) first shows `status.observedGeneration == 1` \
          and `lastOperation.state == Succeeded`; time runs from the first create.",
         s.namespaces,
@@ -383,7 +385,7 @@ fn render_convergence(doc: &mut Markdown, r: &Results) {
             by_verb_resource(&b.burst, true),
         ));
         columns.push((
-            format!("operator, {} workers", run.workers),
+            format!("operator, {}", run.short_label()),
             by_verb_resource(&run.burst, true),
         ));
     }
@@ -391,8 +393,8 @@ fn render_convergence(doc: &mut Markdown, r: &Results) {
 
     for run in &r.runs {
         let mut text = format!(
-            "Operator passes while reconciling ({} workers), by result: {}; mean pass {}.",
-            run.workers,
+            "Operator passes while reconciling ({}), by result: {}; mean pass {}.",
+            run.short_label(),
             passes_text(&run.burst_passes),
             run.burst_passes
                 .mean_pass()
@@ -711,7 +713,7 @@ fn render_components(doc: &mut Markdown, r: &Results) {
     let mut columns: Vec<&[(Listed, usize)]> = Vec::new();
     for (b, run) in r.baselines.iter().zip(&r.runs) {
         headers.push(format!("baseline, {} workers", b.workers));
-        headers.push(format!("operator, {} workers", run.workers));
+        headers.push(format!("operator, {}", run.short_label()));
         columns.push(&b.components);
         columns.push(&run.components);
     }

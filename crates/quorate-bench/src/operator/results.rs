@@ -154,6 +154,8 @@ pub struct BaselineRun {
 pub struct OperatorRun {
     /// `--etcd-workers`.
     pub workers: u16,
+    /// Operator processes, each with `--shard I/replicas` (1: one process, unsharded).
+    pub replicas: u32,
     /// Creating and reconciling.
     pub convergence: Convergence,
     /// The API server alone, before the operator started.
@@ -205,7 +207,16 @@ pub struct OperatorRun {
 impl OperatorRun {
     /// The label in tables.
     pub fn label(&self) -> String {
-        format!("`quorate operator`, {} workers", self.workers)
+        format!("`quorate operator`, {}", self.short_label())
+    }
+
+    /// The label without the program's name: the workers, and the shards when more than one.
+    pub fn short_label(&self) -> String {
+        if self.replicas > 1 {
+            format!("{} replicas × {} workers", self.replicas, self.workers)
+        } else {
+            format!("{} workers", self.workers)
+        }
     }
 
     /// Requests the operator made in the window: the verbs it uses on the resources it uses,

@@ -476,10 +476,7 @@ pub fn component_lists() -> Vec<(&'static str, String, usize)> {
 
 /// Counts the stored components against what `clusters` clusters should have: (listed,
 /// expected) per resource.
-pub async fn count_components(
-    client: &Client,
-    clusters: usize,
-) -> Result<Vec<(Listed, usize)>> {
+pub async fn count_components(client: &Client, clusters: usize) -> Result<Vec<(Listed, usize)>> {
     let mut out = Vec::new();
     for (what, path, per_cluster) in component_lists() {
         out.push((
@@ -540,10 +537,7 @@ mod tests {
 
     #[test]
     fn thirteen_components_per_cluster() {
-        let per_cluster: usize = component_lists()
-            .iter()
-            .map(|(_, _, n)| n)
-            .sum();
+        let per_cluster: usize = component_lists().iter().map(|(_, _, n)| n).sum();
         assert_eq!(per_cluster, 13);
     }
 }

@@ -76,10 +76,11 @@ async fn steps(
     let desired = desired_components(etcd.etcd(), &component_ctx)
         .map_err(StepError::tag(ErrorCode::InvalidSpec))?;
     components::apply_in_order(etcd, ctx, &desired).await?;
-    let outcome = statefulset::sync(etcd, ctx, &desired.statefulset, plan.running.replicas)
-        .await
-        .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
-    let rolled = rollout::sync(etcd, ctx)
+    let (outcome, stored) =
+        statefulset::sync(etcd, ctx, &desired.statefulset, plan.running.replicas)
+            .await
+            .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
+    let rolled = rollout::sync(etcd, ctx, stored)
         .await
         .map_err(StepError::tag(statefulset_component::SYNC_ERROR))?;
     let outcome = match outcome {

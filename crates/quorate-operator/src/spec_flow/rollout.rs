@@ -1,8 +1,9 @@
 //! The rollout step: the StatefulSet is `OnDelete`, so a changed pod template reaches the pods
 //! only as quorate deletes them, one per pass, in the order core's `pod_rollout` decides from
 //! the pods and the member leases (etcd's health as the agents report it). The StatefulSet
-//! and the pods are read from the API, not the caches: a cache that has not seen the template
-//! just applied, or a deletion just made, would let a second pod go.
+//! and the pods are read from the API, not the caches (the StatefulSet as this pass's apply
+//! returned it, or a GET): a cache that has not seen the template just applied, or a deletion
+//! just made, would let a second pod go.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -22,20 +23,33 @@ use crate::validated::ValidatedEtcd;
 /// Label the StatefulSet controller puts on each pod: the revision it was created from.
 const REVISION_LABEL: &str = "controller-revision-hash";
 
-/// Replaces the next outdated member pod, or says why not.
-pub async fn sync(etcd: &ValidatedEtcd, ctx: &Context) -> Result<PassOutcome, Error> {
-    let statefulsets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), etcd.namespace());
-    let Some(sts) = statefulsets
-        .get_opt(etcd.name())
-        .await
-        .map_err(Error::kube(
-            "get",
-            "StatefulSet",
-            etcd.namespace(),
-            etcd.name(),
-        ))?
-    else {
-        return Ok(PassOutcome::Succeeded);
+/// Replaces the next outdated member pod, or says why not. `stored` is the StatefulSet as
+/// this pass's apply returned it (read from the API server then, so no GET is needed); without
+/// it the StatefulSet is read afresh.
+pub async fn sync(
+    etcd: &ValidatedEtcd,
+    ctx: &Context,
+    stored: Option<StatefulSet>,
+) -> Result<PassOutcome, Error> {
+    let sts = match stored {
+        Some(sts) => sts,
+        None => {
+            let statefulsets: Api<StatefulSet> =
+                Api::namespaced(ctx.client.clone(), etcd.namespace());
+            let read = statefulsets
+                .get_opt(etcd.name())
+                .await
+                .map_err(Error::kube(
+                    "get",
+                    "StatefulSet",
+                    etcd.namespace(),
+                    etcd.name(),
+                ))?;
+            let Some(sts) = read else {
+                return Ok(PassOutcome::Succeeded);
+            };
+            sts
+        }
     };
     let status = sts.status.as_ref();
     match status.and_then(|s| s.observed_generation) {

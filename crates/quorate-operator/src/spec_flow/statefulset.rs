@@ -8,24 +8,25 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use quorate_api::names::member_lease_names;
 use quorate_coord::kube::lease_map::member_lease;
 use quorate_core::components::paths::volume;
-use quorate_core::components::{DesiredObject, statefulset};
+use quorate_core::components::statefulset;
 use quorate_core::statefulset_step::{
     ObservedStatefulSet, StatefulSetInputs, StatefulSetStep, next_statefulset_step,
 };
 
-use crate::apply::apply_component;
+use crate::apply::apply_statefulset;
 use crate::context::Context;
 use crate::error::Error;
 use crate::status::PassOutcome;
 use crate::validated::ValidatedEtcd;
 
-/// Takes the next step towards `desired` (built for the `running` member pods).
+/// Takes the next step towards `desired` (built for the `running` member pods); with the
+/// StatefulSet as the apply returned it when this step applied it.
 pub async fn sync(
     etcd: &ValidatedEtcd,
     ctx: &Context,
     desired: &StatefulSet,
     running: i32,
-) -> Result<PassOutcome, Error> {
+) -> Result<(PassOutcome, Option<StatefulSet>), Error> {
     let existing = ctx.caches.statefulset(etcd.namespace(), etcd.name());
     let inputs = inputs(etcd, ctx, existing.as_deref(), desired, running);
     match next_statefulset_step(&inputs) {
@@ -34,28 +35,35 @@ pub async fn sync(
             if let Some(existing) = existing.as_deref() {
                 keep_immutable_fields(&mut sts, existing);
             }
-            apply_component(&ctx.client, DesiredObject::StatefulSet(&sts)).await?;
-            Ok(if replicas < running {
+            let stored = apply_statefulset(&ctx.client, &sts).await?;
+            let outcome = if replicas < running {
                 PassOutcome::Requeue(format!(
                     "peer TLS is being enabled at {replicas} member(s) before the cluster grows to {running}"
                 ))
             } else {
                 PassOutcome::Succeeded
-            })
+            };
+            Ok((outcome, Some(stored)))
         }
-        StatefulSetStep::WaitForPeerTls { pending } => Ok(PassOutcome::Requeue(format!(
-            "waiting for {} to report peer TLS {} on their member leases before growing",
-            pending.join(", "),
-            if inputs.desired_peer_tls {
-                "enabled"
-            } else {
-                "disabled"
-            }
-        ))),
-        StatefulSetStep::WaitForReadyPods { ready, replicas } => Ok(PassOutcome::Requeue(format!(
-            "the TLS mounts change, but only {ready} of {replicas} pods are ready; \
-             rolling them now could cost quorum"
-        ))),
+        StatefulSetStep::WaitForPeerTls { pending } => Ok((
+            PassOutcome::Requeue(format!(
+                "waiting for {} to report peer TLS {} on their member leases before growing",
+                pending.join(", "),
+                if inputs.desired_peer_tls {
+                    "enabled"
+                } else {
+                    "disabled"
+                }
+            )),
+            None,
+        )),
+        StatefulSetStep::WaitForReadyPods { ready, replicas } => Ok((
+            PassOutcome::Requeue(format!(
+                "the TLS mounts change, but only {ready} of {replicas} pods are ready; \
+                 rolling them now could cost quorum"
+            )),
+            None,
+        )),
     }
 }
 

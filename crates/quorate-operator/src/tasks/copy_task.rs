@@ -54,6 +54,13 @@ async fn reconcile(
     task: Arc<EtcdCopyBackupsTask>,
     ctx: Arc<TaskContext>,
 ) -> Result<Action, TaskError> {
+    // Sharded, a copy task belongs to the replica that owns its own `namespace/name`.
+    if !ctx.shard.owns(
+        task.metadata.namespace.as_deref().unwrap_or_default(),
+        task.metadata.name.as_deref().unwrap_or_default(),
+    ) {
+        return Ok(Action::await_change());
+    }
     let me = TaskRef::of("EtcdCopyBackupsTask", &task.metadata);
     let (namespace, name) = (me.namespace.clone(), me.name.clone());
     let fail = |action| me.failed(action);

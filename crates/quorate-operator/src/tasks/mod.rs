@@ -29,6 +29,8 @@ pub struct TaskContext {
     pub run_id: String,
     /// Talks to the member agents.
     pub agents: agent_client::AgentClient,
+    /// This replica's share (`--shard`): it serves only the tasks of the `Etcd`s it owns.
+    pub shard: quorate_core::shard::Shard,
 }
 
 impl TaskContext {
@@ -136,6 +138,7 @@ pub async fn run(
     client: Client,
     settings: OperatorSettings,
     namespace: Option<String>,
+    shard: quorate_core::shard::Shard,
     identity: String,
     shutdown: watch::Receiver<bool>,
 ) {
@@ -160,6 +163,7 @@ pub async fn run(
         settings,
         run_id: identity,
         agents: agent_client::AgentClient::new(),
+        shard,
     });
     let ops = ops.then(|| ops_task::run(ctx.clone(), namespace.clone(), shutdown.clone()));
     let copy = copy.then(|| copy_task::run(ctx.clone(), namespace, shutdown));

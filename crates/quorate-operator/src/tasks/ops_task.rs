@@ -48,6 +48,12 @@ pub async fn run(
 async fn reconcile(task: Arc<EtcdOpsTask>, ctx: Arc<TaskContext>) -> Result<Action, TaskError> {
     let me = TaskRef::of("EtcdOpsTask", &task.metadata);
     let (namespace, name) = (me.namespace.clone(), me.name.clone());
+    // Sharded, a task belongs to the replica that owns its `Etcd` (one without, to the owner
+    // of its own name); another replica leaves it alone.
+    let target = task.spec.etcd_name.as_deref().filter(|n| !n.is_empty());
+    if !ctx.shard.owns(&namespace, target.unwrap_or(&name)) {
+        return Ok(Action::await_change());
+    }
     let fail = |action| me.failed(action);
     let tasks: Api<EtcdOpsTask> = Api::namespaced(ctx.client.clone(), &namespace);
     let etcds: Api<Etcd> = Api::namespaced(ctx.client.clone(), &namespace);
