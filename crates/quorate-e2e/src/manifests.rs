@@ -267,7 +267,13 @@ spec:
 /// Service every 100 ms, each write retried for up to `write_timeout` before it counts as failed; its log
 /// is one JSON line of running totals per second.
 pub fn canary_pod(image: &str, etcd: &str, namespace: &str, write_timeout: &str) -> String {
-    canary_pod_through(image, etcd, namespace, write_timeout, &client_url(etcd, namespace))
+    canary_pod_through(
+        image,
+        etcd,
+        namespace,
+        write_timeout,
+        &client_url(etcd, namespace),
+    )
 }
 
 /// [`canary_pod`] writing to each of the `members` members of `etcd` directly

@@ -15,7 +15,6 @@ pub fn running_etcd(dir: &ClusterDir, member: &str) -> Vec<u32> {
     quorate_proc::pids_with_arg(&flag)
 }
 
-
 /// Members with a directory in the cluster's state directory.
 fn members(dir: &ClusterDir) -> Vec<String> {
     std::fs::read_dir(dir.root().join("members"))

@@ -56,7 +56,10 @@ pub fn pids() -> Vec<u32> {
 
 /// The processes one of whose arguments is exactly `arg`.
 pub fn pids_with_arg(arg: &str) -> Vec<u32> {
-    pids().into_iter().filter(|pid| has_arg(*pid, arg)).collect()
+    pids()
+        .into_iter()
+        .filter(|pid| has_arg(*pid, arg))
+        .collect()
 }
 
 /// The children of `parent` now, with their stat.

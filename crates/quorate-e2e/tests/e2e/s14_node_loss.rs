@@ -124,7 +124,10 @@ async fn s14_a_lost_node_returns_without_failed_writes_or_replacements() {
         status_summary(&etcd)
     );
     tokio::time::sleep(LOST_FOR).await;
-    let survivor = members.iter().find(|m| **m != member).expect("a member on another node");
+    let survivor = members
+        .iter()
+        .find(|m| **m != member)
+        .expect("a member on another node");
     let during = member_list(&s.cluster, &ns, survivor)
         .await
         .expect("member list while the node is lost");
