@@ -84,27 +84,11 @@ impl Drop for SupervisorGuard {
         // Agents run in sessions of their own and outlive the supervisor, etcd with them:
         // every process naming the cluster's directory goes too.
         if let Some(dir) = self.lock_file.parent() {
-            for pid in processes_naming(&dir.display().to_string()) {
-                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            for pid in quorate_proc::pids_naming(&[&dir.display().to_string()]) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
         }
     }
-}
-
-/// PIDs of the processes whose command line contains `needle`.
-fn processes_naming(needle: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmdline)
-                .contains(needle)
-                .then_some(pid)
-        })
-        .collect()
 }
 
 /// Runs `quorate --state-dir <state_dir> <args>`; returns its standard output, or an error

@@ -304,16 +304,10 @@ pub fn find_process(needles: &[&str]) -> Option<i32> {
 
 /// PIDs of every process whose command line contains every one of `needles`.
 pub fn find_processes(needles: &[&str]) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    std::fs::read_dir("/proc")
+    let me = std::process::id();
+    quorate_proc::pids_naming(needles)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (pid != me && needles.iter().all(|n| cmdline.contains(n))).then_some(pid)
-        })
+        .filter(|pid| *pid != me)
+        .map(|pid| pid as i32)
         .collect()
 }

@@ -62,6 +62,20 @@ pub fn pids_with_arg(arg: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The processes whose command line, its arguments joined by spaces, contains every one of
+/// `needles` (for finding what a test or benchmark started when only a path or name is known).
+pub fn pids_naming(needles: &[&str]) -> Vec<u32> {
+    pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                needles.iter().all(|n| cmdline.contains(n))
+            })
+        })
+        .collect()
+}
+
 /// The children of `parent` now, with their stat.
 pub fn children_of(parent: u32) -> Vec<(u32, Stat)> {
     pids()
@@ -101,6 +115,8 @@ mod tests {
         assert!(has_arg(me, &arg0));
         assert!(pids_with_arg(&arg0).contains(&me));
         assert!(!has_arg(me, "--no-such-argument-here"));
+        assert!(pids_naming(&[&arg0]).contains(&me));
+        assert!(!pids_naming(&[&arg0, "--no-such-argument-here"]).contains(&me));
         assert!(pids().contains(&me));
     }
 }

@@ -20,13 +20,8 @@ use quorate_testkit::{AgentConfig, ChildGuard, KubeApiServer, create_agent_objec
 const NAME: &str = "etcd-main";
 const POD: &str = "etcd-main-0";
 
-/// One member, backups to a `Local` bucket with a delta every second.
-fn etcd(namespace: &str) -> Etcd {
-    etcd_with_delta_period(namespace, "1s")
-}
-
 /// One member, backups to a `Local` bucket with a delta every `period`.
-fn etcd_with_delta_period(namespace: &str, period: &str) -> Etcd {
+fn etcd(namespace: &str, period: &str) -> Etcd {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "druid.gardener.cloud/v1alpha1",
         "kind": "Etcd",
@@ -138,6 +133,41 @@ fn revision(lease: &Lease) -> Option<i64> {
     holder(lease)?.parse().ok()
 }
 
+/// What each test starts from: its own namespace of the shared API server, a temp dir with the
+/// `Local` bucket, the member's objects (ConfigMap, RBAC, leases) for an `Etcd` with a delta
+/// every `delta_period`, and the ServiceAccount's kubeconfig the agent runs with.
+struct Member {
+    admin: kube::Client,
+    namespace: String,
+    dir: tempfile::TempDir,
+    local_root: PathBuf,
+    config: ClusterConfig,
+    kubeconfig: PathBuf,
+}
+
+async fn prepare(server: &KubeApiServer, prefix: &str, delta_period: &str) -> Member {
+    let admin = server.client().await.expect("admin client");
+    let namespace = server
+        .create_namespace(&admin, prefix)
+        .await
+        .expect("namespace");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let local_root = dir.path().join("buckets");
+    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
+    let etcd = etcd(&namespace, delta_period);
+    let config = loopback_config(&etcd, &local_root);
+    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
+    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
+    Member {
+        admin,
+        namespace,
+        dir,
+        local_root,
+        config,
+        kubeconfig,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases_advance() {
     let Some(server) = KubeApiServer::shared_or_skip(
@@ -147,23 +177,19 @@ async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases
     else {
         return;
     };
-    let admin = server.client().await.expect("admin client");
-    let namespace = server
-        .create_namespace(&admin, "agent")
-        .await
-        .expect("namespace");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let local_root = dir.path().join("buckets");
-    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
-    let etcd = etcd(&namespace);
-    let config = loopback_config(&etcd, &local_root);
-    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
+    let Member {
+        admin,
+        namespace,
+        dir,
+        local_root,
+        config,
+        kubeconfig,
+    } = prepare(server, "agent", "1s").await;
     let before = Api::<Lease>::namespaced(admin.clone(), &namespace)
         .get(POD)
         .await
         .expect("member lease");
 
-    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
     let _agent = start_agent(&namespace, &kubeconfig, dir.path());
     let log = dir.path().join("agent.log");
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
@@ -290,18 +316,14 @@ async fn agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_g
     else {
         return;
     };
-    let admin = server.client().await.expect("admin client");
-    let namespace = server
-        .create_namespace(&admin, "agent-stop")
-        .await
-        .expect("namespace");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let local_root = dir.path().join("buckets");
-    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
-    let etcd = etcd_with_delta_period(&namespace, "60s");
-    let config = loopback_config(&etcd, &local_root);
-    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
-    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
+    let Member {
+        admin,
+        namespace,
+        dir,
+        local_root,
+        config,
+        kubeconfig,
+    } = prepare(server, "agent-stop", "60s").await;
     let mut agent = start_agent(&namespace, &kubeconfig, dir.path());
     let log = dir.path().join("agent.log");
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
@@ -393,21 +415,12 @@ async fn agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_g
     );
 }
 
-/// The children of process `parent` whose command line contains `needle`.
-fn children(parent: u32, needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
+/// The children of process `parent` one of whose arguments is exactly `arg`.
+fn children(parent: u32, arg: &str) -> Vec<u32> {
+    quorate_proc::children_of(parent)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let rest = &stat[stat.rfind(')')? + 1..];
-            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (ppid == parent && cmdline.contains(needle)).then_some(pid)
-        })
+        .map(|(pid, _)| pid)
+        .filter(|pid| quorate_proc::has_arg(*pid, arg))
         .collect()
 }
 
@@ -424,18 +437,14 @@ async fn a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_
     else {
         return;
     };
-    let admin = server.client().await.expect("admin client");
-    let namespace = server
-        .create_namespace(&admin, "agent-keeper")
-        .await
-        .expect("namespace");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let local_root = dir.path().join("buckets");
-    std::fs::create_dir_all(local_root.join("bucket")).expect("bucket");
-    let etcd = etcd(&namespace);
-    let config = loopback_config(&etcd, &local_root);
-    create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
-    let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
+    let Member {
+        admin,
+        namespace,
+        dir,
+        config,
+        kubeconfig,
+        ..
+    } = prepare(server, "agent-keeper", "1s").await;
     let mut keeper = start_agent(&namespace, &kubeconfig, dir.path());
     let log = dir.path().join("agent.log");
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
@@ -458,7 +467,7 @@ async fn a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_
     )
     .await;
     let worker = eventually("the worker", &log, Duration::from_secs(10), || async {
-        children(keeper.pid(), " agent ").first().copied()
+        children(keeper.pid(), "agent").first().copied()
     })
     .await;
     let etcd_pid = eventually(
@@ -489,7 +498,7 @@ async fn a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_
     .await;
     serving().await.expect("etcd serves while no agent runs");
     let next = eventually("a new worker", &log, Duration::from_secs(30), || async {
-        children(keeper.pid(), " agent ")
+        children(keeper.pid(), "agent")
             .into_iter()
             .find(|p| *p != worker)
     })

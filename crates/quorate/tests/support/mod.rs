@@ -269,15 +269,9 @@ fn find_processes(needles: &[&str]) -> Vec<i32> {
 
 /// PID of the process whose command line contains every one of `needles`.
 fn find_process(needles: &[&str]) -> Option<i32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            needles.iter().all(|n| cmdline.contains(n)).then_some(pid)
-        })
+    quorate_proc::pids_naming(needles)
+        .first()
+        .map(|pid| *pid as i32)
 }
 
 /// An `Etcd` manifest for tests: `replicas` members, a 1s lease heartbeat so status follows
