@@ -18,7 +18,6 @@ use quorate_core::maintenance::defrag::{
 };
 use quorate_kubectl::{Io, KubectlError, Outcome, PluginCli};
 use quorate_testkit::KubeApiServer;
-use quorate_testkit::etcd_crd::install_etcd_crd;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -32,13 +31,7 @@ struct Env {
 }
 
 async fn env(test: &str) -> Option<Env> {
-    let server = KubeApiServer::shared_or_skip(test).await?;
-    let client = server.client().await.expect("client");
-    install_etcd_crd(&client).await;
-    let namespace = server
-        .create_namespace(&client, &test.replace('_', "-"))
-        .await
-        .expect("namespace");
+    let (server, client, namespace) = quorate_testkit::etcd_test_namespace(test).await?;
     Some(Env {
         server,
         client,

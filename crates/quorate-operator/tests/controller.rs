@@ -18,7 +18,7 @@ use quorate_api::Etcd;
 use quorate_api::annotations::{DRUID_OPERATION, SUSPEND_ETCD_SPEC_RECONCILE};
 use quorate_api::status::LastOperationState;
 use quorate_operator::{Metrics, Scope};
-use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd};
+use quorate_testkit::{KubeApiServer, eventually};
 
 mod support;
 
@@ -74,13 +74,7 @@ async fn setup(test: &str) -> Option<(Client, String)> {
 }
 
 async fn setup_with_server(test: &str) -> Option<(Client, String, &'static KubeApiServer)> {
-    let server = KubeApiServer::shared_or_skip(test).await?;
-    let client = server.client().await.expect("client");
-    install_etcd_crd(&client).await;
-    let namespace = server
-        .create_namespace(&client, &test.replace('_', "-"))
-        .await
-        .expect("namespace");
+    let (server, client, namespace) = quorate_testkit::etcd_test_namespace(test).await?;
     Some((client, namespace, server))
 }
 

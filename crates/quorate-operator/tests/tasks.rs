@@ -15,7 +15,7 @@ use quorate_api::tasks::{
 };
 use quorate_core::tasks::ops_task::codes;
 use quorate_operator::{OperatorSettings, run_task_controllers};
-use quorate_testkit::{KubeApiServer, eventually, install_etcd_crd, install_task_crds};
+use quorate_testkit::{eventually, install_task_crds};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -51,14 +51,8 @@ impl Drop for Controllers {
 }
 
 async fn setup(test: &str) -> Option<(Client, String)> {
-    let server = KubeApiServer::shared_or_skip(test).await?;
-    let client = server.client().await.expect("client");
-    install_etcd_crd(&client).await;
+    let (_, client, namespace) = quorate_testkit::etcd_test_namespace(test).await?;
     install_task_crds(&client).await;
-    let namespace = server
-        .create_namespace(&client, &test.replace('_', "-"))
-        .await
-        .expect("namespace");
     Some((client, namespace))
 }
 

@@ -7,6 +7,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::PostParams;
 use kube::{Api, Client};
 
+use crate::KubeApiServer;
+
 /// The committed CRD.
 pub const ETCD_CRD_YAML: &str =
     include_str!("../../../deploy/crds/druid.gardener.cloud_etcds.yaml");
@@ -30,6 +32,20 @@ pub const TASK_CRDS: [(&str, &str); 2] = [
 /// Panics with the reason on failure: this is test setup.
 pub async fn install_etcd_crd(client: &Client) {
     install_crd(client, ETCD_CRD_YAML, ETCD_CRD_NAME).await;
+}
+
+/// What most tests of `Etcd` handling start from: the shared API server (a skip outside CI
+/// when it cannot run, see [`KubeApiServer::shared_or_skip`]), an admin client, the `Etcd` CRD
+/// installed and a fresh namespace named after `test`.
+pub async fn etcd_test_namespace(test: &str) -> Option<(&'static KubeApiServer, Client, String)> {
+    let server = KubeApiServer::shared_or_skip(test).await?;
+    let client = server.client().await.expect("client");
+    install_etcd_crd(&client).await;
+    let namespace = server
+        .create_namespace(&client, &test.replace('_', "-"))
+        .await
+        .expect("namespace");
+    Some((server, client, namespace))
 }
 
 /// Creates the task CRDs ([`TASK_CRDS`]) like [`install_etcd_crd`].

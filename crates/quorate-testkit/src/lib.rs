@@ -26,7 +26,9 @@ pub use etcd::{
     ClusterState, EtcdMemberConfig, EtcdProcess, NotReady, RaftTiming, ServerTlsFiles,
     format_initial_cluster,
 };
-pub use etcd_crd::{install_etcd_crd, install_etcd_crd_for_server, install_task_crds};
+pub use etcd_crd::{
+    etcd_test_namespace, install_etcd_crd, install_etcd_crd_for_server, install_task_crds,
+};
 pub use kube_apiserver::{KubeApiServer, KubeApiServerError, k8s_bin_dir, kubectl_binary};
 pub use moto::{MotoServer, moto_binary};
 pub use nix::sys::signal::Signal;
