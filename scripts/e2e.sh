@@ -38,6 +38,8 @@
 #                              (default docs/benchmarks/e2e.md)
 #   QUORATE_E2E_ROLLOUT_MD     where the rolling-update benchmark goes when s9 and s9b passed
 #                              (default docs/benchmarks/rollout.md)
+#   QUORATE_IMAGE_PROFILE      cargo profile of the image's quorate (default release; .ci/run
+#                              sets quickstart, a third of the cold build time)
 #   CARGO_TARGET_DIR           default ~/.cache/quorate/target
 # Exit status: that of the tests (or of the first step that failed).
 set -euo pipefail
@@ -110,7 +112,7 @@ write_results() {
       echo "- cluster: \`$($KUBECTL --kubeconfig "$KUBECONFIG" config current-context 2>/dev/null || echo '?')\` ($($KUBECTL --kubeconfig "$KUBECONFIG" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p' | tail -1))"
     fi
     echo "- machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -r)"
-    echo "- image: \`$IMAGE\` (quorate, etcd 3.4 from Debian, 3.5, 3.6 and 3.7 from Go modules), init image \`$INIT_IMAGE\`"
+    echo "- image: \`$IMAGE\` (quorate built with the \`${QUORATE_IMAGE_PROFILE:-release}\` profile, etcd 3.4 from Debian, 3.5, 3.6 and 3.7 from Go modules), init image \`$INIT_IMAGE\`"
     echo
     echo "| step | seconds |"
     echo "|---|---:|"
@@ -289,7 +291,7 @@ trap finish EXIT
 trap 'RC=130; exit 130' INT TERM
 
 # ---- 1. image and test binary ----
-phase_start "image (cargo build --release, rootfs, tarball)"
+phase_start "image (cargo build --profile ${QUORATE_IMAGE_PROFILE:-release}, rootfs, tarball)"
 TARBALL=$("$ROOT/scripts/image.sh" --ref "$IMAGE" | tail -n 1)
 phase_end
 phase_start "test binary (cargo test --no-run)"

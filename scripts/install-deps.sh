@@ -21,6 +21,8 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# scripts/run-tests.sh reads cargo's list of test binaries with jq.
+$local_only || command -v jq >/dev/null 2>&1 || need+=(jq)
 # protoc's well-known types (google/protobuf/descriptor.proto, ...) that etcd-client's protos
 # import; only a recommendation of protobuf-compiler, so --no-install-recommends skips them.
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)

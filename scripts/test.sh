@@ -8,9 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 # The harness's own skip check is for direct `cargo test` runs; here e2e.sh runs it below.
-# --no-fail-fast: every test binary runs even after one fails, so one CI run names every failure.
+# Every test binary runs even after one fails, so one CI run names every failure: with no
+# arguments side by side (scripts/run-tests.sh), with a test filter through cargo.
 failed=()
-QUORATE_E2E= cargo test --workspace --all-targets --no-fail-fast "$@" || failed+=("cargo test")
+if [ $# -eq 0 ]; then
+  bash scripts/run-tests.sh || failed+=("workspace tests")
+else
+  QUORATE_E2E= cargo test --workspace --all-targets --no-fail-fast "$@" || failed+=("cargo test")
+fi
 # The documentation renders as a book (links are checked by the quorate-docs tests above); the
 # output goes to a temporary directory and is thrown away.
 book="$(mktemp -d)"

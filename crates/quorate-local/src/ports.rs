@@ -164,13 +164,44 @@ pub fn moved(
     found
 }
 
-/// A port free right now, below the OS's ephemeral range: a member's port must never be one
-/// the kernel may hand to an outgoing connection, or a client reconnecting to a stopped member
-/// can connect to itself on that very port and hold it, and the member cannot start again
-/// ("already in use"; the fault suite found it after crashes).
+/// The environment variable that narrows the ports quorate chooses for local members,
+/// `LOW-HIGH` (HIGH excluded): for a firewall that opens only some, or for test runs side by side
+/// that must never pick each other's ports.
+pub const PORT_RANGE_ENV: &str = "QUORATE_LOCAL_PORTS";
+
+/// The range [`PORT_RANGE_ENV`] names, if it is set, well-formed and not empty (a warning says
+/// when it is set but unusable, and the default range is used).
+fn configured_range() -> Option<std::ops::Range<u16>> {
+    let text = std::env::var(PORT_RANGE_ENV).ok()?;
+    let range = parse_range(&text);
+    if range.is_none() {
+        tracing::warn!(
+            "{PORT_RANGE_ENV}={text:?} is not a port range LOW-HIGH with LOW < HIGH (e.g. \
+             21000-22000); choosing ports below the ephemeral range instead"
+        );
+    }
+    range
+}
+
+/// `LOW-HIGH` as a range; `None` when malformed or empty.
+fn parse_range(text: &str) -> Option<std::ops::Range<u16>> {
+    let (low, high) = text.split_once('-')?;
+    let range = low.trim().parse().ok()?..high.trim().parse().ok()?;
+    (!range.is_empty()).then_some(range)
+}
+
+/// A port free right now, from [`PORT_RANGE_ENV`]'s range if set, else from the 12,000 ports
+/// below the OS's ephemeral range: a member's port must never be one the kernel may hand to an
+/// outgoing connection, or a client reconnecting to a stopped member can connect to itself on
+/// that very port and hold it, and the member cannot start again ("already in use"; the fault
+/// suite found it after crashes).
 pub fn free_port() -> u16 {
-    let below = ephemeral_start().clamp(2_000, 65_535);
-    let low = below.saturating_sub(12_000).max(1_024);
+    let (low, below) = configured_range()
+        .map(|range| (range.start, range.end))
+        .unwrap_or_else(|| {
+            let below = ephemeral_start().clamp(2_000, 65_535);
+            (below.saturating_sub(12_000).max(1_024), below)
+        });
     for _ in 0..200 {
         let port = rand::random_range(low..below);
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
@@ -274,6 +305,15 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_configured_port_range_is_low_to_high_exclusive_and_refused_when_malformed() {
+        assert_eq!(parse_range("21000-22000"), Some(21_000..22_000));
+        assert_eq!(parse_range(" 21000 - 22000 "), Some(21_000..22_000));
+        for bad in ["", "21000", "22000-21000", "21000-21000", "a-b", "1-70000"] {
+            assert_eq!(parse_range(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

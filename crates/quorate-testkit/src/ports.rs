@@ -1,11 +1,50 @@
-//! Free TCP ports from the OS, never handed out twice within one test process.
+//! Free TCP ports, never handed out twice within one test process.
 //!
 //! Tests run in parallel threads of one process; the OS may return a port again as soon as the
 //! probe socket is closed, so every port given out is remembered and skipped afterwards.
+//!
+//! Test binaries run side by side too (`scripts/run-tests.sh`), and one process's released port
+//! could be bound by another before its child binds it. So the runner gives each lane its own
+//! range in [`PORT_RANGE_ENV`], below the OS's ephemeral range; ports are then taken from that
+//! range in turn, and from the OS only when it is used up.
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, TcpListener};
 use std::sync::{Mutex, OnceLock};
+
+/// The environment variable naming this process's port range, `LOW-HIGH` (HIGH excluded).
+pub const PORT_RANGE_ENV: &str = "QUORATE_TEST_PORTS";
+
+/// The range from [`PORT_RANGE_ENV`], if it is set and well-formed.
+fn lane_range() -> Option<std::ops::Range<u16>> {
+    static RANGE: OnceLock<Option<std::ops::Range<u16>>> = OnceLock::new();
+    RANGE
+        .get_or_init(|| {
+            let text = std::env::var(PORT_RANGE_ENV).ok()?;
+            let (low, high) = text.split_once('-')?;
+            let range = low.trim().parse().ok()?..high.trim().parse().ok()?;
+            (!range.is_empty()).then_some(range)
+        })
+        .clone()
+}
+
+/// Binds the first port of `range` from offset `next` on that is free and not handed out yet,
+/// moving `next` past it; `None` once the whole range has been tried.
+fn bind_in_range(
+    range: std::ops::Range<u16>,
+    next: &mut u16,
+    seen: &HashSet<u16>,
+) -> Option<TcpListener> {
+    while let Some(port) = range.start.checked_add(*next).filter(|p| range.contains(p)) {
+        *next += 1;
+        if !seen.contains(&port)
+            && let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+        {
+            return Some(listener);
+        }
+    }
+    None
+}
 
 fn handed_out() -> &'static Mutex<HashSet<u16>> {
     static PORTS: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
@@ -42,8 +81,17 @@ impl PortBlock {
                 attempts < count * 100 + 100,
                 "could not find {count} free loopback ports after {attempts} attempts"
             );
-            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"));
+            let listener = lane_range()
+                .and_then(|range| {
+                    static NEXT: Mutex<u16> = Mutex::new(0);
+                    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+                    bind_in_range(range, &mut next, &seen)
+                })
+                .unwrap_or_else(|| {
+                    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap_or_else(|e| {
+                        panic!("cannot bind 127.0.0.1:0 to find a free port: {e}")
+                    })
+                });
             let port = listener
                 .local_addr()
                 .expect("bound listener has an address")
@@ -81,6 +129,21 @@ mod tests {
         let c: Vec<u16> = (0..8).map(|_| free_port()).collect();
         let all: HashSet<u16> = a.iter().chain(&b).chain(&c).copied().collect();
         assert_eq!(all.len(), 24, "duplicate port in {a:?} {b:?} {c:?}");
+    }
+
+    #[test]
+    fn a_lane_range_is_used_in_turn_skipping_ports_in_use_and_then_runs_out() {
+        let held = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let busy = held.local_addr().unwrap().port();
+        let range = busy - 1..busy + 2;
+        let seen = HashSet::from([busy + 1]);
+        let mut next = 0;
+        let port = |l: Option<TcpListener>| l.map(|l| l.local_addr().unwrap().port());
+        // busy - 1 may be taken by someone else on this machine; the rest is certain.
+        let first = port(bind_in_range(range.clone(), &mut next, &seen));
+        assert!(first.is_none() || first == Some(busy - 1), "{first:?}");
+        assert_eq!(port(bind_in_range(range.clone(), &mut next, &seen)), None);
+        assert_eq!(next, 3, "every port of the range was tried once");
     }
 
     #[test]
