@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 jobs=${QUORATE_TEST_JOBS:-3}
 ALONE="chaos local_crash"
 # Long binaries start first, so no lane is left with one of them at the end.
-FIRST="local_evidence local_backups local_mode restore_large store_swift local_maintenance
+FIRST="restore_large local_evidence local_backups local_mode store_swift local_maintenance
 local_version_chain local_scale agent_kubernetes controller kubectl_plugin"
 
 work=$(mktemp -d)
