@@ -24,8 +24,9 @@ mkdir -p "$BIN"
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 command -v go >/dev/null || { log "no go on PATH (Go >= 1.26 builds these modules)"; exit 1; }
 export GOFLAGS=-trimpath GOCACHE=${QUORATE_K8S_GOCACHE:-$HOME_DIR/gocache} CGO_ENABLED=0
-# Reports whether $1 --version (or $1 $2) prints $3.
-has_version() { [ -x "$1" ] && "$1" ${2:---version} 2>/dev/null | grep -qF -- "$3"; }
+# Reports whether $1 --version (or $1 $2) prints $3. grep reads it all: with `grep -q` the
+# binary can die of SIGPIPE after the match, and pipefail then says "no" (CoreDNS was rebuilt).
+has_version() { [ -x "$1" ] && "$1" ${2:---version} 2>/dev/null | grep -F -- "$3" >/dev/null; }
 timed() { local t0=$SECONDS; "$@"; log "$1 … took $((SECONDS - t0)) s"; }
 
 build_kubernetes() {

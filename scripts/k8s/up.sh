@@ -44,7 +44,7 @@ is_running() { # name binary-path
   [ "$(readlink -f /proc/$pid/exe 2>/dev/null || true)" = "$(readlink -f "$2")" ]
 }
 
-port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+port_busy() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
 
 start_bg() { # name binary args...
   local name=$1 bin=$2; shift 2
