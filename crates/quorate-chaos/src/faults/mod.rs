@@ -141,6 +141,10 @@ impl Step {
                 fault: store_proxy::StoreFault::Throttle,
                 ..
             } => "store throttles (503 SlowDown)",
+            Step::Store {
+                fault: store_proxy::StoreFault::LoseWrites,
+                ..
+            } => "store loses writes (200, not kept)",
             Step::Store { .. } => "store cuts uploads",
             Step::SlowRestart { .. } => "slow restart + empty peer",
             Step::QuorumLoss { .. } => "quorum loss (2 of 3 wiped)",
@@ -326,6 +330,10 @@ pub fn every_fault_once() -> Vec<Step> {
         },
         Step::Store {
             fault: store_proxy::StoreFault::Throttle,
+            hold,
+        },
+        Step::Store {
+            fault: store_proxy::StoreFault::LoseWrites,
             hold,
         },
         Step::ClockSkew {
