@@ -26,6 +26,7 @@ fn every_fault_once_loses_nothing_acknowledged() {
         .block_on(run(RunPlan {
             quorate_bin: env!("CARGO_BIN_EXE_quorate").into(),
             seed: 13,
+            draw: quorate_chaos::faults::LATEST_DRAW,
             duration: Duration::MAX,
             max_steps: None,
             steps: Some(steps),
@@ -79,6 +80,7 @@ fn the_suite_sees_writes_lost_by_an_unbacked_total_loss() {
         .block_on(run(RunPlan {
             quorate_bin: env!("CARGO_BIN_EXE_quorate").into(),
             seed: 14,
+            draw: quorate_chaos::faults::LATEST_DRAW,
             duration: Duration::MAX,
             max_steps: None,
             steps: Some(vec![Step::TotalLossUnbacked]),
