@@ -8,11 +8,15 @@
 //! client chooses), so the lease keys live outside the workload's prefix: neither the watch
 //! nor porcupine sees them. [`check_leases`] checks instead, on the lines alone:
 //! - after a revoke was acknowledged, no later read finds the lease's key;
-//! - while a lease is provably alive (a grant or keep-alive called at `t` answered TTL `T` and
-//!   the read returned before `t + T` less a second; etcd never expires a lease sooner, a
-//!   leader change only extends it) and not revoked, a read after its acknowledged put finds
-//!   the key;
-//! - and it counts the short-lived leases whose keys were seen gone (expiry happened).
+//! - while a lease is provably alive without a break since its grant (a grant or keep-alive
+//!   called at `t` answered TTL `T`, each renewal answered before the previous `t + T` less a
+//!   second, and the read returned before the last one's; etcd never expires a lease sooner)
+//!   and not revoked, a read after its acknowledged put finds the key. After a break the lease
+//!   may have expired, and a restore from the bucket brings an expired lease back without its
+//!   keys (deltas record key deletions, not lease revocations), so answers after a break prove
+//!   nothing; such comebacks are counted;
+//! - and it counts the leases left to expire (never renewed nor revoked) whose keys were seen
+//!   gone (expiry happened).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -252,8 +256,13 @@ pub struct LeaseReport {
     pub kept_alive: usize,
     /// Acknowledged revokes.
     pub revoked: usize,
-    /// Short-lived leases whose key a read found gone (expiry seen).
+    /// Leases left to expire whose key a read found gone (expiry seen).
     pub expired: usize,
+    /// Leases whose key a read found gone (without a revoke) and that a later keep-alive still
+    /// renewed: an expired lease brought back by a restore from the bucket, whose deltas record
+    /// key deletions but no lease revocation (etcd-backup-restore's format). Not an anomaly of
+    /// the keys (they stay gone); reported so the report shows it happens.
+    pub resurrected: usize,
     /// Reads that the rules above could judge (the key must be there, or must be gone).
     pub judged_reads: usize,
     /// Violations, each with the lines' times.
@@ -270,9 +279,9 @@ pub fn check_leases(lines: &[LeaseLine]) -> LeaseReport {
         by_lease.entry(line.lease).or_default().push(line);
     }
     for (lease, lines) in by_lease {
-        let Some(grant) = lines.iter().find(|l| l.op == LeaseOp::Grant && ok(l)) else {
+        if !lines.iter().any(|l| l.op == LeaseOp::Grant && ok(l)) {
             continue;
-        };
+        }
         report.granted += 1;
         let put = lines.iter().find(|l| l.op == LeaseOp::Put && ok(l));
         let revoked = lines
@@ -286,18 +295,43 @@ pub fn check_leases(lines: &[LeaseLine]) -> LeaseReport {
             .map(|l| l.call_ns)
             .min();
         report.revoked += usize::from(revoked.is_some());
-        // (call, TTL) of every answer that proves the lease alive until call + TTL.
-        let alive: Vec<(u64, i64)> = lines
+        // Every answer that (re)started the lease's TTL, in call order: (call, return, TTL).
+        let mut renewals: Vec<(u64, u64, i64)> = lines
             .iter()
             .filter(|l| matches!(l.op, LeaseOp::Grant | LeaseOp::KeepAlive) && ok(l))
-            .filter_map(|l| Some((l.call_ns, l.ttl.filter(|t| *t > 0)?)))
+            .filter_map(|l| Some((l.call_ns, l.return_ns, l.ttl.filter(|t| *t > 0)?)))
             .collect();
+        renewals.sort_unstable();
+        // Until when the lease is proven alive without a break since its grant, from the
+        // answers called before `before`: each renewal must have been answered while the
+        // previous window still held; after a break it may have expired, and a restore from
+        // the bucket brings an expired lease back (deltas record no revocation), so later
+        // answers prove nothing about its keys.
+        let proven_until = |before: u64| -> Option<(u64, i64, u64)> {
+            let mut proven: Option<(u64, i64, u64)> = None;
+            for &(call, returned, ttl) in renewals.iter().take_while(|r| r.0 <= before) {
+                let until = (call + ttl as u64 * 1_000_000_000).saturating_sub(MARGIN_NS);
+                match proven {
+                    None => proven = Some((call, ttl, until)),
+                    Some((_, _, held)) if returned <= held => {
+                        proven = Some((call, ttl, until.max(held)));
+                    }
+                    Some(_) => break,
+                }
+            }
+            proven
+        };
         report.kept_alive += lines
             .iter()
             .filter(|l| l.op == LeaseOp::KeepAlive && ok(l) && l.ttl.is_some_and(|t| t > 0))
             .count();
-        let short = grant.ttl.is_some_and(|t| t <= SHORT_TTL);
+        // Left to expire: never renewed nor revoked (etcd may grant more than the short TTL
+        // asked for: its minimum is 1.5 election timeouts).
+        let short = !lines
+            .iter()
+            .any(|l| matches!(l.op, LeaseOp::KeepAlive | LeaseOp::Revoke));
         let mut expired = false;
+        let mut gone_then_renewed = false;
         for read in lines.iter().filter(|l| l.op == LeaseOp::Check && ok(l)) {
             let found = read.found == Some(true);
             let key = read.key.as_deref().unwrap_or_default();
@@ -312,15 +346,10 @@ pub fn check_leases(lines: &[LeaseLine]) -> LeaseReport {
                 }
                 continue;
             }
-            let proven = alive
-                .iter()
-                .filter(|(call, ttl)| {
-                    read.return_ns + MARGIN_NS <= call + *ttl as u64 * 1_000_000_000
-                })
-                .min_by_key(|(call, _)| *call);
+            let proven = proven_until(read.call_ns).filter(|p| read.return_ns <= p.2);
             let put_before = put.is_some_and(|p| p.return_ns < read.call_ns);
             let not_revoking = revoke_called.is_none_or(|c| c > read.return_ns);
-            if let (Some((call, ttl)), true, true) = (proven, put_before, not_revoking) {
+            if let (Some((call, ttl, _)), true, true) = (proven, put_before, not_revoking) {
                 report.judged_reads += 1;
                 if !found {
                     report.anomalies.push(format!(
@@ -331,8 +360,17 @@ pub fn check_leases(lines: &[LeaseLine]) -> LeaseReport {
                 }
             }
             expired |= short && put_before && !found;
+            // Seen gone, not revoked, then renewed: the lease came back (a restore).
+            if put_before
+                && !found
+                && revoke_called.is_none()
+                && renewals.iter().any(|r| r.0 > read.return_ns)
+            {
+                gone_then_renewed = true;
+            }
         }
         report.expired += usize::from(expired);
+        report.resurrected += usize::from(gone_then_renewed);
     }
     report
 }
@@ -396,6 +434,35 @@ mod tests {
         );
         // Lease 1's read at 45 s and lease 2's after the revoke; the others prove nothing.
         assert_eq!(report.judged_reads, 2, "{report:?}");
+    }
+
+    /// A lease not renewed within its TTL may have expired; a restore brings it back without
+    /// its key, and keep-alives then succeed: no read after the break is judged, and the
+    /// comeback is counted.
+    #[test]
+    fn a_lease_back_from_a_restore_proves_nothing_about_its_key() {
+        let lines = [
+            line(LeaseOp::Grant, 1, 0, Some(30), None),
+            line(LeaseOp::Put, 1, 1, None, None),
+            line(LeaseOp::KeepAlive, 1, 20, Some(30), None),
+            // No renewal between 20 and 60 (an outage): expired at 50, say.
+            line(LeaseOp::Check, 1, 55, None, Some(false)),
+            line(LeaseOp::KeepAlive, 1, 60, Some(3600), None),
+            line(LeaseOp::Check, 1, 61, None, Some(false)),
+        ];
+        let report = check_leases(&lines);
+        assert!(report.anomalies.is_empty(), "{:?}", report.anomalies);
+        assert_eq!(
+            (report.judged_reads, report.resurrected),
+            (0, 1),
+            "{report:?}"
+        );
+        // Renewed in time, the same reads are judged (and are anomalies).
+        let mut in_time = lines.to_vec();
+        in_time[2] = line(LeaseOp::KeepAlive, 1, 28, Some(30), None);
+        in_time.insert(3, line(LeaseOp::KeepAlive, 1, 50, Some(30), None));
+        let report = check_leases(&in_time);
+        assert_eq!(report.anomalies.len(), 2, "{:?}", report.anomalies);
     }
 
     #[test]

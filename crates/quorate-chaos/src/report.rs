@@ -90,11 +90,13 @@ pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) 
         let _ = writeln!(
             out,
             "- leases (checked apart, see `crates/quorate-chaos/src/leases.rs`): {} granted, {} \
-             keep-alives answered, {} revoked, {} seen expired; {} reads judged, {} anomalies",
+             keep-alives answered, {} revoked, {} seen expired, {} back after a restore; {} reads \
+             judged, {} anomalies",
             l.granted,
             l.kept_alive,
             l.revoked,
             l.expired,
+            l.resurrected,
             l.judged_reads,
             l.anomalies.len()
         );

@@ -63,6 +63,13 @@ fn every_fault_once_loses_nothing_acknowledged() {
         );
     }
     assert_eq!(report.check.lost_acknowledged_writes, 0);
+    // The lease client did each thing and the lease check judged reads (a check that judged
+    // nothing could not fail).
+    let l = &report.leases;
+    assert!(
+        l.granted > 0 && l.kept_alive > 0 && l.revoked > 0 && l.expired > 0 && l.judged_reads > 0,
+        "leases: {l:?}"
+    );
     assert!(
         report.check.acknowledged_writes > 200,
         "the clients wrote: {} acknowledged writes",
