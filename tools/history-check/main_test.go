@@ -23,7 +23,7 @@ func check(t *testing.T, name string) Verdict {
 }
 
 // good.jsonl also holds an unknown put a later get sees and one the watch never shows (left
-// out): both legal.
+// out): both legal; and a lease line, which this checker skips.
 func TestGoodHistoryPasses(t *testing.T) {
 	v := check(t, "good.jsonl")
 	if v.Porcupine != porcupine.Ok || len(v.Revisions) != 0 {

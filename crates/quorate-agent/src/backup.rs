@@ -11,9 +11,10 @@ use quorate_backup::layout::{SnapshotKind, SnapshotName};
 use quorate_backup::snapshotter::{
     CaptureError, CutSchedule, DeltaBatch, DeltaConfig, DeltaWatcher, full_snapshot,
 };
-use quorate_backup::store::{SnapStore, StoredSnapshot};
+use quorate_backup::store::{SnapStore, StoreError, StoredSnapshot};
 use quorate_coord::Coordination;
 use quorate_core::backup_chain::{ChainDecision, ChainEvidence, decide_chain};
+use quorate_core::backup_continuity::{ChainFault, audit_chain};
 use quorate_core::backup_hash::HashOccasion;
 use quorate_core::backup_schedule::{StartupAction, startup_action};
 use quorate_core::cluster_config::{BackupConfig, ClusterConfig};
@@ -48,6 +49,16 @@ pub enum BackupError {
         /// What went wrong.
         reason: String,
     },
+    /// The store acknowledged a snapshot but does not hold it (positive evidence: asked right
+    /// after, it answers "not found" or another size): the chain does not count it, and the
+    /// next period of leadership continues from what the bucket holds.
+    #[error("the store lost {object}: {reason}")]
+    Lost {
+        /// The object.
+        object: String,
+        /// What the store answered.
+        reason: String,
+    },
     /// Capturing deltas failed.
     #[error("delta capture failed: {0}")]
     Capture(String),
@@ -64,12 +75,22 @@ impl BackupError {
         BackupError::Store(e.to_string())
     }
 
+    /// A failed upload of `object`: [`BackupError::Lost`] when the store did not keep it.
+    fn upload(object: String, e: &StoreError) -> Self {
+        let reason = e.to_string();
+        match e {
+            StoreError::NotKept { .. } => BackupError::Lost { object, reason },
+            _ => BackupError::Upload { object, reason },
+        }
+    }
+
     /// What failed, as `etcdbr_snapshotter_failure{error}` counts it: `etcd`, `store`,
     /// `encryption` or `chain`.
     fn metric_label(&self) -> &'static str {
         match self {
             BackupError::Etcd(_) | BackupError::FullSnapshot(_) | BackupError::Capture(_) => "etcd",
             BackupError::ChainRefused(_) => "chain",
+            BackupError::Lost { .. } => "lost",
             BackupError::NotLeader => "leadership",
             BackupError::Store(reason) | BackupError::Upload { reason, .. }
                 if reason.contains("encryption") || reason.contains("backup key") =>
@@ -274,7 +295,13 @@ impl<C: Coordination> Leader<'_, C> {
             .max()
             .unwrap_or(0);
         let last_full = newest_full.map(|f| (unix(f.name.created_unix), newest_revision));
-        let action = if self.state.get().final_snapshot_due().is_some() {
+        let infos: Vec<SnapshotInfo> = stored.iter().map(StoredSnapshot::info).collect();
+        let lost = audit_chain(&infos, 0);
+        if let Some(fault) = &lost {
+            tracing::warn!(member = %self.me, %fault, "the bucket's chain has a gap");
+            self.state.metrics().failure("lost");
+        }
+        let action = if self.state.get().final_snapshot_due().is_some() || lost.is_some() {
             StartupAction::TakeFullSnapshot
         } else {
             startup_action(last_full, &schedule, now)
@@ -394,6 +421,18 @@ impl<C: Coordination> Leader<'_, C> {
                     }
                     _ = renew.tick() => self.record(&self.backup.delta_snapshot_lease, captured_through).await,
                     _ = gc.tick() => {
+                        // Every capture up to `captured_through` was uploaded and confirmed (a
+                        // failed upload ends the period): the bucket must still hold it.
+                        match self.audit(&store, captured_through).await {
+                            Ok(Some(fault)) if full_after.is_none() => {
+                                tracing::warn!(member = %self.me, %fault, "the store lost part of the chain");
+                                self.state.metrics().failure("lost");
+                                full_after = Some((false, Vec::new()));
+                                handle.stop().await;
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(member = %self.me, error = %e, "auditing the chain failed"),
+                        }
                         if let Err(e) = self.collect_garbage(&store).await {
                             tracing::warn!(member = %self.me, error = %e, "garbage collection failed");
                         }
@@ -547,14 +586,10 @@ impl<C: Coordination> Leader<'_, C> {
             self.compression(),
         );
         name.is_final = is_final;
-        let stored =
-            store
-                .upload(&name, snapshot.stream)
-                .await
-                .map_err(|e| BackupError::Upload {
-                    object: name.file_name(),
-                    reason: e.to_string(),
-                })?;
+        let stored = store
+            .upload(&name, snapshot.stream)
+            .await
+            .map_err(|e| BackupError::upload(name.file_name(), &e))?;
         tracing::info!(member = %self.me, snapshot = %stored.path, size = stored.size, "full snapshot stored");
         record_hash(
             self.cluster,
@@ -602,14 +637,23 @@ impl<C: Coordination> Leader<'_, C> {
         self.state
             .metrics()
             .snapshot_required(SnapshotKind::Incr.as_str(), uploaded.is_err());
-        let stored = uploaded.map_err(|e| BackupError::Upload {
-            object: name.file_name(),
-            reason: e.to_string(),
-        })?;
+        let stored = uploaded.map_err(|e| BackupError::upload(name.file_name(), &e))?;
         tracing::debug!(member = %self.me, snapshot = %stored.path, events = batch.events.len(), "delta snapshot stored");
         self.record(&self.backup.delta_snapshot_lease, batch.last_revision)
             .await;
         Ok(stored)
+    }
+
+    /// What is missing from the bucket's chain, on its listing's evidence, given that this
+    /// leader stored (and the store confirmed) every revision up to `stored_through`.
+    async fn audit(
+        &self,
+        store: &SnapStore,
+        stored_through: i64,
+    ) -> Result<Option<ChainFault>, BackupError> {
+        let stored = store.list().await.map_err(BackupError::store)?;
+        let infos: Vec<SnapshotInfo> = stored.iter().map(StoredSnapshot::info).collect();
+        Ok(audit_chain(&infos, stored_through))
     }
 
     async fn collect_garbage(&self, store: &SnapStore) -> Result<(), BackupError> {

@@ -274,7 +274,8 @@ impl SnapStore {
     /// says, then encrypting it when keys are configured (the stored name then ends in `.enc`;
     /// keys that cannot be read fail the upload: nothing is written in clear). Large snapshots
     /// go up as a multipart upload that is aborted if `body` or the store fails, so a failed
-    /// upload leaves nothing behind.
+    /// upload leaves nothing behind. The upload succeeds only once the store, asked afterwards,
+    /// holds the object ([`StoreError::NotKept`] otherwise).
     pub async fn upload(
         &self,
         name: &SnapshotName,
@@ -301,6 +302,7 @@ impl SnapStore {
         .await
         {
             Ok(done) => {
+                self.verify_kept(&key, done.size).await?;
                 tracing::debug!(store = %self.description, key, size = done.size, parts = done.parts, elapsed = ?started.elapsed(), "uploaded snapshot");
                 Ok(StoredSnapshot {
                     name,
@@ -317,6 +319,26 @@ impl SnapStore {
                 Err(classify(e, self.cx(format!("upload of {key}"), Some(&key))))
             }
         }
+    }
+
+    /// Asks the store for the object just uploaded to `key`: an acknowledged write counts only
+    /// once the store positively holds it at the size sent. A store that lost it (answers
+    /// "not found", or another size) gives [`StoreError::NotKept`], so no caller continues a
+    /// chain over a missing object; other failures of the question are classified as usual.
+    async fn verify_kept(&self, key: &str, size: u64) -> Result<(), StoreError> {
+        let path = Path::from(key);
+        let detail = match self.store.head(&path).await {
+            Ok(meta) if meta.size == size => return Ok(()),
+            Ok(meta) => format!("it holds {} bytes, {size} were sent", meta.size),
+            Err(object_store::Error::NotFound { .. }) => "the object is not found".to_string(),
+            Err(e) => return Err(classify(e, self.cx(format!("check of {key}"), Some(key)))),
+        };
+        tracing::warn!(store = %self.description, key, %detail, "the store lost an acknowledged upload");
+        Err(StoreError::NotKept {
+            store: self.description.clone(),
+            path: key.to_string(),
+            detail,
+        })
     }
 
     /// Streams a snapshot's contents, decrypted and decompressed. Errors inside the stream are
@@ -440,11 +462,14 @@ impl SnapStore {
         )
         .await
         {
-            Ok(done) => Ok(StoredSnapshot {
-                name,
-                path: target_key,
-                size: done.size,
-            }),
+            Ok(done) => {
+                target.verify_kept(&target_key, done.size).await?;
+                Ok(StoredSnapshot {
+                    name,
+                    path: target_key,
+                    size: done.size,
+                })
+            }
             Err(upload::UploadFailure::Source(source)) => Err(StoreError::Source {
                 store: self.description.clone(),
                 path: s.path.clone(),

@@ -2,7 +2,9 @@
 //! returned and its result. Times are nanoseconds since the run's start (one monotonic clock in
 //! one process), so "A returned before B was called" is exact.
 
-use quorate_core::history_line::{HistoryLine, HistoryOp, HistoryOutcome, OpLine, WatchLine};
+use quorate_core::history_line::{
+    HistoryLine, HistoryOp, HistoryOutcome, LeaseLine, OpLine, WatchLine,
+};
 use serde::{Deserialize, Serialize};
 
 /// A key's value and the revision that last modified it, as a get or a failed compare shows it.
@@ -133,6 +135,8 @@ pub struct History {
     pub events: Vec<Event>,
     /// Every change the run's watcher received, in order (a resumed watch continues the list).
     pub watched: Vec<WatchChange>,
+    /// The lease client's operations (checked apart: `crate::leases`).
+    pub leases: Vec<LeaseLine>,
 }
 
 /// A history file that does not describe a history the suite could have recorded.
@@ -154,7 +158,7 @@ pub enum HistoryFileError {
 impl History {
     /// The history as the lines of a history file (`docs/reference/history-format.md`):
     /// every client operation in the order recorded, then every watched change in delivery
-    /// order.
+    /// order, then the lease client's operations.
     pub fn to_lines(&self) -> Vec<HistoryLine> {
         let ops = self.events.iter().map(|e| HistoryLine::Op(e.to_line()));
         let watched = self.watched.iter().map(|w| {
@@ -164,7 +168,8 @@ impl History {
                 value: w.value.clone(),
             })
         });
-        ops.chain(watched).collect()
+        let leases = self.leases.iter().cloned().map(HistoryLine::Lease);
+        ops.chain(watched).chain(leases).collect()
     }
 
     /// The history as a history file's text: one JSON object per line.
@@ -190,6 +195,7 @@ impl History {
                     mod_revision: w.mod_revision,
                     value: w.value,
                 }),
+                HistoryLine::Lease(l) => history.leases.push(l),
             }
         }
         Ok(history)

@@ -6,6 +6,7 @@ pub mod checker;
 pub mod cluster;
 pub mod faults;
 pub mod history;
+pub mod leases;
 pub mod report;
 pub mod run;
 pub mod second_checker;

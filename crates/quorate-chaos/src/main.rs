@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use quorate_chaos::faults::every_fault_once;
+use quorate_chaos::faults::{LATEST_DRAW, every_fault_once};
 use quorate_chaos::report::render;
 use quorate_chaos::run::{RunPlan, run};
 
@@ -25,6 +25,10 @@ struct Args {
     /// Seed of the first run; run n uses seed + n. Default: from the clock (printed).
     #[arg(long)]
     seed: Option<u64>,
+    /// The table the schedule is drawn from (see `faults::LATEST_DRAW`): a seed recorded with
+    /// an older table replays with that table. Every report's command line names it.
+    #[arg(long, default_value_t = LATEST_DRAW, value_parser = clap::value_parser!(u32).range(1..=i64::from(LATEST_DRAW)))]
+    draw: u32,
     /// Concurrent clients.
     #[arg(long, default_value_t = 4)]
     clients: u32,
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         let plan = RunPlan {
             quorate_bin: args.quorate_bin.clone(),
             seed: seed + n,
+            draw: args.draw,
             duration: if args.short {
                 Duration::MAX
             } else {
@@ -140,8 +145,8 @@ fn main() -> ExitCode {
         format!("scripts/chaos.sh --short --seed {seed}")
     } else {
         format!(
-            "scripts/chaos.sh --duration {} --seed {seed}",
-            args.duration
+            "scripts/chaos.sh --duration {} --seed {seed} --draw {}",
+            args.duration, args.draw
         )
     };
     let text = render(&reports, &failures, &command);

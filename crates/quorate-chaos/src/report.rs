@@ -86,6 +86,20 @@ pub fn render(reports: &[RunReport], failures: &[(u64, String)], command: &str) 
                 let _ = writeln!(out, "- porcupine (history-check): not run");
             }
         }
+        let l = &r.leases;
+        let _ = writeln!(
+            out,
+            "- leases (checked apart, see `crates/quorate-chaos/src/leases.rs`): {} granted, {} \
+             keep-alives answered, {} revoked, {} seen expired, {} back after a restore; {} reads \
+             judged, {} anomalies",
+            l.granted,
+            l.kept_alive,
+            l.revoked,
+            l.expired,
+            l.resurrected,
+            l.judged_reads,
+            l.anomalies.len()
+        );
         if r.checkers_disagree() {
             let _ = writeln!(
                 out,

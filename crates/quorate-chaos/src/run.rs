@@ -35,6 +35,9 @@ pub struct RunPlan {
     pub quorate_bin: PathBuf,
     /// Seed of the schedule and the clients: the same seed replays the same run.
     pub seed: u64,
+    /// The table a drawn schedule comes from (`faults::LATEST_DRAW` for new runs; a recorded
+    /// seed replays with the table it was recorded with).
+    pub draw: u32,
     /// How long to inject faults.
     pub duration: Duration,
     /// At most this many steps (the short CI run takes a fixed list).
@@ -68,6 +71,8 @@ pub struct StepRecord {
 pub struct RunReport {
     /// The run's seed.
     pub seed: u64,
+    /// The table its schedule was drawn from.
+    pub draw: u32,
     /// Wall time of the run.
     pub elapsed_s: f64,
     /// Steps injected.
@@ -87,6 +92,8 @@ pub struct RunReport {
     pub history_file: Option<PathBuf>,
     /// The second checker's verdict, if it ran.
     pub second: Option<SecondVerdict>,
+    /// What the lease check found (its anomalies are in `other_anomalies` too).
+    pub leases: crate::leases::LeaseReport,
 }
 
 impl RunReport {
@@ -259,6 +266,13 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         think: Duration::from_millis(20),
         seed: plan.seed,
     };
+    let lease_client = tokio::spawn(crate::leases::run_lease_client(
+        workload.clone(),
+        plan.clients,
+        origin,
+        stop.clone(),
+        paused.clone(),
+    ));
     let clients: Vec<_> = (0..plan.clients)
         .map(|id| {
             tokio::spawn(run_client(
@@ -290,7 +304,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
                 {
                     break;
                 }
-                next_step(&mut rng, caps)
+                next_step(&mut rng, caps, plan.draw)
             }
         };
         index += 1;
@@ -365,6 +379,11 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         failed_reads += f;
         longest_write = longest_write.max(w);
     }
+    history.leases = lease_client
+        .await
+        .map_err(|e| RunError::Harness(format!("the lease client panicked: {e}")))?;
+    let leases = crate::leases::check_leases(&history.leases);
+    other_anomalies.extend(leases.anomalies.iter().cloned());
     let (watched, watch_anomalies) = final_watch(&cluster.endpoints()?, live_watchers).await?;
     other_anomalies.extend(watch_anomalies);
     history.watched = watched;
@@ -385,6 +404,7 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
     drop(cluster);
     Ok(RunReport {
         seed: plan.seed,
+        draw: plan.draw,
         elapsed_s: origin.elapsed().as_secs_f64(),
         steps: records,
         check,
@@ -394,5 +414,6 @@ pub async fn run(plan: RunPlan) -> Result<RunReport, RunError> {
         unavailable,
         history_file: plan.history_file.clone(),
         second,
+        leases,
     })
 }

@@ -34,8 +34,13 @@ pub struct SecondVerdict {
 
 /// The default place `scripts/build-history-check.sh` installs the program.
 pub fn default_binary() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")?;
-    let path = PathBuf::from(home).join(".cache/quorate/bin/history-check");
+    // Where scripts/build-history-check.sh installs it: `$QUORATE_CACHE/bin`, by default
+    // `~/.cache/quorate/bin`.
+    let cache = match std::env::var_os("QUORATE_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/quorate"),
+    };
+    let path = cache.join("bin/history-check");
     path.exists().then_some(path)
 }
 

@@ -207,10 +207,16 @@ pub(crate) async fn inject(
             let proxy = ctx
                 .proxy
                 .ok_or_else(|| RunError::Harness("the store proxy is not running".into()))?;
+            let lost_before = proxy.lost().len();
             proxy.set(*fault);
             tokio::time::sleep(*hold).await;
             proxy.set(StoreFault::None);
             ended = Some(Instant::now());
+            if *fault == StoreFault::LoseWrites && proxy.lost().len() == lost_before {
+                return Err(RunError::Harness(format!(
+                    "no snapshot upload was lost in {hold:?}: the fault did not take effect"
+                )));
+            }
             // Healed means backups caught up again, on the bucket's own evidence.
             let head = current_revision(&ctx.cluster.endpoints()?)
                 .await
@@ -421,7 +427,9 @@ async fn total_loss(ctx: &StepContext<'_>, backed_up: bool) -> Result<(), RunErr
     Ok(())
 }
 
-/// Waits until the bucket holds revision `head`.
+/// Waits until the bucket holds revision `head` in one chain: from its newest full snapshot
+/// through deltas without a missing revision, as a restore reads it (a lost object in the
+/// middle leaves the newest delta beyond `head` and the chain short of it).
 async fn bucket_reaches(
     ctx: &StepContext<'_>,
     head: i64,
@@ -430,7 +438,7 @@ async fn bucket_reaches(
     let deadline = Instant::now() + within;
     loop {
         let listed = ctx.cluster.quorate(&["backups", "list", CLUSTER])?;
-        if newest_backed_up(&listed) >= head {
+        if chain_reaches(&listed) >= head {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -459,13 +467,29 @@ pub(crate) fn write_s3_secret(cluster: &LocalCluster) -> Result<(), RunError> {
     write().map_err(|e| RunError::Harness(format!("{}: {e}", dir.display())))
 }
 
-/// The highest revision any listed snapshot covers.
-fn newest_backed_up(listing: &str) -> i64 {
-    listing
+/// The revision a restore of the listed bucket reaches (`backups list`'s table: kind, start,
+/// last, …; a final snapshot's kind reads `Full (final)`).
+fn chain_reaches(listing: &str) -> i64 {
+    use quorate_core::gc::{SnapshotInfo, SnapshotKind};
+    let snapshots: Vec<SnapshotInfo> = listing
         .lines()
-        .filter_map(|line| line.split_whitespace().nth(2)?.parse::<i64>().ok())
-        .max()
-        .unwrap_or(0)
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let kind = match words.next()? {
+                "Full" => SnapshotKind::Full,
+                "Incr" => SnapshotKind::Incr,
+                _ => return None,
+            };
+            let mut numbers = words.filter(|w| !w.starts_with('('));
+            Some(SnapshotInfo {
+                kind,
+                start_revision: numbers.next()?.parse().ok()?,
+                last_revision: numbers.next()?.parse().ok()?,
+                created: jiff::Timestamp::UNIX_EPOCH,
+            })
+        })
+        .collect();
+    quorate_core::backup_continuity::chain_reach(&snapshots).through
 }
 
 async fn current_revision(endpoints: &[String]) -> Option<i64> {
@@ -522,14 +546,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_newest_backed_up_revision_is_read_from_the_listing() {
+    fn the_revision_a_restore_reaches_is_read_from_the_listing() {
         let listing = "s3://chaos-backups/chaos at http://127.0.0.1:4000
 KIND  START  LAST  SIZE  CREATED               OBJECT
 Full  0      1     120   2026-11-25T12:00:00Z  chaos/v2/Full-00000000-00000001-1795000000
 Incr  2      57    900   2026-11-25T12:00:01Z  chaos/v2/Incr-00000002-00000057-1795000001
 Incr  58     63    90    2026-11-25T12:00:02Z  chaos/v2/Incr-00000058-00000063-1795000002
 ";
-        assert_eq!(newest_backed_up(listing), 63);
-        assert_eq!(newest_backed_up("(no snapshots)"), 0);
+        assert_eq!(chain_reaches(listing), 63);
+        assert_eq!(chain_reaches("(no snapshots)"), 0);
+        // A lost delta: the newest one lies beyond a gap a restore cannot cross.
+        let gap = listing.replace("Incr  2      57", "Incr  3      57");
+        assert_eq!(chain_reaches(&gap), 1);
+        let final_full = "Full (final)  0  70  120  2026-11-25T12:00:03Z  chaos/v2/Full-final";
+        assert_eq!(chain_reaches(&format!("{listing}{final_full}\n")), 70);
     }
 }

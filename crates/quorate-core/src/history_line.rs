@@ -32,8 +32,8 @@ pub enum HistoryOutcome {
     Unknown,
 }
 
-/// One line of a history file: a client operation (`type: "op"`) or a watched change
-/// (`type: "watch"`).
+/// One line of a history file: a client operation (`type: "op"`), a watched change
+/// (`type: "watch"`) or a lease operation (`type: "lease"`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HistoryLine {
@@ -41,6 +41,62 @@ pub enum HistoryLine {
     Op(OpLine),
     /// One change a watch over the workload's keys delivered, in delivery order.
     Watch(WatchLine),
+    /// One operation of the lease client, on keys outside the linearizability check (a
+    /// lease's expiry deletes them at a time no client chooses).
+    Lease(LeaseLine),
+}
+
+/// What a lease line records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseOp {
+    /// `lease grant ttl`: `lease` is the ID granted.
+    #[default]
+    Grant,
+    /// `put key value --lease lease`.
+    Put,
+    /// One keep-alive of `lease`; `ttl` is the TTL the answer gave (-1 or 0: the lease is
+    /// gone).
+    KeepAlive,
+    /// `lease revoke lease`.
+    Revoke,
+    /// A linearizable `get key` of the lease's key: `found` says whether it exists.
+    Check,
+}
+
+/// A lease operation: the request, its call and return times, and etcd's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseLine {
+    /// The client: one sequential stream of operations.
+    pub client: u32,
+    /// When it was called (nanoseconds since the recorder's start, the clock of the op lines).
+    pub call_ns: u64,
+    /// When the answer came, or when the client gave up.
+    pub return_ns: u64,
+    /// What was asked.
+    pub op: LeaseOp,
+    /// The lease ID.
+    pub lease: i64,
+    /// The TTL asked for (grant) or answered (keep-alive), in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<i64>,
+    /// The lease's key (put, check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The value put.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Whether etcd answered.
+    pub outcome: HistoryOutcome,
+    /// The error of an unknown outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The response header's revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Whether a check found the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<bool>,
 }
 
 /// A client operation: the request, its call and return times, and etcd's answer.
@@ -163,9 +219,28 @@ mod tests {
             mod_revision: 7,
             value: None,
         });
-        let text = format!("{}\n\n{}\n", op.to_json(), watch.to_json());
+        let lease = HistoryLine::Lease(LeaseLine {
+            client: 4,
+            op: LeaseOp::KeepAlive,
+            lease: 0x1234,
+            ttl: Some(30),
+            ..LeaseLine::default()
+        });
+        let text = format!(
+            "{}\n\n{}\n{}\n",
+            op.to_json(),
+            watch.to_json(),
+            lease.to_json()
+        );
         assert!(text.starts_with(r#"{"type":"op","client":2"#), "{text}");
-        assert_eq!(HistoryLine::parse_all(&text).unwrap(), vec![op, watch]);
+        assert!(
+            text.contains(r#"{"type":"lease","client":4"#) && text.contains(r#""op":"keep_alive""#),
+            "{text}"
+        );
+        assert_eq!(
+            HistoryLine::parse_all(&text).unwrap(),
+            vec![op, watch, lease]
+        );
         let err = HistoryLine::parse_all("{\"type\":\"op\"}\nnot json").unwrap_err();
         assert_eq!(err.line, 1, "{err}");
     }

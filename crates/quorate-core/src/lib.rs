@@ -3,6 +3,7 @@
 
 pub mod agent_exit;
 pub mod backup_chain;
+pub mod backup_continuity;
 pub mod backup_copy;
 pub mod backup_hash;
 pub mod backup_ready;

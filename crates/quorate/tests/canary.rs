@@ -97,6 +97,7 @@ async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
         .map(|l| match l {
             HistoryLine::Op(op) => op,
             HistoryLine::Watch(w) => panic!("the canary watches nothing: {w:?}"),
+            HistoryLine::Lease(l) => panic!("the canary grants no leases: {l:?}"),
         })
         .collect();
     let acknowledged: Vec<i64> = ops

@@ -26,6 +26,7 @@ fn every_fault_once_loses_nothing_acknowledged() {
         .block_on(run(RunPlan {
             quorate_bin: env!("CARGO_BIN_EXE_quorate").into(),
             seed: 13,
+            draw: quorate_chaos::faults::LATEST_DRAW,
             duration: Duration::MAX,
             max_steps: None,
             steps: Some(steps),
@@ -62,6 +63,13 @@ fn every_fault_once_loses_nothing_acknowledged() {
         );
     }
     assert_eq!(report.check.lost_acknowledged_writes, 0);
+    // The lease client did each thing and the lease check judged reads (a check that judged
+    // nothing could not fail).
+    let l = &report.leases;
+    assert!(
+        l.granted > 0 && l.kept_alive > 0 && l.revoked > 0 && l.expired > 0 && l.judged_reads > 0,
+        "leases: {l:?}"
+    );
     assert!(
         report.check.acknowledged_writes > 200,
         "the clients wrote: {} acknowledged writes",
@@ -79,6 +87,7 @@ fn the_suite_sees_writes_lost_by_an_unbacked_total_loss() {
         .block_on(run(RunPlan {
             quorate_bin: env!("CARGO_BIN_EXE_quorate").into(),
             seed: 14,
+            draw: quorate_chaos::faults::LATEST_DRAW,
             duration: Duration::MAX,
             max_steps: None,
             steps: Some(vec![Step::TotalLossUnbacked]),

@@ -711,6 +711,86 @@ fn a_new_backup_leader_continues_the_chain_without_gap_or_overlap() {
     }
 }
 
+/// A store that drops a delta after it acknowledged (and confirmed) it: the backup leader's
+/// audit of the bucket's listing sees the gap in the chain and takes a full snapshot (the
+/// cron schedule would not for a year), so a restore reaches the newest revision again.
+#[test]
+fn a_delta_the_store_dropped_later_is_repaired_with_a_full_snapshot() {
+    let local = Local::new();
+    let name = "leaky";
+    let text = manifest(name, 1, "").replace(
+        "  backup: {}\n",
+        "  backup:\n    store:\n      provider: Local\n      container: bucket\n      prefix: main\n    \
+         deltaSnapshotPeriod: 1s\n    fullSnapshotSchedule: \"0 0 1 1 *\"\n    garbageCollectionPeriod: 2s\n",
+    );
+    let path = local.manifest("leaky.yaml", &text);
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    eventually("BackupReady to turn True", Duration::from_secs(60), || {
+        (condition(&local, name, "BackupReady")?.0 == "True").then_some(())
+    });
+    let rt = runtime();
+    let endpoints = local.endpoints(name);
+    // (kind, start, last, object) of each listed snapshot.
+    let rows = || -> Vec<(String, i64, i64, String)> {
+        local
+            .ok(&["backups", "list", name])
+            .lines()
+            .skip(2)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.first()?.to_string(),
+                    f.get(1)?.parse().ok()?,
+                    f.get(2)?.parse().ok()?,
+                    f.last()?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    // Two deltas at least, each after its own writes.
+    for batch in 0..2 {
+        let last = rt.block_on(put_keys(&endpoints, &format!("d{batch}/"), 5));
+        eventually("a delta with the writes", Duration::from_secs(30), || {
+            rows()
+                .iter()
+                .any(|(kind, _, end, _)| kind == "Incr" && *end >= last)
+                .then_some(())
+        });
+    }
+    let listed = rows();
+    let (_, _, full_last, _) = listed
+        .iter()
+        .find(|(kind, ..)| kind == "Full")
+        .cloned()
+        .expect("a full snapshot");
+    let (_, _, dropped_last, dropped) = listed
+        .iter()
+        .find(|(kind, start, ..)| kind == "Incr" && *start > full_last)
+        .cloned()
+        .expect("a delta after the full snapshot");
+    assert!(
+        listed
+            .iter()
+            .any(|(kind, _, end, _)| kind == "Incr" && *end > dropped_last),
+        "the dropped delta is not the newest: {listed:?}"
+    );
+    let file = local
+        .cluster_dir(name)
+        .join("backups/bucket")
+        .join(&dropped);
+    std::fs::remove_file(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let repaired = eventually(
+        "a full snapshot after the lost delta",
+        Duration::from_secs(60),
+        || {
+            rows()
+                .into_iter()
+                .find(|(kind, _, end, _)| kind == "Full" && *end > dropped_last)
+        },
+    );
+    assert!(repaired.2 > full_last, "{repaired:?}");
+}
+
 /// The object names in a `backups list` output (its OBJECT column), sorted.
 fn objects(listing: &str) -> Vec<String> {
     let mut names: Vec<String> = listing

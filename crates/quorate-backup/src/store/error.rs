@@ -79,6 +79,20 @@ pub enum StoreError {
         /// What is damaged.
         detail: String,
     },
+    /// The store acknowledged an upload but, asked right after, does not hold the object (or
+    /// holds another size): the write was lost, so the chain must not count it as stored.
+    #[error(
+        "{store} acknowledged the upload of {path} but does not hold it: {detail}; the snapshot \
+         is not counted as stored and is taken again"
+    )]
+    NotKept {
+        /// The store.
+        store: String,
+        /// The object key.
+        path: String,
+        /// What the store answered when asked for the object.
+        detail: String,
+    },
     /// The snapshot body handed to an upload failed.
     #[error("upload of {path} to {store} stopped because its data failed: {source}")]
     Source {
@@ -116,6 +130,7 @@ impl StoreError {
             StoreError::BucketMissing { .. } => "StoreBucketMissing",
             StoreError::NotFound { .. } => "SnapshotNotFound",
             StoreError::Corrupt { .. } => "SnapshotCorrupt",
+            StoreError::NotKept { .. } => "SnapshotNotKept",
             StoreError::Source { .. } => "SnapshotSourceFailed",
             StoreError::Encryption(e) => e.reason(),
             StoreError::Other { .. } => "StoreError",
@@ -126,7 +141,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Unreachable { .. } | StoreError::Other { .. } | StoreError::Source { .. }
+            StoreError::Unreachable { .. }
+                | StoreError::Other { .. }
+                | StoreError::Source { .. }
+                | StoreError::NotKept { .. }
         )
     }
 

@@ -129,7 +129,11 @@ fn change(key: &str, mod_revision: i64, value: Option<&str>) -> WatchChange {
 }
 
 fn history(events: Vec<Event>, watched: Vec<WatchChange>) -> History {
-    History { events, watched }
+    History {
+        events,
+        watched,
+        leases: Vec::new(),
+    }
 }
 
 fn assert_passes(history: &History) -> CheckReport {

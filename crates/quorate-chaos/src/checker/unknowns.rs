@@ -206,6 +206,7 @@ mod tests {
             },
         ];
         let history = History {
+            leases: Vec::new(),
             events: vec![
                 unknown(1, 30, del("k")),
                 unknown(2, 10, del("k")),

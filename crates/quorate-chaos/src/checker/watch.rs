@@ -159,6 +159,7 @@ mod tests {
     #[test]
     fn out_of_order_and_repeated_changes_are_reported() {
         let history = History {
+            leases: Vec::new(),
             events: vec![],
             watched: vec![
                 change("a", 5, None),

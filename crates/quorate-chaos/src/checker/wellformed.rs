@@ -135,6 +135,7 @@ mod tests {
     #[test]
     fn wrong_kind_reused_value_and_overlap_are_malformed() {
         let history = History {
+            leases: Vec::new(),
             events: vec![
                 event(1, 0, 10, put("a"), Outcome::Put { revision: 2 }),
                 event(2, 0, 10, put("a"), Outcome::Put { revision: 3 }),

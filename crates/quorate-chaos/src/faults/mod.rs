@@ -141,6 +141,10 @@ impl Step {
                 fault: store_proxy::StoreFault::Throttle,
                 ..
             } => "store throttles (503 SlowDown)",
+            Step::Store {
+                fault: store_proxy::StoreFault::LoseWrites,
+                ..
+            } => "store loses writes (200, not kept)",
             Step::Store { .. } => "store cuts uploads",
             Step::SlowRestart { .. } => "slow restart + empty peer",
             Step::QuorumLoss { .. } => "quorum loss (2 of 3 wiped)",
@@ -210,6 +214,18 @@ pub struct Capabilities {
     pub store: bool,
 }
 
+/// The newest table [`next_step`] draws from, the default of `quorate-chaos --draw`.
+///
+/// A recorded seed replays its schedule only with the table it was drawn from, so a table never
+/// changes once a soak has been recorded with it; new faults join in a new version and the
+/// report names the version in its command line (`--draw N`):
+/// - 1: the table of the soak reports up to issue 31 (kill, pause, whole-machine crash,
+///   supervisor pause, partition, disk full, slow restart, quorum loss, total loss, operations,
+///   store slow / refusing / cutting / 500 / 503, clock skew, corrupted backup);
+/// - 2: draw 1's faults plus quorate's own crashes (the supervisor alone, every agent at once)
+///   and a store that loses writes.
+pub const LATEST_DRAW: u32 = 2;
+
 /// The first step of every drawn run: the scale-out from one member.
 pub fn first_step(rng: &mut StdRng) -> Step {
     Step::ScaleOut {
@@ -217,8 +233,11 @@ pub fn first_step(rng: &mut StdRng) -> Step {
     }
 }
 
-/// The next step, drawn from `rng` among what `caps` allows, for a 3-member cluster.
-pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
+/// The next step, drawn from `rng` among what `caps` allows, for a 3-member cluster, from table
+/// `draw` (1 ..= [`LATEST_DRAW`]; see there).
+pub fn next_step(rng: &mut StdRng, caps: Capabilities, draw: u32) -> Step {
+    // Draw 1's sixteen entries keep their numbers; later draws only add entries after them.
+    let entries = if draw >= 2 { 19 } else { 16 };
     let member = rng.random_range(0..3usize);
     let target = if rng.random_bool(0.5) {
         Target::Etcd
@@ -227,7 +246,7 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
     };
     let hold = Duration::from_millis(rng.random_range(2_000..12_000));
     loop {
-        let step = match rng.random_range(0..16) {
+        let step = match rng.random_range(0..entries) {
             0 | 1 => Step::Kill { member, target },
             2 | 3 => Step::Pause {
                 member,
@@ -271,6 +290,12 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
                 hold,
             },
             15 => Step::CorruptBackup,
+            16 => Step::SupervisorKill,
+            17 => Step::AllAgentsKill,
+            18 if caps.store => Step::Store {
+                fault: store_proxy::StoreFault::LoseWrites,
+                hold,
+            },
             _ => continue,
         };
         return step;
@@ -278,9 +303,8 @@ pub fn next_step(rng: &mut StdRng, caps: Capabilities) -> Step {
 }
 
 /// The short run's fixed schedule (after the scale-out 1 → 3 every run starts with): every kind
-/// of fault and operation once. (The supervisor-only and every-agent kills are not drawn by
-/// [`next_step`], so that the seeds of recorded soaks replay the same schedules.) `scripts/chaos.sh --short` and the `chaos` test of the `quorate`
-/// crate run it.
+/// of fault and operation once. `scripts/chaos.sh --short` and the `chaos` test of the
+/// `quorate` crate run it.
 pub fn every_fault_once() -> Vec<Step> {
     let hold = Duration::from_secs(6);
     vec![
@@ -328,6 +352,10 @@ pub fn every_fault_once() -> Vec<Step> {
             fault: store_proxy::StoreFault::Throttle,
             hold,
         },
+        Step::Store {
+            fault: store_proxy::StoreFault::LoseWrites,
+            hold,
+        },
         Step::ClockSkew {
             member: 0,
             skew_s: 2 * 86_400,
@@ -364,9 +392,13 @@ mod tests {
     use rand::SeedableRng;
 
     fn draw(seed: u64, caps: Capabilities, n: usize) -> Vec<Step> {
+        draw_from(LATEST_DRAW, seed, caps, n)
+    }
+
+    fn draw_from(table: u32, seed: u64, caps: Capabilities, n: usize) -> Vec<Step> {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut steps = vec![first_step(&mut rng)];
-        steps.extend((0..n).map(|_| next_step(&mut rng, caps)));
+        steps.extend((0..n).map(|_| next_step(&mut rng, caps, table)));
         steps
     }
 
@@ -400,6 +432,51 @@ mod tests {
         };
         let kinds: std::collections::BTreeSet<&str> =
             draw(1, all, 2_000).iter().map(Step::kind).collect();
-        assert_eq!(kinds.len(), 24, "every kind is drawn: {kinds:?}");
+        assert_eq!(kinds.len(), 27, "every kind is drawn: {kinds:?}");
+        let old: std::collections::BTreeSet<&str> =
+            draw_from(1, 1, all, 2_000).iter().map(Step::kind).collect();
+        assert_eq!(old.len(), 24, "draw 1's kinds: {old:?}");
+        let added: Vec<&&str> = kinds.difference(&old).collect();
+        assert_eq!(
+            added,
+            [
+                &"kill -9 every agent at once",
+                &"kill -9 supervisor only",
+                &"store loses writes (200, not kept)"
+            ]
+        );
     }
+
+    /// Draw 1 is frozen: these seeds' schedules were recorded with it and must replay.
+    #[test]
+    fn draw_one_replays_what_it_drew() {
+        let all = Capabilities {
+            partitions: true,
+            disks: true,
+            store: true,
+        };
+        let kinds: Vec<String> = draw_from(1, 2801, all, 12)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(kinds, DRAW_ONE_SEED_2801, "{kinds:#?}");
+        assert_ne!(draw_from(2, 2801, all, 12), draw_from(1, 2801, all, 12));
+    }
+
+    /// Seed 2801's first 13 steps under draw 1 (recorded when draw 2 was added).
+    const DRAW_ONE_SEED_2801: [&str; 13] = [
+        "scale-out 1 → 3, kill -9 during (member 1 at 4.0 s)",
+        "SIGSTOP agent of member 0 for 8.7 s",
+        "kill -9 supervisor (all)",
+        "disk full: member 2 for 4.3 s",
+        "kill -9 agent of member 1",
+        "SIGSTOP agent of member 1 for 2.7 s",
+        "kill -9 supervisor (all)",
+        "SIGSTOP etcd of member 1 for 5.0 s",
+        "clock skew: member 2's agent -127139 s off for 6.9 s",
+        "total loss → restore",
+        "partition: member 1 for 11.8 s",
+        "kill -9 agent of member 2",
+        "store cuts uploads for 3.0 s",
+    ];
 }
