@@ -109,8 +109,8 @@ pub fn render(r: &Results) -> String {
         "**Baseline**, in the same run on a fresh API server with no operator: the same \
          objects created the same way, and for each, as soon as its create returns, the \
          requests of the operator's first pass over a new `Etcd` replayed by a plain loop (with \
-         as many workers as the operator run it is compared with): merge-patch the finalizer, GET the ConfigMap \
-         (absent), server-side apply the 12 components and the StatefulSet (the operator's own \
+         as many workers as the operator run it is compared with): merge-patch the finalizer, GET the agents' token \
+         Secret (absent) and POST it, GET the ConfigMap (absent), server-side apply the 12 components and the StatefulSet (the operator's own \
          `apply` functions and objects), POST the `ReconcileSucceeded` event, merge-patch the \
          status (the operator's `compute_status`). That is the API server's cost of the work \
          itself, with no watch, queue, cache or second pass. Each baseline runs just \
