@@ -53,6 +53,23 @@ pub fn spec_decision(etcd: &Etcd, auto_reconcile: bool) -> SpecDecision {
     }
 }
 
+/// Whether `etcd` waits for its spec flow on a generation not yet reconciled: a new cluster, or
+/// a spec change the operator may apply now — the work that goes before refreshing settled
+/// clusters' statuses (`status::refresh`). A cluster being deleted, suspended, or whose change
+/// waits for the annotation does not wait for the operator.
+pub fn awaits_spec_flow(etcd: &Etcd, auto_reconcile: bool) -> bool {
+    if etcd.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let observed = etcd.status.as_ref().and_then(|s| s.observed_generation);
+    let new_generation = match (observed, etcd.metadata.generation) {
+        (None, _) => true,
+        (Some(observed), Some(generation)) => generation > observed,
+        (Some(_), None) => false,
+    };
+    new_generation && spec_decision(etcd, auto_reconcile) == SpecDecision::Run
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +165,30 @@ mod tests {
             LastOperationState::Succeeded,
         );
         assert_eq!(spec_decision(&e, false), SpecDecision::Run);
+    }
+
+    #[test]
+    fn new_clusters_and_allowed_spec_changes_await_the_spec_flow() {
+        assert!(awaits_spec_flow(&etcd(1, None, &[]), false));
+        assert!(awaits_spec_flow(&etcd(2, Some(1), &[]), true));
+        assert!(awaits_spec_flow(
+            &etcd(2, Some(1), &[(GARDENER_OPERATION, "reconcile")]),
+            false
+        ));
+        // Waiting for the annotation, settled, suspended or being deleted: not the operator's.
+        assert!(!awaits_spec_flow(&etcd(2, Some(1), &[]), false));
+        assert!(!awaits_spec_flow(&etcd(1, Some(1), &[]), true));
+        assert!(!awaits_spec_flow(
+            &etcd(1, None, &[(SUSPEND_ETCD_SPEC_RECONCILE, "true")]),
+            true
+        ));
+        let mut deleting = etcd(1, None, &[]);
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        assert!(!awaits_spec_flow(&deleting, true));
+        // A settled cluster's failed pass is retried, but on a generation already reconciled.
+        let failed = with_last(etcd(1, Some(1), &[]), LastOperationState::Error);
+        assert!(!awaits_spec_flow(&failed, true));
     }
 }

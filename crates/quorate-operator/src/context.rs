@@ -1,7 +1,7 @@
 //! What every reconcile shares: the client, the operator's settings, the caches of the objects
 //! it reads every pass, metrics and the event recorder.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use quorate_api::Etcd;
+use quorate_core::reconcile_control::awaits_spec_flow;
 
 use crate::images::Images;
 use crate::metrics::Metrics;
@@ -99,6 +102,72 @@ pub struct Context {
     pub newer: NewerVersions,
     /// Defragmentation outcomes already announced as events.
     pub announced_defrags: crate::defrag_events::AnnouncedDefrags,
+    /// The `Etcd`s waiting for their spec flow, before which status refreshes wait.
+    pub backlog: Arc<SpecBacklog>,
+}
+
+/// The `Etcd`s of this replica that wait for their spec flow on a generation not yet
+/// reconciled (core `reconcile_control::awaits_spec_flow`), as the controller's watch last
+/// showed them: kept from each watch event, so asking how many costs nothing per pass. While
+/// there are any, settled clusters put off rewriting an unchanged status (core
+/// `status::refresh`), leaving the API server to the work that changes something.
+#[derive(Debug, Default)]
+pub struct SpecBacklog(Mutex<BacklogState>);
+
+#[derive(Debug, Default)]
+struct BacklogState {
+    /// `namespace/name` of each waiting `Etcd`.
+    waiting: HashSet<String>,
+    /// While the watch lists everything afresh: the waiting ones listed so far, which replace
+    /// `waiting` when the listing is complete (so one deleted meanwhile does not stay).
+    relisting: Option<HashSet<String>>,
+}
+
+impl SpecBacklog {
+    /// Takes in one event of the controller's `Etcd` watch.
+    pub fn observe(&self, event: &watcher::Event<Etcd>, auto_reconcile: bool) {
+        let key = |etcd: &Etcd| {
+            format!(
+                "{}/{}",
+                etcd.metadata.namespace.as_deref().unwrap_or_default(),
+                etcd.metadata.name.as_deref().unwrap_or_default()
+            )
+        };
+        let mut state = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            watcher::Event::Init => state.relisting = Some(HashSet::new()),
+            watcher::Event::InitApply(etcd) => {
+                if awaits_spec_flow(etcd, auto_reconcile) {
+                    state
+                        .relisting
+                        .get_or_insert_with(HashSet::new)
+                        .insert(key(etcd));
+                }
+            }
+            watcher::Event::InitDone => {
+                state.waiting = state.relisting.take().unwrap_or_default();
+            }
+            watcher::Event::Apply(etcd) => {
+                if awaits_spec_flow(etcd, auto_reconcile) {
+                    state.waiting.insert(key(etcd));
+                } else {
+                    state.waiting.remove(&key(etcd));
+                }
+            }
+            watcher::Event::Delete(etcd) => {
+                state.waiting.remove(&key(etcd));
+            }
+        }
+    }
+
+    /// How many `Etcd`s wait.
+    pub fn waiting(&self) -> usize {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waiting
+            .len()
+    }
 }
 
 /// The `resourceVersion` of each `Etcd` this process wrote (or read from the API server) last,
@@ -131,5 +200,48 @@ impl NewerVersions {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorate_api::status::EtcdStatus;
+
+    fn etcd(name: &str, observed: Option<i64>) -> Etcd {
+        let mut etcd = Etcd::new(name, Default::default());
+        etcd.metadata.namespace = Some("ns".into());
+        etcd.metadata.generation = Some(1);
+        etcd.status = observed.map(|o| EtcdStatus {
+            observed_generation: Some(o),
+            ..Default::default()
+        });
+        etcd
+    }
+
+    #[test]
+    fn the_backlog_follows_the_watch_and_a_relisting_replaces_it() {
+        use watcher::Event::*;
+        let backlog = SpecBacklog::default();
+        backlog.observe(&Apply(etcd("a", None)), false);
+        backlog.observe(&Apply(etcd("b", None)), false);
+        backlog.observe(&Apply(etcd("c", Some(1))), false);
+        assert_eq!(backlog.waiting(), 2);
+        // Its first pass reconciled it.
+        backlog.observe(&Apply(etcd("a", Some(1))), false);
+        assert_eq!(backlog.waiting(), 1);
+        // `b` is deleted while the watch is down: the relisting does not show it.
+        backlog.observe(&Init, false);
+        backlog.observe(&InitApply(etcd("c", Some(1))), false);
+        backlog.observe(&InitApply(etcd("d", None)), false);
+        assert_eq!(
+            backlog.waiting(),
+            1,
+            "the old set counts until the listing is complete"
+        );
+        backlog.observe(&InitDone, false);
+        assert_eq!(backlog.waiting(), 1);
+        backlog.observe(&Delete(etcd("d", None)), false);
+        assert_eq!(backlog.waiting(), 0);
     }
 }

@@ -23,7 +23,7 @@ use quorate_api::Etcd;
 use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use tokio::sync::watch;
 
-use crate::context::{Caches, Context, NewerVersions, OperatorSettings};
+use crate::context::{Caches, Context, NewerVersions, OperatorSettings, SpecBacklog};
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile};
 use crate::trim;
@@ -334,6 +334,7 @@ pub async fn run(
     let (lease_pump, lease_triggers) = pump(lease_stream);
     let (pod_pump, pod_triggers) = pump(pod_stream);
     let workers = settings.workers.max(1);
+    let (backlog, auto_reconcile) = (Arc::new(SpecBacklog::default()), settings.auto_reconcile);
     let (client_for_tasks, settings_for_tasks) = (client.clone(), settings.clone());
     let context = Arc::new(Context {
         recorder: Recorder::new(
@@ -354,6 +355,7 @@ pub async fn run(
         run_id: identity.to_string(),
         newer: NewerVersions::default(),
         announced_defrags: Default::default(),
+        backlog: backlog.clone(),
     });
     leases.wait_until_ready().await.ok();
     pods.wait_until_ready().await.ok();
@@ -369,6 +371,11 @@ pub async fn run(
     )
     .modify(trim::etcd)
     .reflect(etcd_writer)
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            backlog.observe(event, auto_reconcile);
+        }
+    })
     .applied_objects()
     .predicate_filter(pass_trigger, Default::default());
     let task_controllers = tokio::spawn(crate::tasks::run(

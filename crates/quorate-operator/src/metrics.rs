@@ -2,7 +2,7 @@
 //! clusters by condition, plus its process (`process_*`) and build (`quorate_build_info`) as
 //! the agent serves them, at `/metrics` in the OpenMetrics text format.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,8 +36,13 @@ pub struct ConditionLabels {
     pub status: String,
 }
 
-/// Per cluster (`namespace/name`), its conditions as (type, status).
-type ClusterConditions = BTreeMap<String, Vec<(String, String)>>;
+/// Per cluster (`namespace/name`), its conditions as (type, status), and how many clusters
+/// have each (type, status): what `clusters` shows.
+#[derive(Debug, Default)]
+struct ConditionCounts {
+    clusters: HashMap<String, Vec<(String, String)>>,
+    counts: HashMap<(String, String), i64>,
+}
 
 /// All metrics; cheap to clone.
 #[derive(Clone)]
@@ -47,8 +52,8 @@ pub struct Metrics {
     errors: Family<CodeLabel, Counter>,
     duration: Histogram,
     clusters: Family<ConditionLabels, Gauge>,
-    /// Every cluster's conditions, from which `clusters` is recounted.
-    conditions: Arc<Mutex<ClusterConditions>>,
+    /// Every cluster's conditions and their counts, from which `clusters` is kept.
+    conditions: Arc<Mutex<ConditionCounts>>,
 }
 
 impl Default for Metrics {
@@ -132,26 +137,37 @@ impl Metrics {
             .inc();
     }
 
-    /// Records a cluster's conditions (`None`: the cluster is gone).
+    /// Records a cluster's conditions (`None`: the cluster is gone). Every pass of every
+    /// cluster calls this, so it only moves that cluster's old conditions out of the counts and
+    /// its new ones in: recounting every cluster, as it did, made each pass's cost grow with
+    /// the number of clusters.
     pub fn cluster_conditions(&self, cluster: &str, conditions: Option<Vec<(String, String)>>) {
-        let Ok(mut all) = self.conditions.lock() else {
+        let Ok(mut state) = self.conditions.lock() else {
             return;
         };
-        match conditions {
-            Some(c) => all.insert(cluster.to_string(), c),
-            None => all.remove(cluster),
-        };
-        let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
-        for (condition, status) in all.values().flatten() {
-            *counts
-                .entry((condition.clone(), status.clone()))
-                .or_default() += 1;
+        let ConditionCounts { clusters, counts } = &mut *state;
+        if clusters.get(cluster) == conditions.as_ref() {
+            return;
         }
-        self.clusters.clear();
-        for ((condition, status), n) in counts {
-            self.clusters
-                .get_or_create(&ConditionLabels { condition, status })
-                .set(n);
+        let new = conditions.clone().unwrap_or_default();
+        let old = match conditions {
+            Some(c) => clusters.insert(cluster.to_string(), c),
+            None => clusters.remove(cluster),
+        }
+        .unwrap_or_default();
+        let moves = old.into_iter().map(|k| (k, -1));
+        for (key, delta) in moves.chain(new.into_iter().map(|k| (k, 1))) {
+            let n = counts.entry(key.clone()).or_default();
+            *n += delta;
+            let n = *n;
+            let (condition, status) = key;
+            let labels = ConditionLabels { condition, status };
+            if n > 0 {
+                self.clusters.get_or_create(&labels).set(n);
+            } else {
+                counts.remove(&(labels.condition.clone(), labels.status.clone()));
+                self.clusters.remove(&labels);
+            }
         }
     }
 
@@ -176,6 +192,10 @@ mod tests {
         m.cluster_conditions("a/y", ready("True"));
         m.cluster_conditions("b/z", ready("False"));
         m.cluster_conditions("a/y", None);
+        m.cluster_conditions("a/y", None);
+        m.cluster_conditions("c/w", ready("Unknown"));
+        m.cluster_conditions("c/w", ready("Unknown"));
+        m.cluster_conditions("c/w", ready("False"));
         m.pass("succeeded", Duration::from_millis(20));
         m.error("ERR_SYNC_STATEFULSET");
         let text = m.encode();
@@ -184,9 +204,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"quorate_operator_clusters{condition="Ready",status="False"} 1"#),
+            text.contains(r#"quorate_operator_clusters{condition="Ready",status="False"} 2"#),
             "{text}"
         );
+        // A status no cluster has any more is not shown as 0, it is gone.
+        assert!(!text.contains(r#"status="Unknown""#), "{text}");
         assert!(
             text.contains(r#"quorate_operator_reconciles_total{result="succeeded"} 1"#),
             "{text}"

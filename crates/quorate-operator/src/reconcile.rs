@@ -321,7 +321,7 @@ async fn update_status(
         run_id: &ctx.run_id,
         now,
     });
-    if needs_write(etcd.status.as_ref(), &status, now) {
+    if needs_write(etcd.status.as_ref(), &status, now, ctx.backlog.waiting()) {
         let api: Api<Etcd> = Api::namespaced(ctx.client.clone(), namespace);
         let patch = status_patch(etcd.status.as_ref(), &status);
         let written = api

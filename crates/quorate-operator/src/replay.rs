@@ -5,6 +5,7 @@
 //! what the operator does, not on how its modules are laid out.
 
 pub use crate::apply::apply_component;
+pub use crate::spec_flow::agent_token::token_secret;
 pub use crate::status::{PassOutcome, StatusInputs, compute_status};
 
 /// What the controller's watch caches keep of each object (see the operator's trim rules).

@@ -14,6 +14,7 @@ use quorate_core::backup_ready::BackupLeases;
 use quorate_core::conditions::{ETCD_VERSION_CURRENT, StatefulSetRollout};
 use quorate_core::etcd_version::VersionDecision;
 use quorate_core::lease::MemberLease;
+use quorate_core::status::refresh::refresh_now;
 use quorate_core::status::{MemberObservation, ObservedCluster, Workload};
 
 /// What the spec flow did in this pass (shared with local mode, which reports its passes the
@@ -172,11 +173,6 @@ fn rollout_of(sts: &StatefulSet) -> StatefulSetRollout {
     }
 }
 
-/// How long a condition's `lastUpdateTime` may lag before an otherwise unchanged status is
-/// written again: conditions are re-checked every pass, but rewriting the object every 15 s
-/// only to move those times would make status writes the bulk of the operator's API traffic.
-pub const CONDITION_REFRESH: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
-
 /// The merge patch that turns `old` into `new`. The status omits empty fields when
 /// serialized, and a merge patch leaves out what it omits, so every field `old` has and `new`
 /// lacks is set to `null` explicitly: otherwise `lastErrors` of a failed pass would stay after
@@ -195,12 +191,20 @@ pub fn status_patch(old: Option<&EtcdStatus>, new: &EtcdStatus) -> serde_json::V
 }
 
 /// Whether `new` must be written over `old`: something other than the conditions'
-/// `lastUpdateTime` changed, or a condition's time is older than [`CONDITION_REFRESH`] and
-/// `new` refreshes it. A condition carried over unchanged (its time too, as
-/// `EtcdVersionCurrent` between spec flows) starts no write: writing would not make it any
-/// younger, so every later pass would write again (at 4 passes a minute, 4 writes per
+/// `lastUpdateTime` changed, or `new` refreshes a condition's time and core's
+/// [`refresh_now`] says the refresh is due (older than [`CONDITION_REFRESH`], put off while
+/// `waiting` clusters wait for their spec flow). A condition carried over unchanged (its time
+/// too, as `EtcdVersionCurrent` between spec flows) starts no write: writing would not make it
+/// any younger, so every later pass would write again (at 4 passes a minute, 4 writes per
 /// cluster instead of 1).
-pub fn needs_write(old: Option<&EtcdStatus>, new: &EtcdStatus, now: Timestamp) -> bool {
+///
+/// [`CONDITION_REFRESH`]: quorate_core::status::refresh::CONDITION_REFRESH
+pub fn needs_write(
+    old: Option<&EtcdStatus>,
+    new: &EtcdStatus,
+    now: Timestamp,
+    waiting: usize,
+) -> bool {
     let Some(old) = old else {
         return true;
     };
@@ -215,13 +219,17 @@ pub fn needs_write(old: Option<&EtcdStatus>, new: &EtcdStatus, now: Timestamp) -
     if without_update_times(old) != without_update_times(new) {
         return true;
     }
-    old.conditions.iter().any(|c| {
-        now.duration_since(c.last_update_time.0) > CONDITION_REFRESH
-            && new
-                .conditions
+    let oldest_refreshed = old
+        .conditions
+        .iter()
+        .filter(|c| {
+            new.conditions
                 .iter()
                 .any(|n| n.type_ == c.type_ && n.last_update_time != c.last_update_time)
-    })
+        })
+        .map(|c| now.duration_since(c.last_update_time.0))
+        .max();
+    oldest_refreshed.is_some_and(|age| refresh_now(age, waiting))
 }
 
 #[cfg(test)]
@@ -437,23 +445,26 @@ mod tests {
         assert!(!needs_write(
             Some(&first),
             &second,
-            now() + jiff::SignedDuration::from_secs(15)
+            now() + jiff::SignedDuration::from_secs(15),
+            0
         ));
-        // A minute later the condition times are refreshed.
-        assert!(needs_write(
-            Some(&first),
-            &second,
-            now() + jiff::SignedDuration::from_secs(61)
-        ));
-        // Any real change is written at once.
+        // A minute later the condition times are refreshed...
+        let minute = now() + jiff::SignedDuration::from_secs(61);
+        assert!(needs_write(Some(&first), &second, minute, 0));
+        // ... unless clusters wait for their spec flow; then later.
+        assert!(!needs_write(Some(&first), &second, minute, 3));
+        let much_later = now() + jiff::SignedDuration::from_secs(301);
+        assert!(needs_write(Some(&first), &second, much_later, 3));
+        // Any real change is written at once, whatever waits.
         let mut changed = second.clone();
         changed.ready_replicas = 0;
         assert!(needs_write(
             Some(&first),
             &changed,
-            now() + jiff::SignedDuration::from_secs(15)
+            now() + jiff::SignedDuration::from_secs(15),
+            3
         ));
-        assert!(needs_write(None, &first, now()));
+        assert!(needs_write(None, &first, now(), 3));
     }
 
     #[test]
@@ -480,7 +491,7 @@ mod tests {
         let mut later = inputs(&again, &leases, Some(&s), &ready, &PassOutcome::NotRun);
         later.now = minute;
         let refreshed = compute_status(later);
-        assert!(needs_write(Some(&first), &refreshed, minute));
+        assert!(needs_write(Some(&first), &refreshed, minute, 0));
         // The next pass, 15 s after that write, finds only the carried-over time old.
         let next_time = minute + jiff::SignedDuration::from_secs(15);
         let mut written = e.clone();
@@ -495,7 +506,7 @@ mod tests {
                 .map(|c| c.last_update_time.clone())
         };
         assert_eq!(kept(&next_status), kept(&first), "carried over unchanged");
-        assert!(!needs_write(Some(&refreshed), &next_status, next_time));
+        assert!(!needs_write(Some(&refreshed), &next_status, next_time, 0));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -19,7 +19,9 @@ use quorate_api::names::{LABEL_MANAGED_BY, MANAGED_BY_VALUE, config_map_name};
 use quorate_api::status::LastOperationState;
 use quorate_core::components::{ComponentContext, desired_components};
 use quorate_operator::Images;
-use quorate_operator::replay::{PassOutcome, StatusInputs, apply_component, compute_status};
+use quorate_operator::replay::{
+    PassOutcome, StatusInputs, apply_component, compute_status, token_secret,
+};
 use tokio::sync::{mpsc, watch};
 
 use super::metrics::{RequestCounts, parse_apiserver_requests};
@@ -275,7 +277,8 @@ impl Replay {
     }
 
     /// The requests of the operator's first pass over a new `Etcd`, one after the other and
-    /// nothing else: add the finalizer (merge patch), read the ConfigMap (absent), apply the
+    /// nothing else: add the finalizer (merge patch), read the agents' token Secret (absent) and
+    /// create it, read the ConfigMap (absent), apply the
     /// 12 components and the StatefulSet (server-side apply, the operator's own functions and
     /// objects), publish the `ReconcileSucceeded` event, write the status (merge patch of the
     /// operator's `compute_status`).
@@ -292,6 +295,17 @@ impl Replay {
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(kube_failed("add the finalizer to", &key))?;
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+        let token = token_secret(&etcd).map_err(|e| BenchError::failed(e.to_string()))?;
+        let token_name = token.metadata.name.clone().unwrap_or_default();
+        secrets
+            .get_opt(&token_name)
+            .await
+            .map_err(kube_failed("get the agent token Secret of", &key))?;
+        secrets
+            .create(&PostParams::default(), &token)
+            .await
+            .map_err(kube_failed("create the agent token Secret of", &key))?;
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &namespace);
         config_maps
             .get_opt(&config_map_name(&name))

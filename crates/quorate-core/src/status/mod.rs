@@ -11,6 +11,7 @@ mod config_rollout;
 mod members;
 mod observed;
 mod outcome;
+pub mod refresh;
 pub mod triggers;
 
 pub use config_rollout::rollout_from_config_hashes;

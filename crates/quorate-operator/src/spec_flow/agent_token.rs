@@ -24,8 +24,20 @@ pub async fn ensure(etcd: &ValidatedEtcd, ctx: &Context) -> Result<(), Error> {
     if api.get_opt(&name).await.map_err(failed("get"))?.is_some() {
         return Ok(());
     }
-    let id = EtcdIdentity::of(etcd.etcd())?;
-    let secret = Secret {
+    let secret = token_secret(etcd.etcd())?;
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        // Made meanwhile by another pass: that one stands.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(failed("create")(e)),
+    }
+}
+
+/// A new token Secret for `etcd` (owned by it, a fresh random token), as [`ensure`] creates it.
+pub fn token_secret(etcd: &quorate_api::Etcd) -> Result<Secret, Error> {
+    let name = agent_token_secret_name(etcd.metadata.name.as_deref().unwrap_or_default());
+    let id = EtcdIdentity::of(etcd)?;
+    Ok(Secret {
         metadata: id.object_meta(component::AGENT_TOKEN, &name),
         data: Some(
             [(
@@ -36,13 +48,7 @@ pub async fn ensure(etcd: &ValidatedEtcd, ctx: &Context) -> Result<(), Error> {
         ),
         type_: Some("Opaque".to_string()),
         ..Secret::default()
-    };
-    match api.create(&PostParams::default(), &secret).await {
-        Ok(_) => Ok(()),
-        // Made meanwhile by another pass: that one stands.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(failed("create")(e)),
-    }
+    })
 }
 
 /// 32 random bytes as hex.

@@ -16,7 +16,7 @@
 //! The `Etcd` was validated once, before the pass ([`ValidatedEtcd`]); the status flow runs
 //! after it whatever the outcome.
 
-mod agent_token;
+pub(crate) mod agent_token;
 mod components;
 pub(crate) mod references;
 mod rollout;
