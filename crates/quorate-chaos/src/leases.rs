@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::workload::WorkloadPlan;
+use crate::workload::{WorkloadPlan, connection};
 
 /// Prefix of the lease client's keys: outside `workload::PREFIX`, so the watch and both
 /// linearizability checkers leave them out.
@@ -67,23 +67,9 @@ pub async fn run_lease_client(
     let mut n = 0u64;
     let ns = || origin.elapsed().as_nanos() as u64;
     while !stop.load(Ordering::Relaxed) {
-        if paused.load(Ordering::Relaxed) {
-            client = None;
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let Some(c) = connection(&mut client, &plan, &paused).await else {
             continue;
-        }
-        if client.is_none() {
-            let endpoints = plan.endpoints.lock().expect("endpoints").clone();
-            client = tokio::time::timeout(plan.op_timeout, Client::connect(endpoints, None))
-                .await
-                .ok()
-                .and_then(Result::ok);
-            if client.is_none() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        }
-        let c = client.as_mut().expect("connected");
+        };
         let mut ok = true;
         let mut record = |line: LeaseLine| {
             ok &= line.outcome == HistoryOutcome::Ok;

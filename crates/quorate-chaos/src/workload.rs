@@ -59,25 +59,9 @@ pub async fn run_client(
     let mut seen = vec![0i64; plan.keys as usize];
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        if paused.load(Ordering::Relaxed) {
-            // No connection left open to reconnect in the background while the cluster is
-            // down (a reconnect to a free ephemeral port can connect to itself and hold it).
-            client = None;
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let Some(c) = connection(&mut client, &plan, &paused).await else {
             continue;
-        }
-        if client.is_none() {
-            let endpoints = plan.endpoints.lock().expect("endpoints").clone();
-            client = tokio::time::timeout(plan.op_timeout, Client::connect(endpoints, None))
-                .await
-                .ok()
-                .and_then(Result::ok);
-            if client.is_none() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        }
-        let c = client.as_mut().expect("connected");
+        };
         let k = rng.random_range(0..plan.keys) as usize;
         let key = format!("{PREFIX}k{k}");
         seq += 1;
@@ -161,6 +145,33 @@ pub async fn run_client(
 }
 
 /// Sends `op` and reads etcd's answer.
+/// A client's connection, made again when there is none; `None`, after a short sleep, while the
+/// run pauses the clients or no member answers. While paused no connection is left open to
+/// reconnect in the background while the cluster is down (a reconnect to a free ephemeral port
+/// can connect to itself and hold it).
+pub(crate) async fn connection<'a>(
+    client: &'a mut Option<Client>,
+    plan: &WorkloadPlan,
+    paused: &AtomicBool,
+) -> Option<&'a mut Client> {
+    if paused.load(Ordering::Relaxed) {
+        *client = None;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        return None;
+    }
+    if client.is_none() {
+        let endpoints = plan.endpoints.lock().expect("endpoints").clone();
+        *client = tokio::time::timeout(plan.op_timeout, Client::connect(endpoints, None))
+            .await
+            .ok()
+            .and_then(Result::ok);
+        if client.is_none() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    client.as_mut()
+}
+
 async fn perform(client: &mut Client, op: &Op) -> Result<Outcome, etcd_client::Error> {
     Ok(match op {
         Op::Put { key, value } => {
