@@ -294,7 +294,9 @@ trap 'RC=130; exit 130' INT TERM
 phase_start "image (cargo build --profile ${QUORATE_IMAGE_PROFILE:-release}, rootfs, tarball)"
 TARBALL=$("$ROOT/scripts/image.sh" --ref "$IMAGE" | tail -n 1)
 # s16 runs the image's own binary as the kubectl plugin.
-export QUORATE_E2E_PLUGIN=${QUORATE_E2E_PLUGIN:-$CARGO_TARGET_DIR/${QUORATE_IMAGE_PROFILE:-release}/quorate}
+profile_dir=${QUORATE_IMAGE_PROFILE:-release}
+[ "$profile_dir" != dev ] || profile_dir=debug
+export QUORATE_E2E_PLUGIN=${QUORATE_E2E_PLUGIN:-$CARGO_TARGET_DIR/$profile_dir/quorate}
 phase_end
 phase_start "test binary (cargo test --no-run)"
 cargo test -p quorate-e2e --test e2e --no-run >&2 2>"$WORK/cargo.log" || { cat "$WORK/cargo.log" >&2; exit 1; }

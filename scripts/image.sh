@@ -83,7 +83,8 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/quorate/target}
 profile=${QUORATE_IMAGE_PROFILE:-release}
 log "cargo build --profile $profile -p quorate (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
 (cd "$ROOT" && cargo build --profile "$profile" -p quorate >&2)
-QUORATE=$CARGO_TARGET_DIR/$profile/quorate
+# cargo's output directory is named after the profile, except `dev`'s
+QUORATE=$CARGO_TARGET_DIR/$([ "$profile" = dev ] && echo debug || echo "$profile")/quorate
 got=$("$QUORATE" --version | awk '{ print $NF }')
 [ "$got" = "$version" ] || die "$QUORATE --version says $got, Cargo.toml says $version"
 
