@@ -145,7 +145,9 @@ struct Member {
     kubeconfig: PathBuf,
 }
 
-async fn prepare(server: &KubeApiServer, prefix: &str, delta_period: &str) -> Member {
+/// `None` (the test skips) without the shared API server's binaries.
+async fn prepare(test: &str, prefix: &str, delta_period: &str) -> Option<Member> {
+    let server = KubeApiServer::shared_or_skip(test).await?;
     let admin = server.client().await.expect("admin client");
     let namespace = server
         .create_namespace(&admin, prefix)
@@ -158,33 +160,34 @@ async fn prepare(server: &KubeApiServer, prefix: &str, delta_period: &str) -> Me
     let config = loopback_config(&etcd, &local_root);
     create_agent_objects(&admin, &etcd, AgentConfig::Replaced(&config)).await;
     let kubeconfig = service_account_kubeconfig(server, &namespace, dir.path());
-    Member {
+    Some(Member {
         admin,
         namespace,
         dir,
         local_root,
         config,
         kubeconfig,
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases_advance() {
-    let Some(server) = KubeApiServer::shared_or_skip(
+    let Some(Member {
+        admin,
+        namespace,
+        dir,
+        local_root,
+        config,
+        kubeconfig,
+    }) = prepare(
         "agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases_advance",
+        "agent",
+        "1s",
     )
     .await
     else {
         return;
     };
-    let Member {
-        admin,
-        namespace,
-        dir,
-        local_root,
-        config,
-        kubeconfig,
-    } = prepare(server, "agent", "1s").await;
     let before = Api::<Lease>::namespaced(admin.clone(), &namespace)
         .get(POD)
         .await
@@ -309,21 +312,22 @@ async fn agent_with_kubernetes_coordination_renews_its_lease_and_snapshot_leases
 /// `terminationGracePeriodSeconds`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_grace() {
-    let Some(server) = KubeApiServer::shared_or_skip(
-        "agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_grace",
-    )
-    .await
-    else {
-        return;
-    };
-    let Member {
+    let Some(Member {
         admin,
         namespace,
         dir,
         local_root,
         config,
         kubeconfig,
-    } = prepare(server, "agent-stop", "60s").await;
+    }) = prepare(
+        "agent_on_sigterm_takes_its_last_delta_stops_etcd_and_exits_within_the_grace",
+        "agent-stop",
+        "60s",
+    )
+    .await
+    else {
+        return;
+    };
     let mut agent = start_agent(&namespace, &kubeconfig, dir.path());
     let log = dir.path().join("agent.log");
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);
@@ -430,21 +434,22 @@ fn children(parent: u32, arg: &str) -> Vec<u32> {
 /// gracefully within the pod's grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_it() {
-    let Some(server) = KubeApiServer::shared_or_skip(
-        "a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_it",
-    )
-    .await
-    else {
-        return;
-    };
-    let Member {
+    let Some(Member {
         admin,
         namespace,
         dir,
         config,
         kubeconfig,
         ..
-    } = prepare(server, "agent-keeper", "1s").await;
+    }) = prepare(
+        "a_killed_agent_in_a_pod_leaves_etcd_serving_and_the_next_worker_adopts_it",
+        "agent-keeper",
+        "1s",
+    )
+    .await
+    else {
+        return;
+    };
     let mut keeper = start_agent(&namespace, &kubeconfig, dir.path());
     let log = dir.path().join("agent.log");
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &namespace);

@@ -506,21 +506,10 @@ fn any_member_takes_an_on_demand_snapshot_and_backups_resume_without_a_gap() {
     // The chain from the newest full snapshot reaches every write, with no gap.
     let chain_head = || {
         let listing = local.ok(&["backups", "list", "demand"]);
-        let rows: Vec<(String, i64, i64)> = listing
-            .lines()
-            .skip(2)
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                Some((
-                    f.first()?.to_string(),
-                    f.get(1)?.parse().ok()?,
-                    f.get(2)?.parse().ok()?,
-                ))
-            })
-            .collect();
+        let rows = snapshot_rows(&listing);
         let newest_full = rows.iter().rposition(|r| r.0 == "Full").unwrap();
         let mut head = rows[newest_full].2;
-        for (kind, start, last) in &rows[newest_full + 1..] {
+        for (kind, start, last, _) in &rows[newest_full + 1..] {
             assert_eq!(kind, "Incr");
             assert!(
                 *start <= head + 1,
@@ -730,23 +719,7 @@ fn a_delta_the_store_dropped_later_is_repaired_with_a_full_snapshot() {
     });
     let rt = runtime();
     let endpoints = local.endpoints(name);
-    // (kind, start, last, object) of each listed snapshot.
-    let rows = || -> Vec<(String, i64, i64, String)> {
-        local
-            .ok(&["backups", "list", name])
-            .lines()
-            .skip(2)
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                Some((
-                    f.first()?.to_string(),
-                    f.get(1)?.parse().ok()?,
-                    f.get(2)?.parse().ok()?,
-                    f.last()?.to_string(),
-                ))
-            })
-            .collect()
-    };
+    let rows = || snapshot_rows(&local.ok(&["backups", "list", name]));
     // Two deltas at least, each after its own writes.
     for batch in 0..2 {
         let last = rt.block_on(put_keys(&endpoints, &format!("d{batch}/"), 5));
@@ -789,6 +762,23 @@ fn a_delta_the_store_dropped_later_is_repaired_with_a_full_snapshot() {
         },
     );
     assert!(repaired.2 > full_last, "{repaired:?}");
+}
+
+/// (kind, start, last, object) of each snapshot row of a `backups list` output.
+fn snapshot_rows(listing: &str) -> Vec<(String, i64, i64, String)> {
+    listing
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                f.first()?.to_string(),
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+                f.last()?.to_string(),
+            ))
+        })
+        .collect()
 }
 
 /// The object names in a `backups list` output (its OBJECT column), sorted.
