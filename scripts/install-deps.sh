@@ -9,12 +9,16 @@
 #   scripts/install-deps.sh --local  # only what building quorate and running local mode need
 #                                    # (etcd 3.4, etcd 3.6 — what new clusters run —, protoc):
 #                                    # the quick start's fast path
+#   scripts/install-deps.sh --workspace  # only what the workspace's tests need: everything but
+#                                    # helm, mdBook and the node kit's pieces besides Kubernetes
+#                                    # (scripts/test.sh builds those while the tests run)
 set -euo pipefail
-local_only=false
+local_only=false workspace_only=false
 case "${1:-}" in
   --local) local_only=true ;;
+  --workspace) workspace_only=true ;;
   "") ;;
-  *) echo "usage: $0 [--local]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--local | --workspace]" >&2; exit 2 ;;
 esac
 
 need=()
@@ -65,7 +69,7 @@ fi
 
 # helm, built from the Go module pinned in tools/helm/ into ~/.cache/quorate/bin (or
 # $QUORATE_BIN_DIR), for scripts/helm-check.sh and the node kit's chart install.
-bash "$(dirname "$0")/install-helm.sh"
+$workspace_only || bash "$(dirname "$0")/install-helm.sh"
 
 # moto's S3 server, the second S3 implementation the store tests run against (the first is
 # s3s-fs inside the test process). Installed into a venv once; tests find it at
@@ -92,7 +96,7 @@ bash "$(dirname "$0")/install-swift.sh"
 
 # mdBook, which renders docs/ (scripts/test.sh builds the book), from crates.io at a pinned
 # version into ~/.cache/quorate/mdbook: Debian bookworm has no package.
-bash "$(dirname "$0")/install-mdbook.sh"
+$workspace_only || bash "$(dirname "$0")/install-mdbook.sh"
 
 # promtool, for the tests of the alert rules in deploy/monitoring/ (unpacked from Debian's
 # prometheus package into ~/.cache/quorate/prometheus, not installed).
@@ -104,6 +108,12 @@ bash "$(dirname "$0")/build-history-check.sh"
 
 # A real Kubernetes for the tests that need a kube-apiserver and for the node kit: v1.37.2 from
 # its Go modules (scripts/k8s/build-modules.sh: one multi-call binary, containerd, crictl,
-# CoreDNS) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin, once.
-echo "building Kubernetes v1.37.2 (and containerd, crictl, CoreDNS) from Go modules, when not built yet" >&2
-bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null
+# CoreDNS) into ${QUORATE_K8S_HOME:-~/.cache/quorate/k8s-1.37}/bin, once. The workspace's tests
+# need only Kubernetes (kube-apiserver).
+if $workspace_only; then
+  echo "building Kubernetes v1.37.2 from Go modules, when not built yet" >&2
+  QUORATE_K8S_PIECES=kubernetes bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null
+else
+  echo "building Kubernetes v1.37.2 (and containerd, crictl, CoreDNS) from Go modules, when not built yet" >&2
+  bash "$(dirname "$0")/k8s/build-modules.sh" >/dev/null
+fi
