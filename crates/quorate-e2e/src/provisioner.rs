@@ -3,7 +3,9 @@
 //! its own, pre-bound to it, on a fresh directory under `QUORATE_E2E_HOSTPATH_DIR`; a volume
 //! whose claim is gone (Released) is deleted with its directory. The directories are mode 0777,
 //! as the usual local-path provisioners make them, since a hostPath volume does not get the
-//! pod's `fsGroup`.
+//! pod's `fsGroup`. It acts on every change of the namespace's claims as it is watched (a
+//! StatefulSet's pod waits in the scheduler until its claim is bound), and once a second
+//! besides.
 //!
 //! Claims of the StorageClass [`NODE_LOCAL_CLASS`] get node-bound volumes instead, as local disks
 //! are on a real cluster: the class binds at the first consumer, and each node keeps a small pool
@@ -15,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     HostPathVolumeSource, LocalVolumeSource, Node, NodeSelector, NodeSelectorRequirement,
     NodeSelectorTerm, ObjectReference, PersistentVolume, PersistentVolumeClaim,
@@ -25,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use tokio::task::JoinHandle;
 
 /// Label on the volumes made for a namespace.
@@ -84,6 +88,9 @@ impl Drop for HostPathProvisioner {
 
 async fn run(client: Client, namespace: String, dir: PathBuf) {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+    let mut claim_changes = kube::runtime::watcher(claims.clone(), Default::default())
+        .default_backoff()
+        .boxed();
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let mine = ListParams::default().labels(&format!("{NAMESPACE_LABEL}={namespace}"));
     let nodes: Api<Node> = Api::all(client.clone());
@@ -146,7 +153,8 @@ async fn run(client: Client, namespace: String, dir: PathBuf) {
                 }
             }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The next claim change, or a second.
+        let _ = tokio::time::timeout(Duration::from_secs(1), claim_changes.next()).await;
     }
 }
 

@@ -4,19 +4,25 @@
 //!
 //! Dropped everywhere: `metadata.managedFields` (server-side apply's field owners, often more
 //! than half of an object) and kubectl's `last-applied-configuration` annotation (a second
-//! copy of the object as last applied). Pods keep only their metadata, their Ready condition and
-//! their containers' names, readiness, restarts and waiting reason. StatefulSets keep their
-//! metadata, status, replicas, immutable fields and pod volumes (no containers). `Etcd`
-//! objects and Leases keep everything else: the spec flow reads the `Etcd` whole, and the
-//! leases' holder, renewal, annotations and creation time.
+//! copy of the object as last applied). The objects quorate makes for an `Etcd` (StatefulSets,
+//! Leases, Pods) also lose their owner references and every label but the one naming their
+//! `Etcd` (Pods keep the StatefulSet's revision label too): nothing reads them from a cache.
+//! Pods keep only their metadata, their Ready condition and their containers' names,
+//! readiness, restarts and waiting reason. StatefulSets keep their metadata, status, replicas,
+//! immutable fields and the TLS Secret volumes of the pod template (name and Secret only).
+//! `Etcd` objects and Leases keep everything else: the spec flow reads the `Etcd` whole, and
+//! the leases' holder, renewal, annotations and creation time.
 
+use crate::spec_flow::statefulset::TLS_VOLUMES;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStatus, Pod, PodSpec, PodStatus, PodTemplateSpec,
+    ContainerState, ContainerStatus, Pod, PodSpec, PodStatus, PodTemplateSpec, SecretVolumeSource,
+    Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use quorate_api::Etcd;
+use quorate_api::names::LABEL_PART_OF;
 
 /// kubectl's copy of the object as last applied client-side.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -29,6 +35,17 @@ pub fn metadata(meta: &mut ObjectMeta) {
     }
 }
 
+/// The metadata of an object quorate made for an `Etcd`: [`metadata`], and of the labels only
+/// the `Etcd`'s name (which maps a watch event to its `Etcd`) and those in `keep`; no owner
+/// references.
+fn owned_metadata(meta: &mut ObjectMeta, keep: &[&str]) {
+    metadata(meta);
+    meta.owner_references = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|key, _| key == LABEL_PART_OF || keep.contains(&key.as_str()));
+    }
+}
+
 /// An `Etcd` as the controller caches it.
 pub fn etcd(etcd: &mut Etcd) {
     metadata(&mut etcd.metadata);
@@ -37,12 +54,25 @@ pub fn etcd(etcd: &mut Etcd) {
 /// A StatefulSet as the controller caches it: its metadata, status, and of its spec what the
 /// passes read — replicas, the fields kept on apply because the API refuses to change them
 /// (selector, service name, pod management policy, claim templates) and the pod template's
-/// volumes (the TLS mounts); not the containers, the template's metadata or anything else of
-/// the pod spec, most of the object. The rollout reads the StatefulSet from the API, whole.
+/// TLS Secret volumes (name and Secret); not the containers, the template's metadata or
+/// anything else of the pod spec, most of the object. The rollout reads the StatefulSet from
+/// the API, whole.
 pub fn statefulset(sts: &mut StatefulSet) {
-    metadata(&mut sts.metadata);
+    owned_metadata(&mut sts.metadata, &[]);
     if let Some(spec) = sts.spec.take() {
-        let volumes = spec.template.spec.and_then(|pod| pod.volumes);
+        let volumes: Vec<Volume> = (spec.template.spec.and_then(|pod| pod.volumes))
+            .into_iter()
+            .flatten()
+            .filter(|v| TLS_VOLUMES.contains(&v.name.as_str()))
+            .map(|v| Volume {
+                name: v.name,
+                secret: v.secret.map(|s| SecretVolumeSource {
+                    secret_name: s.secret_name,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
         let claim_templates = spec.volume_claim_templates.map(|claims| {
             claims
                 .into_iter()
@@ -61,7 +91,7 @@ pub fn statefulset(sts: &mut StatefulSet) {
             volume_claim_templates: claim_templates,
             template: PodTemplateSpec {
                 metadata: None,
-                spec: volumes.map(|volumes| PodSpec {
+                spec: (!volumes.is_empty()).then(|| PodSpec {
                     volumes: Some(volumes),
                     ..Default::default()
                 }),
@@ -73,14 +103,17 @@ pub fn statefulset(sts: &mut StatefulSet) {
 
 /// A Lease as the controller caches it.
 pub fn lease(lease: &mut Lease) {
-    metadata(&mut lease.metadata);
+    owned_metadata(&mut lease.metadata, &[]);
 }
 
 /// A Pod as the controller caches it: its metadata, its Ready condition, and each
 /// container's name, readiness, restart count and waiting reason (what the status flow and the
 /// rolling update read); no spec, no other status.
 pub fn pod(pod: &mut Pod) {
-    metadata(&mut pod.metadata);
+    owned_metadata(
+        &mut pod.metadata,
+        &[crate::spec_flow::rollout::REVISION_LABEL],
+    );
     pod.spec = None;
     pod.status = pod.status.take().map(|status| PodStatus {
         // Pending: the pod waits for a node or for its containers (the status's `MemberStopped`).
@@ -113,7 +146,7 @@ pub fn pod(pod: &mut Pod) {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PodSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
     use std::collections::BTreeMap;
 
     fn meta() -> ObjectMeta {
@@ -125,8 +158,51 @@ mod tests {
                 ("keep".to_string(), "me".to_string()),
             ])),
             managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+            labels: Some(BTreeMap::from([
+                (LABEL_PART_OF.to_string(), "etcd-main".to_string()),
+                (
+                    "app.kubernetes.io/name".to_string(),
+                    "etcd-main".to_string(),
+                ),
+                ("controller-revision-hash".to_string(), "r1".to_string()),
+            ])),
+            owner_references: Some(vec![OwnerReference::default()]),
             ..Default::default()
         }
+    }
+
+    /// The labels an owned object keeps, by key.
+    fn label_keys(meta: &ObjectMeta) -> Vec<&str> {
+        meta.labels
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn owned_objects_keep_only_the_labels_a_pass_reads_and_no_owner() {
+        let mut l = Lease {
+            metadata: meta(),
+            ..Default::default()
+        };
+        lease(&mut l);
+        assert_eq!(label_keys(&l.metadata), [LABEL_PART_OF]);
+        assert_eq!(l.metadata.owner_references, None);
+        let mut p = Pod {
+            metadata: meta(),
+            ..Default::default()
+        };
+        pod(&mut p);
+        assert_eq!(
+            label_keys(&p.metadata),
+            [LABEL_PART_OF, "controller-revision-hash"]
+        );
+        // An `Etcd`'s own labels are the user's, and go to its components: kept.
+        let mut e = Etcd::new("etcd-main", Default::default());
+        e.metadata = meta();
+        etcd(&mut e);
+        assert_eq!(e.metadata.labels.unwrap().len(), 3);
     }
 
     #[test]
@@ -144,7 +220,7 @@ mod tests {
     #[test]
     fn a_statefulset_keeps_what_passes_read_and_loses_its_containers() {
         use k8s_openapi::api::apps::v1::StatefulSetStatus;
-        use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Volume};
+        use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
         let claim = PersistentVolumeClaim {
             metadata: meta(),
@@ -166,10 +242,21 @@ mod tests {
                             name: "etcd".into(),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![Volume {
-                            name: "peer-ca".into(),
-                            ..Default::default()
-                        }]),
+                        volumes: Some(vec![
+                            Volume {
+                                name: "etcd-peer-ca".into(),
+                                secret: Some(SecretVolumeSource {
+                                    secret_name: Some("ca".into()),
+                                    default_mode: Some(0o640),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            },
+                            Volume {
+                                name: "etcd-config-file".into(),
+                                ..Default::default()
+                            },
+                        ]),
                         ..Default::default()
                     }),
                 },
@@ -194,7 +281,12 @@ mod tests {
         assert_eq!(spec.template.metadata, None);
         let pod = spec.template.spec.unwrap();
         assert!(pod.containers.is_empty());
-        assert_eq!(pod.volumes.unwrap()[0].name, "peer-ca");
+        let volumes = pod.volumes.unwrap();
+        assert_eq!(volumes.len(), 1, "only the TLS Secret volume: {volumes:?}");
+        assert_eq!(volumes[0].name, "etcd-peer-ca");
+        let secret = volumes[0].secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("ca"));
+        assert_eq!(secret.default_mode, None);
     }
 
     #[test]

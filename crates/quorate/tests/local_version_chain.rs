@@ -204,7 +204,11 @@ fn three_members_go_3_5_to_3_7_and_back_one_minor_at_a_time_under_a_canary() {
     // takes them under the canary (etcd snapshots after ten entries then); say what was seen.
     eprintln!("status messages on the way up: {steps:#?}");
     let (down, _) = change_to(&local, &path, &base, "3.5");
-    assert_went_through(&down, &["3.7.0", "3.6.0", "3.5.0"], "one minor at a time down");
+    assert_went_through(
+        &down,
+        &["3.7.0", "3.6.0", "3.5.0"],
+        "one minor at a time down",
+    );
 
     std::thread::sleep(Duration::from_secs(1));
     let acked = canary.finish_unhurt();
@@ -229,7 +233,11 @@ fn three_members_downgrade_3_6_to_3_5_through_etcds_api_under_a_canary() {
     std::thread::sleep(Duration::from_secs(1));
 
     let (down, _) = change_to(&local, &path, &base, "3.5");
-    assert_went_through(&down, &["3.6.0", "3.5.0"], "etcd's cluster version went down");
+    assert_went_through(
+        &down,
+        &["3.6.0", "3.5.0"],
+        "etcd's cluster version went down",
+    );
 
     std::thread::sleep(Duration::from_secs(1));
     let last = canary.finish();

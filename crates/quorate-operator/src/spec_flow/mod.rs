@@ -19,9 +19,9 @@
 pub(crate) mod agent_token;
 mod components;
 pub(crate) mod references;
-mod rollout;
+pub(crate) mod rollout;
 pub mod scale;
-mod statefulset;
+pub(crate) mod statefulset;
 
 use quorate_core::components::{desired_components, statefulset as statefulset_component};
 use quorate_core::last_operation::ErrorCode;

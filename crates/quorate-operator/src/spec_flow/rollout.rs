@@ -21,7 +21,7 @@ use crate::status::PassOutcome;
 use crate::validated::ValidatedEtcd;
 
 /// Label the StatefulSet controller puts on each pod: the revision it was created from.
-const REVISION_LABEL: &str = "controller-revision-hash";
+pub(crate) const REVISION_LABEL: &str = "controller-revision-hash";
 
 /// Replaces the next outdated member pod, or says why not. `stored` is the StatefulSet as
 /// this pass's apply returned it (read from the API server then, so no GET is needed); without

@@ -103,15 +103,18 @@ fn inputs(
     }
 }
 
+/// The pod template's TLS Secret volumes, whose Secrets the spec flow compares (and the only
+/// volumes the StatefulSet cache keeps, `crate::trim`).
+pub(crate) const TLS_VOLUMES: [&str; 5] = [
+    volume::CLIENT_CA,
+    volume::CLIENT_SERVER_TLS,
+    volume::CLIENT_CLIENT_TLS,
+    volume::PEER_CA,
+    volume::PEER_SERVER_TLS,
+];
+
 /// The TLS Secret volumes of a StatefulSet's pod template: (volume name, Secret name).
 fn tls_mounts(sts: &StatefulSet) -> BTreeSet<(String, String)> {
-    const TLS_VOLUMES: [&str; 5] = [
-        volume::CLIENT_CA,
-        volume::CLIENT_SERVER_TLS,
-        volume::CLIENT_CLIENT_TLS,
-        volume::PEER_CA,
-        volume::PEER_SERVER_TLS,
-    ];
     sts.spec
         .as_ref()
         .and_then(|s| s.template.spec.as_ref())
