@@ -14,7 +14,9 @@
 #    helm from scripts/install-helm.sh), waits for the Deployment and for its webhooks to answer,
 #    and runs `helm test`; QUORATE_E2E_INSTALL=manifests installs deploy/manifests/ with kubectl
 #    instead (a patched copy with the same image and overwrite);
-# 4. runs `cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture [TEST_FILTER...]`
+# 4. runs `cargo test --workspace --test e2e -- --test-threads=1 --nocapture [TEST_FILTER...]`
+#    (`--workspace`, not `-p quorate-e2e`: cargo then unifies features as scripts/run-tests.sh's
+#    build did, and reuses its dependencies instead of building them again)
 #    with QUORATE_E2E_KUBECONFIG set. On the node kit, which has no storage provisioner, the
 #    harness creates a hostPath PersistentVolume (under a temp dir) for each claim and removes it
 #    again; on another cluster claims go to its default StorageClass;
@@ -299,7 +301,7 @@ profile_dir=${QUORATE_IMAGE_PROFILE:-release}
 export QUORATE_E2E_PLUGIN=${QUORATE_E2E_PLUGIN:-$CARGO_TARGET_DIR/$profile_dir/quorate}
 phase_end
 phase_start "test binary (cargo test --no-run)"
-cargo test -p quorate-e2e --test e2e --no-run >&2 2>"$WORK/cargo.log" || { cat "$WORK/cargo.log" >&2; exit 1; }
+cargo test --workspace --test e2e --no-run >&2 2>"$WORK/cargo.log" || { cat "$WORK/cargo.log" >&2; exit 1; }
 phase_end
 
 # ---- 2. the cluster ----
@@ -418,7 +420,7 @@ fi
 phase_end
 
 # ---- 4. the scenarios ----
-phase_start "scenarios (cargo test -p quorate-e2e)"
+phase_start "scenarios (cargo test --test e2e)"
 # s14 loses a node and brings it back: only the node kit can (scripts/k8s-node/node.sh)
 NODE_CONTROL=""
 if [ "$NODE_KIT" = 1 ]; then
@@ -434,7 +436,7 @@ QUORATE_E2E_HOSTPATH_DIR=$HOSTPATH_DIR \
 QUORATE_E2E_NODE_CONTROL=$NODE_CONTROL \
 QUORATE_E2E_RESULTS=$RESULTS QUORATE_E2E_BENCH=$BENCH \
 RUST_BACKTRACE=0 \
-  cargo test -p quorate-e2e --test e2e -- --test-threads=1 --nocapture "$@"
+  cargo test --workspace --test e2e -- --test-threads=1 --nocapture "$@"
 RC=$?
 set -e
 phase_end
