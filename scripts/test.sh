@@ -23,12 +23,13 @@ build_later() {
 failed=()
 later=""
 later_log=$(mktemp)
-trap 'rm -f "$later_log"' EXIT
+book=$(mktemp -d)
+trap 'rm -rf "$book" "$later_log"' EXIT
 if [ $# -eq 0 ]; then
   bash scripts/install-deps.sh --workspace
-  # The test binaries first (run-tests.sh reports a failed build); then, while the tests run
-  # (they mostly wait on etcd), build_later at the lowest priority on the cores they leave idle:
-  # on a cold machine that takes ~15 min off the run.
+  # The test binaries first (run-tests.sh reports a failed build); then, while the tests run,
+  # build_later at the lowest priority on the cores they leave idle (docs/development/testing.md
+  # has what a cold run measured).
   cargo test -q --workspace --all-targets --no-run >/dev/null 2>&1 || true
   nice -n 19 bash -c "$(declare -f e2e_wanted build_later); build_later" >"$later_log" 2>&1 &
   later=$!
@@ -42,9 +43,7 @@ if [ -n "$later" ] && ! wait "$later"; then
   failed+=("builds for the steps after the tests")
 fi
 # The documentation renders as a book (links are checked by the quorate-docs tests above); the
-# output goes to a temporary directory and is thrown away.
-book="$(mktemp -d)"
-trap 'rm -rf "$book" "$later_log"' EXIT
+# output goes to a temporary directory ($book) and is thrown away.
 "${QUORATE_MDBOOK_HOME:-$HOME/.cache/quorate/mdbook}/bin/mdbook" build -d "$book" . >/dev/null ||
   failed+=("mdbook build")
 # The Helm chart: `helm lint` and `helm template` with the default and documented values.
