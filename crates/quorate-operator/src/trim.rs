@@ -276,7 +276,10 @@ mod tests {
         // The controller's `owns_stream` maps a StatefulSet's change to its `Etcd` by its owner
         // reference: without it, a pod getting ready started no pass (the end-to-end rolling
         // update took 2.2x as long, waiting for requeues).
-        assert_eq!(sts.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            sts.metadata.owner_references.as_ref().map(Vec::len),
+            Some(1)
+        );
         assert_eq!(label_keys(&sts.metadata), [LABEL_PART_OF]);
         assert_eq!(sts.status.unwrap().ready_replicas, Some(2));
         let spec = sts.spec.unwrap();
