@@ -681,22 +681,33 @@ fn a_new_backup_leader_continues_the_chain_without_gap_or_overlap() {
             (reached >= last).then_some(listing)
         },
     );
-    // Walk the chain in order: each delta starts right after what came before (a full
-    // snapshot in between moves the head to its revision).
-    let mut head: Option<i64> = None;
+    // Walk the deltas in revision order: each after the first starts right after the delta
+    // before it, or right after a full snapshot's revision (a new base), and none overlaps the
+    // one before.
+    // (The listing's order is by creation time, in whole seconds: a full snapshot taken in the
+    // same second as the delta it coincides with may come first.)
+    let mut fulls = Vec::new();
+    let mut deltas = Vec::new();
     for line in listing.lines().skip(2) {
         let f: Vec<&str> = line.split_whitespace().collect();
         let (start, last): (i64, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
-        match (f[0], head) {
-            ("Incr", Some(h)) => assert_eq!(
-                start,
-                h + 1,
-                "no gap and no overlap before {line}:\n{listing}"
-            ),
-            ("Incr", None) => {}
-            _ => {}
+        match f[0] {
+            "Full" => fulls.push(last),
+            _ => deltas.push((start, last, line)),
         }
-        head = Some(head.map_or(last, |h| h.max(last)));
+    }
+    deltas.sort();
+    let mut previous: Option<i64> = None;
+    for (start, last, line) in deltas {
+        assert!(
+            previous.is_none() || previous == Some(start - 1) || fulls.contains(&(start - 1)),
+            "a gap before {line}:\n{listing}"
+        );
+        assert!(
+            previous.is_none_or(|p| start > p),
+            "an overlap before {line}:\n{listing}"
+        );
+        previous = Some(last);
     }
 }
 
