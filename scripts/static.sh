@@ -32,9 +32,11 @@ log "cargo build --profile $PROFILE --target $TARGET -p quorate"
 dir=$PROFILE; [ "$dir" != dev ] || dir=debug
 BIN=$CARGO_TARGET_DIR/$TARGET/$dir/quorate
 
-# Static: no program interpreter and no shared libraries needed.
-if readelf -l "$BIN" | grep -q 'INTERP'; then die "$BIN asks for a program interpreter: not static"; fi
-if readelf -d "$BIN" | grep -q 'NEEDED'; then
+# Static: no program interpreter and no shared libraries needed. grep reads all of readelf's
+# output (not `grep -q`): under pipefail a readelf killed by SIGPIPE after the match would turn
+# a found header into "not found".
+if readelf -l "$BIN" | grep 'INTERP' >/dev/null; then die "$BIN asks for a program interpreter: not static"; fi
+if readelf -d "$BIN" | grep 'NEEDED' >/dev/null; then
   die "$BIN needs shared libraries: $(readelf -d "$BIN" | grep NEEDED | tr -s ' ' | tr '\n' ';')"
 fi
 "$BIN" --version >&2
