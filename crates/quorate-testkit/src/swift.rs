@@ -211,12 +211,15 @@ impl SwiftServer {
                 ),
             ),
         };
+        // The proxy's default 0.5 s connect and 10 s node timeouts answer 503 when the
+        // single-process servers are slow under a loaded CI machine (a CI run failed on it).
         let mut proxy_conf = format!(
             "[DEFAULT]\nbind_ip = 127.0.0.1\nbind_port = {proxy}\nworkers = 0\nuser = {user}\nswift_dir = {}\n\
              log_level = WARNING\n\
              [pipeline:main]\npipeline = catch_errors gatekeeper healthcheck proxy_logging cache \
              listing_formats bulk slo dlo {auth_filters} proxy_logging proxy-server\n\
              [app:proxy-server]\nuse = egg:swift#proxy\naccount_autocreate = true\n\
+             conn_timeout = 10\nnode_timeout = 60\nrecoverable_node_timeout = 60\n\
              {auth_conf}\
              [filter:cache]\nuse = egg:swift#memcache\nmemcache_servers = 127.0.0.1:{memcache}\n",
             etc.display()
@@ -413,8 +416,16 @@ impl SwiftServer {
         path.push_str(name);
         let mut all = vec![("X-Auth-Token", self.token.as_str())];
         all.extend_from_slice(headers);
-        request(addr, method, &path, &all, body)
-            .unwrap_or_else(|e| panic!("{method} {path} on Swift: {e}"))
+        // 503 is Swift's "try again later"; every request here is idempotent.
+        let mut attempts = 0;
+        loop {
+            let answer = request(addr, method, &path, &all, body)
+                .unwrap_or_else(|e| panic!("{method} {path} on Swift: {e}"));
+            attempts += 1;
+            if answer.status != 503 || attempts == 5 {
+                return answer;
+            }
+        }
     }
 
     /// Every object name in the container under `prefix` (one listing page; tests hold fewer
