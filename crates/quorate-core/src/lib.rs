@@ -21,6 +21,7 @@ pub mod maintenance;
 pub mod member_etcd_config;
 pub mod member_health;
 pub mod membership;
+pub mod pod_resize;
 pub mod pod_rollout;
 pub mod reconcile_control;
 pub mod scale_plan;

@@ -32,6 +32,9 @@ pub struct EtcdShape<'a> {
     /// Encrypt the backups with the keys of this Secret (`quorate.io/backup-encryption-secret`),
     /// made with the `Etcd`: one key `k1`, active.
     pub backup_encryption_secret: Option<&'a str>,
+    /// An annotation `e2e.quorate.io/revision` with this value on the member pods
+    /// (`spec.annotations`): a pod template change no pod can take in place.
+    pub pod_revision: Option<&'a str>,
 }
 
 /// The backup encryption key of [`EtcdShape::backup_encryption_secret`] (hex).
@@ -60,6 +63,7 @@ impl<'a> EtcdShape<'a> {
             cpu: DEFAULT_CPU,
             backup_tls: false,
             backup_encryption_secret: None,
+            pod_revision: None,
         }
     }
 }
@@ -96,6 +100,10 @@ impl EtcdShape<'_> {
             annotations.insert_str(0, "  annotations:\n");
         }
         let cpu = self.cpu;
+        let pod_annotations = match self.pod_revision {
+            Some(r) => format!("  annotations:\n    e2e.quorate.io/revision: \"{r}\"\n"),
+            None => String::new(),
+        };
         let peer_tls = if self.peer_tls {
             format!(
                 "    peerUrlTls:\n      tlsCASecretRef:\n        name: {name}-peer-ca\n        \
@@ -155,7 +163,7 @@ metadata:
   namespace: {namespace}
 {annotations}spec:
   replicas: {replicas}
-  labels:
+{pod_annotations}  labels:
     app: {name}
   etcd:
     clientPort: 2379

@@ -73,6 +73,41 @@ pub async fn drain(cluster: &Cluster, node: &str, timeout: Duration) -> KubectlO
         .await
 }
 
+/// `kubectl cordon <node>`: the node takes no new pods; those on it keep running. Panics when
+/// refused.
+pub async fn cordon(cluster: &Cluster, node: &str) {
+    cluster.kubectl(&["cordon", node]).await.ok();
+}
+
+/// Uncordons its nodes when the scenario ends, passed or not, so a failed scenario does not
+/// leave a node closed to the next ones.
+pub struct UncordonOnDrop {
+    cluster: Cluster,
+    nodes: Vec<String>,
+}
+
+impl UncordonOnDrop {
+    /// Uncordons `nodes` when dropped.
+    pub fn new(cluster: &Cluster, nodes: Vec<String>) -> UncordonOnDrop {
+        UncordonOnDrop {
+            cluster: cluster.clone(),
+            nodes,
+        }
+    }
+}
+
+impl Drop for UncordonOnDrop {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            let _ = std::process::Command::new(&self.cluster.env.kubectl)
+                .arg("--kubeconfig")
+                .arg(&self.cluster.env.kubeconfig)
+                .args(["uncordon", node])
+                .output();
+        }
+    }
+}
+
 /// `kubectl uncordon <node>`; panics when refused.
 pub async fn uncordon(cluster: &Cluster, node: &str) {
     cluster.kubectl(&["uncordon", node]).await.ok();

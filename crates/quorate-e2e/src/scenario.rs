@@ -210,6 +210,7 @@ impl Scenario {
             backup_tls: secured,
             client_tls: false,
             backup_encryption_secret: secured.then_some(keys.as_str()),
+            pod_revision: None,
         };
         if secured {
             let secrets = crate::tls::backup_tls_secrets(name, &self.namespace);
@@ -228,17 +229,22 @@ impl Scenario {
     }
 
     /// Three members `name`, one per node on node-bound volumes
-    /// ([`EtcdShape::yaml_one_per_node`]), with backups, fully ready; then the canary
-    /// `<name>-canary` (`quorate canary --write-timeout 5s`) writing to every member
-    /// ([`crate::manifests::canary_pod_all_members`]). Returns the canary pod's name.
-    pub async fn create_one_per_node_under_a_canary(&self, name: &str) -> String {
+    /// ([`EtcdShape::yaml_one_per_node`]), with backups, fully ready.
+    pub async fn create_one_per_node(&self, name: &str) -> Etcd {
         let bucket = self.bucket_dir().display().to_string();
         let shape = EtcdShape {
             local_bucket: Some(&bucket),
             ..EtcdShape::new(name, &self.namespace, 3)
         };
         self.cluster.apply(&shape.yaml_one_per_node()).await;
-        wait_fully_ready(&self.cluster, &self.namespace, name, 3, true, READY_TIMEOUT).await;
+        wait_fully_ready(&self.cluster, &self.namespace, name, 3, true, READY_TIMEOUT).await
+    }
+
+    /// [`Scenario::create_one_per_node`], then the canary `<name>-canary` (`quorate canary
+    /// --write-timeout 5s`) writing to every member
+    /// ([`crate::manifests::canary_pod_all_members`]). Returns the canary pod's name.
+    pub async fn create_one_per_node_under_a_canary(&self, name: &str) -> String {
+        self.create_one_per_node(name).await;
         let image = &self.cluster.env.image;
         self.cluster
             .apply(&crate::manifests::canary_pod_all_members(

@@ -265,18 +265,27 @@ fn lease_kind(lease: &Lease) -> Option<LeaseKind> {
     )
 }
 
-/// A member pod's fingerprint: its Ready condition and whether it is being deleted.
+/// A member pod's fingerprint: its Ready condition, whether it is being deleted, and how an
+/// in-place resize stands (whether the kubelet has seen the spec, its resize conditions).
 fn pod_fingerprint(pod: &Pod) -> Option<u64> {
     owning_etcd(pod)?;
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+    let status = pod.status.as_ref();
+    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    let ready = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
         .map(|c| c.status.as_str());
+    let mut resize = String::new();
+    if status.and_then(|s| s.observed_generation) < pod.metadata.generation {
+        resize.push_str("unobserved ");
+    }
+    for c in conditions.iter().filter(|c| c.type_.starts_with("PodResize")) {
+        resize.push_str(&format!("{}={} {:?} ", c.type_, c.status, c.reason));
+    }
     Some(triggers::pod_fingerprint(
         ready,
         pod.metadata.deletion_timestamp.is_some(),
+        &resize,
     ))
 }
 

@@ -9,8 +9,8 @@
 //! StatefulSet's revision label too), and Leases and Pods their owner references: nothing reads
 //! them from a cache. (A StatefulSet keeps its owner reference: the controller maps its
 //! changes to the `Etcd` by it.)
-//! Pods keep only their metadata, their Ready condition and their containers' names,
-//! readiness, restarts and waiting reason. StatefulSets keep their metadata, status, replicas,
+//! Pods keep only their metadata, their Ready and in-place resize conditions, the generation
+//! their kubelet has seen, and their containers' names, readiness, restarts and waiting reason. StatefulSets keep their metadata, status, replicas,
 //! immutable fields and the TLS Secret volumes of the pod template (name and Secret only).
 //! `Etcd` objects and Leases keep everything else: the spec flow reads the `Etcd` whole, and
 //! the leases' holder, renewal, annotations and creation time.
@@ -122,10 +122,15 @@ pub fn pod(pod: &mut Pod) {
     pod.status = pod.status.take().map(|status| PodStatus {
         // Pending: the pod waits for a node or for its containers (the status's `MemberStopped`).
         phase: status.phase,
-        // The Ready condition: a rolling update goes on only while every member pod is ready.
-        conditions: status
-            .conditions
-            .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+        // The Ready condition: a rolling update goes on only while every member pod is ready;
+        // the kubelet's resize conditions and the generation it has seen: an in-place resize's
+        // progress starts a pass.
+        conditions: status.conditions.map(|c| {
+            c.into_iter()
+                .filter(|c| c.type_ == "Ready" || c.type_.starts_with("PodResize"))
+                .collect()
+        }),
+        observed_generation: status.observed_generation,
         container_statuses: status.container_statuses.map(|statuses| {
             statuses
                 .into_iter()

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -1690,4 +1690,157 @@ async fn sharded_operators_each_reconcile_only_their_own_share() {
             "{name}: reconciled by the wrong share"
         );
     }
+}
+
+/// Plays the StatefulSet controller: its record of a pod template (ControllerRevision `name`)
+/// whose etcd container has CPU request `cpu` and image `image`.
+async fn controller_revision(client: &Client, namespace: &str, name: &str, cpu: &str, image: &str) {
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    let revision: ControllerRevision = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "revision": 1,
+        "data": {"spec": {"template": {"$patch": "replace",
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "etcd-druid"}},
+            "spec": {"containers": [{"name": "etcd", "image": image,
+                "resources": {"requests": {"cpu": cpu}}}]}}}},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &revision)
+        .await
+        .expect("create the ControllerRevision");
+}
+
+/// Plays the StatefulSet controller and the kubelet: a ready member pod of `revision`, its
+/// etcd container asking for 100m of CPU.
+async fn sized_member_pod(client: &Client, namespace: &str, pod: &str, revision: &str) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let new: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": pod, "labels": {
+            "app.kubernetes.io/managed-by": "etcd-druid",
+            "controller-revision-hash": revision,
+        }},
+        "spec": {
+            "serviceAccountName": "etcd-main",
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "etcd", "image": "quorate:test",
+                "resources": {"requests": {"cpu": "100m"}}}],
+        },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &new)
+        .await
+        .expect("create the pod");
+    kubelet_reports(client, namespace, pod, None).await;
+}
+
+/// Plays the kubelet: pod `pod` is ready, its spec seen (`observedGeneration`), and a resize
+/// is pending with `pending` (reason, message) when given.
+async fn kubelet_reports(client: &Client, namespace: &str, pod: &str, pending: Option<(&str, &str)>) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let generation = api.get(pod).await.unwrap().metadata.generation;
+    let mut conditions = vec![serde_json::json!({"type": "Ready", "status": "True"})];
+    if let Some((reason, message)) = pending {
+        conditions.push(serde_json::json!({"type": "PodResizePending", "status": "True",
+            "reason": reason, "message": message}));
+    }
+    let patch = serde_json::json!({"status": {
+        "observedGeneration": generation,
+        "conditions": conditions,
+        "containerStatuses": [{"name": "etcd", "ready": true, "restartCount": 0,
+            "image": "quorate:test", "imageID": "", "state": {"running": {}}}],
+    }});
+    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("pod status");
+}
+
+/// The etcd container's CPU request in pod `pod`'s spec.
+async fn cpu_request(client: &Client, namespace: &str, pod: &str) -> Option<String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = api.get_opt(pod).await.ok()??;
+    let etcd = pod.spec?.containers.into_iter().find(|c| c.name == "etcd")?;
+    Some(etcd.resources?.requests?.get("cpu")?.0.clone())
+}
+
+/// A change of the containers' resources only: the member pod chosen next is resized through
+/// `pods/resize` (same pod, same UID) and, once the kubelet reports it done, labelled with the
+/// new revision, with a `RollingUpdate` event saying so; the next one, whose resize the kubelet
+/// reports `Infeasible`, is replaced instead.
+#[tokio::test]
+async fn a_resources_only_change_resizes_pods_in_place_and_replaces_one_that_cannot() {
+    let Some((client, ns)) = setup("in_place_resize").await else {
+        return;
+    };
+    let _operator = Operator::start(&client, &ns, true);
+    let api = create(&client, &manifest(CLUSTER, &ns)).await;
+    wait_observed(&api, "etcd-main", 1).await;
+    for (i, role) in ["Member", "Member", "Leader"].iter().enumerate() {
+        renew(&client, &ns, &format!("etcd-main-{i}"), role, false).await;
+    }
+    controller_revision(&client, &ns, "etcd-main-1", "100m", "quorate:test").await;
+    controller_revision(&client, &ns, "etcd-main-2", "200m", "quorate:test").await;
+    set_revision(&client, &ns, "etcd-main", "etcd-main-1", 3).await;
+    for i in 0..3 {
+        sized_member_pod(&client, &ns, &format!("etcd-main-{i}"), "etcd-main-1").await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let uid_before = pods.get("etcd-main-0").await.unwrap().metadata.uid;
+
+    let more_cpu =
+        serde_json::json!({"spec": {"etcd": {"resources": {"requests": {"cpu": "200m"}}}}});
+    api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(&more_cpu))
+        .await
+        .unwrap();
+    let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
+    eventually("the new template applied", WAIT, || async {
+        let sts = statefulsets.get("etcd-main").await.ok()?;
+        (sts.metadata.generation? > 1).then_some(())
+    })
+    .await;
+    set_revision(&client, &ns, "etcd-main", "etcd-main-2", 0).await;
+
+    // The first follower is resized, not deleted; nothing else is touched meanwhile.
+    eventually("etcd-main-0 resized", WAIT, || async {
+        (cpu_request(&client, &ns, "etcd-main-0").await?.as_str() == "200m").then_some(())
+    })
+    .await;
+    assert_eq!(pods.get("etcd-main-0").await.unwrap().metadata.uid, uid_before);
+    assert_eq!(cpu_request(&client, &ns, "etcd-main-1").await.as_deref(), Some("100m"));
+    let label = |pod: Pod| pod.metadata.labels.unwrap_or_default()["controller-revision-hash"].clone();
+    assert_eq!(label(pods.get("etcd-main-0").await.unwrap()), "etcd-main-1");
+
+    // Once the kubelet has seen it and reports nothing pending, it counts as updated.
+    kubelet_reports(&client, &ns, "etcd-main-0", None).await;
+    eventually("etcd-main-0 labelled with the new revision", WAIT, || async {
+        (label(pods.get("etcd-main-0").await.ok()?) == "etcd-main-2").then_some(())
+    })
+    .await;
+    let events = Api::<Event>::namespaced(client.clone(), &ns);
+    eventually("a RollingUpdate event for the resize", WAIT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("RollingUpdate")
+                    && e.note.as_deref().is_some_and(|n| n.starts_with("resized etcd-main-0 in place"))
+            })
+            .then_some(())
+    })
+    .await;
+
+    // The next follower's resize is Infeasible on its node: it is replaced.
+    set_revision(&client, &ns, "etcd-main", "etcd-main-2", 1).await;
+    eventually("etcd-main-1 resized", WAIT, || async {
+        (cpu_request(&client, &ns, "etcd-main-1").await?.as_str() == "200m").then_some(())
+    })
+    .await;
+    kubelet_reports(
+        &client,
+        &ns,
+        "etcd-main-1",
+        Some(("Infeasible", "Node didn't have enough capacity: cpu")),
+    )
+    .await;
+    deleted(&client, &ns, "etcd-main-1").await;
+    assert_eq!(pods.get("etcd-main-0").await.unwrap().metadata.uid, uid_before);
 }

@@ -50,18 +50,20 @@ pub fn blank_lease_fingerprint(kind: LeaseKind) -> u64 {
     lease_fingerprint(kind, None, false, &BTreeMap::new())
 }
 
-/// The fingerprint of a member pod as far as the status cares: its Ready condition and
-/// whether it is being deleted.
-pub fn pod_fingerprint(ready: Option<&str>, terminating: bool) -> u64 {
+/// The fingerprint of a member pod as far as the status and a rolling update care: its Ready
+/// condition, whether it is being deleted, and how an in-place resize stands (`resize`: the
+/// kubelet's resize conditions and whether it has seen the pod's spec; empty when none).
+pub fn pod_fingerprint(ready: Option<&str>, terminating: bool, resize: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
     ready.hash(&mut hasher);
     terminating.hash(&mut hasher);
+    resize.hash(&mut hasher);
     hasher.finish()
 }
 
-/// The fingerprint of a pod just created: not ready, not being deleted.
+/// The fingerprint of a pod just created: not ready, not being deleted, not resizing.
 pub fn blank_pod_fingerprint() -> u64 {
-    pod_fingerprint(None, false)
+    pod_fingerprint(None, false, "")
 }
 
 /// A data-state annotation without its revision; the text itself when it is not JSON.
@@ -139,15 +141,19 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_changes_on_readiness_and_deletion() {
-        assert_eq!(blank_pod_fingerprint(), pod_fingerprint(None, false));
+    fn a_pod_changes_on_readiness_deletion_and_resize() {
+        assert_eq!(blank_pod_fingerprint(), pod_fingerprint(None, false, ""));
         assert_ne!(
             blank_pod_fingerprint(),
-            pod_fingerprint(Some("True"), false)
+            pod_fingerprint(Some("True"), false, "")
         );
         assert_ne!(
-            pod_fingerprint(Some("True"), false),
-            pod_fingerprint(Some("True"), true)
+            pod_fingerprint(Some("True"), false, ""),
+            pod_fingerprint(Some("True"), true, "")
+        );
+        assert_ne!(
+            pod_fingerprint(Some("True"), false, ""),
+            pod_fingerprint(Some("True"), false, "PodResizeInProgress")
         );
     }
 }

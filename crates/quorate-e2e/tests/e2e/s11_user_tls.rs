@@ -225,6 +225,7 @@ async fn s11_user_made_dns_only_certificates_and_leaf_rotation_under_a_canary() 
                 cpu: quorate_e2e::manifests::DEFAULT_CPU,
                 backup_tls: true,
                 backup_encryption_secret: Some(&keys),
+                pod_revision: None,
             }
             .yaml(),
         )

@@ -9,7 +9,7 @@ use quorate_e2e::cluster::Cluster;
 use quorate_e2e::members::{
     canary_totals, count_prefix, member_list, names_and_ids, uid_of, wait_fully_ready,
 };
-use quorate_e2e::nodes::{drain, node_of, schedulable_nodes, uncordon};
+use quorate_e2e::nodes::{UncordonOnDrop, drain, node_of, schedulable_nodes, uncordon};
 use quorate_e2e::{E2eEnv, Scenario, condition_status, status_summary, wait_for};
 
 use crate::READY_TIMEOUT;
@@ -44,25 +44,6 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Uncordons every node when the scenario ends, passed or not, so a failed drain does not leave
-/// a node closed to the next scenarios.
-struct UncordonOnDrop {
-    cluster: Cluster,
-    nodes: Vec<String>,
-}
-
-impl Drop for UncordonOnDrop {
-    fn drop(&mut self) {
-        for node in &self.nodes {
-            let _ = std::process::Command::new(&self.cluster.env.kubectl)
-                .arg("--kubeconfig")
-                .arg(&self.cluster.env.kubeconfig)
-                .args(["uncordon", node])
-                .output();
-        }
-    }
-}
-
 /// Three members, one per node on node-bound volumes, with backups; a canary writes through
 /// the client Service. Each node in turn is drained (`kubectl drain`, as before a node's
 /// upgrade) and uncordoned: the member on it is evicted, its replacement waits for the node
@@ -91,10 +72,7 @@ async fn s13_every_node_drained_in_turn_without_failed_writes() {
     let name = "etcd-drain";
     let canary = s.create_one_per_node_under_a_canary(name).await;
 
-    let _uncordon = UncordonOnDrop {
-        cluster: s.cluster.clone(),
-        nodes: nodes.clone(),
-    };
+    let _uncordon = UncordonOnDrop::new(&s.cluster, nodes.clone());
     let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
     let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
     let members: Vec<String> = (0..3).map(|i| format!("{name}-{i}")).collect();

@@ -1,22 +1,32 @@
 //! Scenario 16: `kubectl quorate`, the plugin, as a user runs it: the `quorate` binary linked
 //! as `kubectl-quorate` into a directory on kubectl's PATH, run by kubectl against the cluster
-//! under test. It drives a defragmentation round, a suspend and resume, a recover (a dry run:
-//! the cluster has quorum, so nothing is requested), a `backups list` of the Local bucket
-//! through the store Secret, and a `wait`; every `-o json` it prints must parse and say what
-//! the cluster shows.
+//! under test. It drives a defragmentation round, a suspend and resume, a recover (first with
+//! quorum, when nothing is requested; then after a real quorum loss that quorate will not heal
+//! by itself), a `backups list` of the Local bucket through the store Secret, and a `wait`;
+//! every `-o json` it prints must parse and say what the cluster shows.
 //!
 //! The plugin binary: `QUORATE_E2E_PLUGIN`, else `kubectl-quorate` on the PATH, else the
 //! release `quorate` `scripts/image.sh` builds for the image (`$CARGO_TARGET_DIR`, else
 //! `~/.cache/quorate/target`), else `target/release/quorate` of the workspace.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use quorate_api::Etcd;
 use quorate_api::annotations::SUSPEND_ETCD_SPEC_RECONCILE;
-use quorate_e2e::{E2eEnv, Scenario};
+use quorate_e2e::members::{ListedMember, etcdctl, local_value, member_list, wait_for_voters};
+use quorate_e2e::nodes::{UncordonOnDrop, cordon, node_of, uncordon};
+use quorate_e2e::{E2eEnv, Scenario, condition_status, status_summary, wait_for};
 use serde_json::Value;
+
+use crate::READY_TIMEOUT;
+
+/// The survivor's lease annotation recording a quorum recovery (core's
+/// `membership::recovery::RECOVERY_ANNOTATION`; s7 reads it too).
+const RECOVERY_ANNOTATION: &str = "quorate.io/recovery";
 
 /// The binary to run as the plugin.
 fn plugin_binary() -> PathBuf {
@@ -154,7 +164,9 @@ async fn s16_kubectl_plugin_defrag_suspend_resume_recover_backups() {
     };
     let mut s = Scenario::start(&env, "s16").await;
     let name = "etcd-kp";
-    s.create_ready_etcd(name, 3, true).await;
+    // One member per node on node-bound volumes: the recover below stops two members by
+    // holding their pods off their nodes.
+    s.create_one_per_node(name).await;
     let plugin = Plugin::install(&env, &s.namespace);
     let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &s.namespace);
 
@@ -234,6 +246,8 @@ async fn s16_kubectl_plugin_defrag_suspend_resume_recover_backups() {
             .contains_key(quorate_api::annotations::RECOVER)
     );
 
+    recover_after_a_real_quorum_loss(&mut s, &plugin, name).await;
+
     // backups list: the Local bucket through the store Secret's hostPath (the node's
     // filesystem is this machine's on the node kit).
     if env.node_is_local() {
@@ -262,4 +276,135 @@ async fn s16_kubectl_plugin_defrag_suspend_resume_recover_backups() {
         .await;
     assert_eq!(ready["metadata"]["name"], name);
     s.pass().await;
+}
+
+/// Two members stop with their data kept: their nodes are cordoned and their pods deleted, so
+/// the replacements wait for the volumes on those nodes. Their agents' last word is `present`,
+/// so quorate waits (silence is not evidence) and says so; the plugin's dry run shows the loss
+/// and `--yes` requests the recovery. The survivor becomes a one-member cluster with its data,
+/// recording the request on its lease; once the nodes take pods again, the other two move their
+/// data aside and rejoin as learners, and every write acknowledged before the loss is on all
+/// three.
+async fn recover_after_a_real_quorum_loss(s: &mut Scenario, plugin: &Plugin, name: &str) {
+    let ns = s.namespace.clone();
+    let survivor = format!("{name}-0");
+    let (key, value) = ("e2e/s16", "acknowledged-before-the-loss");
+    etcdctl(&s.cluster, &ns, &survivor, &["put", key, value])
+        .await
+        .ok();
+    let before = member_list(&s.cluster, &ns, &survivor)
+        .await
+        .expect("member list");
+    let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let stopped: Vec<String> = (1..3).map(|i| format!("{name}-{i}")).collect();
+    let mut nodes = Vec::new();
+    for member in &stopped {
+        nodes.push(node_of(&pods, member).await.expect("a member's node"));
+    }
+    let _uncordon = UncordonOnDrop::new(&s.cluster, nodes.clone());
+    for node in &nodes {
+        cordon(&s.cluster, node).await;
+    }
+    for member in &stopped {
+        s.cluster
+            .kubectl(&["-n", &ns, "delete", "pod", member, "--wait=false"])
+            .await
+            .ok();
+    }
+    let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let lost = Instant::now();
+    let plan = wait_for(
+        "the dry run to show the loss and the members waiting",
+        Duration::from_secs(180),
+        Duration::from_secs(1),
+        || async {
+            let plan = plugin.json(&["recover", name, "-o", "json"]).await;
+            let etcd = etcds.get(name).await.map_err(|e| e.to_string())?;
+            if plan["action"] == "dryRun"
+                && condition_status(etcd.status.as_ref(), "MembersWaiting") == "True"
+            {
+                Ok(plan)
+            } else {
+                Err(format!("{}; {}", plan["action"], status_summary(&etcd)))
+            }
+        },
+    )
+    .await;
+    s.measure(
+        "quorum lost → the dry run and MembersWaiting say so",
+        format!("{:.1} s", lost.elapsed().as_secs_f64()),
+    );
+    assert_eq!(plan["members"].as_array().map(Vec::len), Some(3), "{plan}");
+
+    let requested = plugin.json(&["recover", name, "--yes", "-o", "json"]).await;
+    assert_eq!(requested["action"], "requested", "{requested}");
+    let request = requested["request"]
+        .as_str()
+        .expect("the request ID")
+        .to_string();
+    let asked = Instant::now();
+    let leases: Api<Lease> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let record = wait_for(
+        "the survivor to record the recovery on its lease",
+        READY_TIMEOUT,
+        Duration::from_secs(1),
+        || async {
+            let lease = leases.get(&survivor).await.map_err(|e| e.to_string())?;
+            let annotations = lease.metadata.annotations.unwrap_or_default();
+            match annotations.get(RECOVERY_ANNOTATION) {
+                Some(record) if record.contains(&request) => Ok(record.clone()),
+                other => Err(format!("{RECOVERY_ANNOTATION}: {other:?}")),
+            }
+        },
+    )
+    .await;
+    s.measure(
+        "recover --yes → the survivor recovered",
+        format!("{:.1} s", asked.elapsed().as_secs_f64()),
+    );
+    println!("  recovery: {record}");
+
+    for node in &nodes {
+        uncordon(&s.cluster, node).await;
+    }
+    let after = wait_for_voters(&s.cluster, &ns, &survivor, 3, READY_TIMEOUT).await;
+    let ready = plugin
+        .json(&[
+            "wait",
+            name,
+            "--for=condition=AllMembersReady",
+            "--timeout",
+            "5m",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(ready["metadata"]["name"], name);
+    s.measure(
+        "recover --yes → 3 voters",
+        format!("{:.1} s", asked.elapsed().as_secs_f64()),
+    );
+    let id_of = |list: &[ListedMember], member: &str| {
+        list.iter()
+            .find(|m| m.name == member)
+            .map(|m| m.id)
+            .unwrap_or_else(|| panic!("{member} is listed: {list:?}"))
+    };
+    assert_eq!(
+        id_of(&after, &survivor),
+        id_of(&before, &survivor),
+        "the survivor kept its identity"
+    );
+    for member in &stopped {
+        assert_ne!(
+            id_of(&after, member),
+            id_of(&before, member),
+            "{member} was dropped and rejoined as a new member"
+        );
+        assert_eq!(
+            local_value(&s.cluster, &ns, member, key).await,
+            value,
+            "{member} holds every write acknowledged before the loss"
+        );
+    }
 }

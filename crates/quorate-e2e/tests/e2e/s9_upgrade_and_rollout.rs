@@ -1,5 +1,8 @@
 //! Scenario 9: a 3-member cluster with backups upgraded from etcd 3.4 to 3.5 under a writer,
-//! then a pod template change (more CPU) rolled by quorate, one member pod at a time.
+//! then a pod template change (more CPU and a pod annotation, so no pod can take it in place)
+//! rolled by quorate, one member pod at a time. Scenario 9b: a resources-only change, which
+//! quorate resizes in place, and the StatefulSet controller's rollout of the same change (the
+//! benchmark's baseline).
 
 use std::time::{Duration, Instant};
 
@@ -144,15 +147,17 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
     let upgraded = writer_totals(&mut s, &canary, "writer (upgrade)").await;
     assert_eq!(upgraded.failed, 0, "writes failed during the upgrade");
 
-    // 2. A pod template change, rolled by quorate: each pod replaced once, the leader's last.
+    // 2. A pod template change no pod can take in place, rolled by quorate: each pod replaced
+    // once, the leader's last.
     let leader_now = leader(&leases, &members).await;
-    let rolled = measure_rollout(&mut s, &env, name, &members, async |s: &Scenario| {
+    let rolled = measure_rollout(&mut s, &env, name, &members, "", async |s: &Scenario| {
         s.cluster
             .apply(
                 &EtcdShape {
                     reconcile: true,
                     etcd_version: Some("3.5"),
                     cpu: "60m",
+                    pod_revision: Some("2"),
                     ..v34.clone()
                 }
                 .yaml(),
@@ -216,12 +221,14 @@ async fn s9_upgrade_3_4_to_3_5_and_a_rolling_update_under_a_canary() {
 
 /// Runs `change` (a pod template change and the wait for its end) under a fresh
 /// `quorate canary --write-timeout 5s`, and records for the benchmark how long it took, what
-/// the writer saw and how many elections (raft terms) it cost.
+/// the writer saw and how many elections (raft terms) it cost, each record's key starting
+/// with `key`.
 async fn measure_rollout(
     s: &mut Scenario,
     env: &E2eEnv,
     name: &str,
     members: &[String],
+    key: &str,
     change: impl AsyncFnOnce(&Scenario),
 ) -> Writes {
     let ns = s.namespace.clone();
@@ -252,27 +259,35 @@ async fn measure_rollout(
     // Let the writer see the settled cluster for a moment before reading its totals.
     wait_canary_writing(&s.cluster, &ns, &canary).await;
     let term_after = raft_term(&s.cluster, &ns, &members[0]).await;
-    let writes = writer_totals(s, &canary, "writer (rolling update)").await;
+    let what = if key.is_empty() {
+        "rolling update"
+    } else {
+        "in-place resize"
+    };
+    let writes = writer_totals(s, &canary, &format!("writer ({what})")).await;
     let elections = term_after - term_before;
     s.measure(
-        "rolling update of 3 pods",
+        &format!("{what} of 3 pods"),
         format!("{seconds:.1} s, {elections} election(s)"),
     );
-    s.record_number("rollout_seconds", format!("{seconds:.1}"));
-    s.record_number("failed_writes", writes.failed);
-    s.record_number("longest_write_ms", writes.longest_ms);
-    s.record_number("elections", elections);
+    s.record_number(&format!("{key}rollout_seconds"), format!("{seconds:.1}"));
+    s.record_number(&format!("{key}failed_writes"), writes.failed);
+    s.record_number(&format!("{key}longest_write_ms"), writes.longest_ms);
+    s.record_number(&format!("{key}elections"), elections);
     writes
 }
 
-/// The baseline of the rollout benchmark: the same CPU change rolled by the StatefulSet
-/// controller (`RollingUpdate`, highest ordinal first, whoever leads: druid's way), with
-/// quorate's spec reconcile suspended so it leaves the StatefulSet alone.
+/// The rollout benchmark's resources-only change (the etcd container's CPU request 50m →
+/// 60m): first applied to the `Etcd`, which quorate resizes in place (every pod keeps its UID
+/// and containers, etcd never restarts: no election, no failed write); then the same step
+/// again (60m → 70m) rolled by the StatefulSet controller (`RollingUpdate`, highest ordinal
+/// first, whoever leads: druid's way), with quorate's spec reconcile suspended so it leaves
+/// the StatefulSet alone: the baseline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s9b_the_same_change_rolled_by_the_statefulset_controller() {
-    let Some(env) =
-        E2eEnv::from_env_or_skip("s9b_the_same_change_rolled_by_the_statefulset_controller")
-    else {
+async fn s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controller() {
+    let Some(env) = E2eEnv::from_env_or_skip(
+        "s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controller",
+    ) else {
         return;
     };
     let mut s = Scenario::start(&env, "s9b-rollout-baseline").await;
@@ -281,7 +296,74 @@ async fn s9b_the_same_change_rolled_by_the_statefulset_controller() {
     s.create_ready_etcd(name, 3, true).await;
     let members: Vec<String> = (0..3).map(|i| format!("{name}-{i}")).collect();
     let statefulsets: Api<StatefulSet> = Api::namespaced(s.cluster.client.clone(), &ns);
-    let writes = measure_rollout(&mut s, &env, name, &members, async |s: &Scenario| {
+    let pods: Api<Pod> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let etcds: Api<Etcd> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let bucket = s.bucket_dir().display().to_string();
+    let mut seen = PodIncarnations::default();
+    seen.observe(&pods, &members).await;
+    let resized = measure_rollout(&mut s, &env, name, &members, "in_place_", async |s: &Scenario| {
+        s.cluster
+            .apply(
+                &EtcdShape {
+                    local_bucket: Some(&bucket),
+                    reconcile: true,
+                    cpu: "60m",
+                    ..EtcdShape::new(name, &s.namespace, 3)
+                }
+                .yaml(),
+            )
+            .await;
+        let started = Instant::now();
+        loop {
+            let etcd = etcds.get(name).await.expect("the Etcd");
+            seen.observe(&pods, &members).await;
+            let sts = statefulsets.get(name).await.expect("the StatefulSet");
+            let status = sts.status.unwrap_or_default();
+            let updated = status.observed_generation == sts.metadata.generation
+                && status.updated_replicas == Some(3);
+            if updated && condition_status(etcd.status.as_ref(), "AllMembersUpdated") == "True" {
+                break;
+            }
+            assert!(
+                started.elapsed() < READY_TIMEOUT,
+                "every member pod resized: {:?}; {}",
+                status,
+                status_summary(&etcd)
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    for pod in &members {
+        assert_eq!(
+            seen.restarts(pod),
+            0,
+            "{pod} was resized in place, not replaced or restarted: {}",
+            seen.summary()
+        );
+        let p = pods.get(pod).await.expect("member pod");
+        let cpu = p
+            .spec
+            .and_then(|s| s.containers.into_iter().find(|c| c.name == "etcd"))
+            .and_then(|c| c.resources?.requests?.get("cpu").cloned());
+        assert_eq!(cpu.map(|q| q.0), Some("60m".to_string()), "{pod}'s CPU request");
+    }
+    assert_eq!(resized.failed, 0, "no write failed in the in-place resize");
+    let events: Api<Event> = Api::namespaced(s.cluster.client.clone(), &ns);
+    let in_place = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("RollingUpdate")
+                && e.note.as_deref().is_some_and(|n| n.contains("in place"))
+        })
+        .count();
+    assert_eq!(in_place, 3, "one RollingUpdate event per pod resized in place");
+
+    let writes = measure_rollout(&mut s, &env, name, &members, "", async |s: &Scenario| {
         let ns = &s.namespace;
         s.cluster
             .kubectl(&["-n", ns, "annotate", "etcd", name, "druid.gardener.cloud/suspend-etcd-spec-reconcile=true"])
@@ -293,7 +375,7 @@ async fn s9b_the_same_change_rolled_by_the_statefulset_controller() {
             .kubectl(&["-n", ns, "annotate", "etcd", name, "druid.gardener.cloud/disable-etcd-component-protection=true"])
             .await
             .ok();
-        let patch = r#"{"spec":{"updateStrategy":{"type":"RollingUpdate"},"template":{"spec":{"containers":[{"name":"etcd","resources":{"requests":{"cpu":"60m"}}}]}}}}"#;
+        let patch = r#"{"spec":{"updateStrategy":{"type":"RollingUpdate"},"template":{"spec":{"containers":[{"name":"etcd","resources":{"requests":{"cpu":"70m"}}}]}}}}"#;
         s.cluster
             .kubectl(&["-n", ns, "patch", "statefulset", name, "--type", "strategic", "-p", patch])
             .await

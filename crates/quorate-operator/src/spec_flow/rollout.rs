@@ -15,6 +15,7 @@ use quorate_api::status::EtcdRole;
 use quorate_coord::kube::lease_map::member_lease;
 use quorate_core::pod_rollout::{MemberPod, RolloutStep, next_step};
 
+use super::in_place;
 use crate::context::Context;
 use crate::error::Error;
 use crate::status::PassOutcome;
@@ -66,11 +67,10 @@ pub async fn sync(
         return Ok(PassOutcome::Succeeded);
     };
     let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-    let (pods, uids): (Vec<MemberPod>, Vec<Option<String>>) =
-        member_pods(etcd, ctx, &sts, &revision)
-            .await?
-            .into_iter()
-            .unzip();
+    let (pods, objects): (Vec<MemberPod>, Vec<Pod>) = member_pods(etcd, ctx, &sts, &revision)
+        .await?
+        .into_iter()
+        .unzip();
     match next_step(&pods, usize::try_from(replicas).unwrap_or(0)) {
         RolloutStep::Complete => Ok(PassOutcome::Succeeded),
         RolloutStep::Wait(why) => Ok(PassOutcome::Requeue(format!("rolling update: {why}"))),
@@ -88,11 +88,27 @@ pub async fn sync(
             Err(Error::RolloutStopped { pod, why })
         }
         RolloutStep::Replace { pod, why } => {
-            let uid = pods
+            let object = objects
                 .iter()
-                .zip(&uids)
-                .find(|(p, _)| p.name == pod)
-                .and_then(|(_, uid)| uid.clone());
+                .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()));
+            let uid = object.and_then(|p| p.metadata.uid.clone());
+            let mut why = why;
+            if let Some(object) = object {
+                match in_place::sync(etcd, ctx, object, &revision).await? {
+                    in_place::Outcome::NotPossible(None) => {}
+                    in_place::Outcome::NotPossible(Some(reason)) => {
+                        why = format!("{why}; not in place: {reason}")
+                    }
+                    in_place::Outcome::Progress(note) => {
+                        return Ok(PassOutcome::Requeue(format!("rolling update: {note}")));
+                    }
+                    in_place::Outcome::Done(note) => {
+                        announce(etcd, ctx, EventType::Normal, "RollingUpdate", &note, &pod, uid)
+                            .await;
+                        return Ok(PassOutcome::Requeue(format!("rolling update: {note}")));
+                    }
+                }
+            }
             replace(etcd, ctx, &pod, uid.clone()).await?;
             let note = format!("replacing {pod} with the new pod template: {why}");
             announce(
@@ -116,7 +132,7 @@ async fn member_pods(
     ctx: &Context,
     sts: &StatefulSet,
     revision: &str,
-) -> Result<Vec<(MemberPod, Option<String>)>, Error> {
+) -> Result<Vec<(MemberPod, Pod)>, Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), etcd.namespace());
     let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
     let mut pods = Vec::new();
@@ -151,7 +167,7 @@ async fn member_pods(
                 failure: failure(&pod, waiting),
                 name,
             };
-            (member, pod.metadata.uid.clone())
+            (member, pod)
         })
         .collect())
 }
