@@ -141,10 +141,10 @@ mod tests {
 
     fn revision(cpu: &str, image: &str) -> Value {
         json!({"spec": {"template": {"$patch": "replace", "metadata": {"labels": {"app": "e"}},
-            "spec": {"containers": [
-                {"name": "etcd", "image": image, "resources": {"requests": {"cpu": cpu}}},
-                {"name": "backup-restore", "image": image}
-            ]}}}})
+        "spec": {"containers": [
+            {"name": "etcd", "image": image, "resources": {"requests": {"cpu": cpu}}},
+            {"name": "backup-restore", "image": image}
+        ]}}}})
     }
 
     #[test]
@@ -178,7 +178,10 @@ mod tests {
             resources_only_change(&revision("50m", "q:1"), &with_init),
             None
         );
-        assert_eq!(resources_only_change(&json!({}), &revision("60m", "q:1")), None);
+        assert_eq!(
+            resources_only_change(&json!({}), &revision("60m", "q:1")),
+            None
+        );
     }
 
     #[test]

@@ -270,7 +270,9 @@ fn lease_kind(lease: &Lease) -> Option<LeaseKind> {
 fn pod_fingerprint(pod: &Pod) -> Option<u64> {
     owning_etcd(pod)?;
     let status = pod.status.as_ref();
-    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
     let ready = conditions
         .iter()
         .find(|c| c.type_ == "Ready")
@@ -279,7 +281,10 @@ fn pod_fingerprint(pod: &Pod) -> Option<u64> {
     if status.and_then(|s| s.observed_generation) < pod.metadata.generation {
         resize.push_str("unobserved ");
     }
-    for c in conditions.iter().filter(|c| c.type_.starts_with("PodResize")) {
+    for c in conditions
+        .iter()
+        .filter(|c| c.type_.starts_with("PodResize"))
+    {
         resize.push_str(&format!("{}={} {:?} ", c.type_, c.status, c.reason));
     }
     Some(triggers::pod_fingerprint(

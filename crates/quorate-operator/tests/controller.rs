@@ -1735,13 +1735,20 @@ async fn sized_member_pod(client: &Client, namespace: &str, pod: &str, revision:
 
 /// Plays the kubelet: pod `pod` is ready, its spec seen (`observedGeneration`), and a resize
 /// is pending with `pending` (reason, message) when given.
-async fn kubelet_reports(client: &Client, namespace: &str, pod: &str, pending: Option<(&str, &str)>) {
+async fn kubelet_reports(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    pending: Option<(&str, &str)>,
+) {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let generation = api.get(pod).await.unwrap().metadata.generation;
     let mut conditions = vec![serde_json::json!({"type": "Ready", "status": "True"})];
     if let Some((reason, message)) = pending {
-        conditions.push(serde_json::json!({"type": "PodResizePending", "status": "True",
-            "reason": reason, "message": message}));
+        conditions.push(
+            serde_json::json!({"type": "PodResizePending", "status": "True",
+            "reason": reason, "message": message}),
+        );
     }
     let patch = serde_json::json!({"status": {
         "observedGeneration": generation,
@@ -1758,7 +1765,11 @@ async fn kubelet_reports(client: &Client, namespace: &str, pod: &str, pending: O
 async fn cpu_request(client: &Client, namespace: &str, pod: &str) -> Option<String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod = api.get_opt(pod).await.ok()??;
-    let etcd = pod.spec?.containers.into_iter().find(|c| c.name == "etcd")?;
+    let etcd = pod
+        .spec?
+        .containers
+        .into_iter()
+        .find(|c| c.name == "etcd")?;
     Some(etcd.resources?.requests?.get("cpu")?.0.clone())
 }
 
@@ -1788,9 +1799,13 @@ async fn a_resources_only_change_resizes_pods_in_place_and_replaces_one_that_can
 
     let more_cpu =
         serde_json::json!({"spec": {"etcd": {"resources": {"requests": {"cpu": "200m"}}}}});
-    api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(&more_cpu))
-        .await
-        .unwrap();
+    api.patch(
+        "etcd-main",
+        &PatchParams::default(),
+        &Patch::Merge(&more_cpu),
+    )
+    .await
+    .unwrap();
     let statefulsets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
     eventually("the new template applied", WAIT, || async {
         let sts = statefulsets.get("etcd-main").await.ok()?;
@@ -1804,16 +1819,25 @@ async fn a_resources_only_change_resizes_pods_in_place_and_replaces_one_that_can
         (cpu_request(&client, &ns, "etcd-main-0").await?.as_str() == "200m").then_some(())
     })
     .await;
-    assert_eq!(pods.get("etcd-main-0").await.unwrap().metadata.uid, uid_before);
-    assert_eq!(cpu_request(&client, &ns, "etcd-main-1").await.as_deref(), Some("100m"));
-    let label = |pod: Pod| pod.metadata.labels.unwrap_or_default()["controller-revision-hash"].clone();
+    assert_eq!(
+        pods.get("etcd-main-0").await.unwrap().metadata.uid,
+        uid_before
+    );
+    assert_eq!(
+        cpu_request(&client, &ns, "etcd-main-1").await.as_deref(),
+        Some("100m")
+    );
+    let label =
+        |pod: Pod| pod.metadata.labels.unwrap_or_default()["controller-revision-hash"].clone();
     assert_eq!(label(pods.get("etcd-main-0").await.unwrap()), "etcd-main-1");
 
     // Once the kubelet has seen it and reports nothing pending, it counts as updated.
     kubelet_reports(&client, &ns, "etcd-main-0", None).await;
-    eventually("etcd-main-0 labelled with the new revision", WAIT, || async {
-        (label(pods.get("etcd-main-0").await.ok()?) == "etcd-main-2").then_some(())
-    })
+    eventually(
+        "etcd-main-0 labelled with the new revision",
+        WAIT,
+        || async { (label(pods.get("etcd-main-0").await.ok()?) == "etcd-main-2").then_some(()) },
+    )
     .await;
     let events = Api::<Event>::namespaced(client.clone(), &ns);
     eventually("a RollingUpdate event for the resize", WAIT, || async {
@@ -1822,7 +1846,9 @@ async fn a_resources_only_change_resizes_pods_in_place_and_replaces_one_that_can
             .iter()
             .any(|e| {
                 e.reason.as_deref() == Some("RollingUpdate")
-                    && e.note.as_deref().is_some_and(|n| n.starts_with("resized etcd-main-0 in place"))
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("resized etcd-main-0 in place"))
             })
             .then_some(())
     })
@@ -1842,5 +1868,8 @@ async fn a_resources_only_change_resizes_pods_in_place_and_replaces_one_that_can
     )
     .await;
     deleted(&client, &ns, "etcd-main-1").await;
-    assert_eq!(pods.get("etcd-main-0").await.unwrap().metadata.uid, uid_before);
+    assert_eq!(
+        pods.get("etcd-main-0").await.unwrap().metadata.uid,
+        uid_before
+    );
 }

@@ -301,38 +301,46 @@ async fn s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controlle
     let bucket = s.bucket_dir().display().to_string();
     let mut seen = PodIncarnations::default();
     seen.observe(&pods, &members).await;
-    let resized = measure_rollout(&mut s, &env, name, &members, "in_place_", async |s: &Scenario| {
-        s.cluster
-            .apply(
-                &EtcdShape {
-                    local_bucket: Some(&bucket),
-                    reconcile: true,
-                    cpu: "60m",
-                    ..EtcdShape::new(name, &s.namespace, 3)
+    let resized = measure_rollout(
+        &mut s,
+        &env,
+        name,
+        &members,
+        "in_place_",
+        async |s: &Scenario| {
+            s.cluster
+                .apply(
+                    &EtcdShape {
+                        local_bucket: Some(&bucket),
+                        reconcile: true,
+                        cpu: "60m",
+                        ..EtcdShape::new(name, &s.namespace, 3)
+                    }
+                    .yaml(),
+                )
+                .await;
+            let started = Instant::now();
+            loop {
+                let etcd = etcds.get(name).await.expect("the Etcd");
+                seen.observe(&pods, &members).await;
+                let sts = statefulsets.get(name).await.expect("the StatefulSet");
+                let status = sts.status.unwrap_or_default();
+                let updated = status.observed_generation == sts.metadata.generation
+                    && status.updated_replicas == Some(3);
+                if updated && condition_status(etcd.status.as_ref(), "AllMembersUpdated") == "True"
+                {
+                    break;
                 }
-                .yaml(),
-            )
-            .await;
-        let started = Instant::now();
-        loop {
-            let etcd = etcds.get(name).await.expect("the Etcd");
-            seen.observe(&pods, &members).await;
-            let sts = statefulsets.get(name).await.expect("the StatefulSet");
-            let status = sts.status.unwrap_or_default();
-            let updated = status.observed_generation == sts.metadata.generation
-                && status.updated_replicas == Some(3);
-            if updated && condition_status(etcd.status.as_ref(), "AllMembersUpdated") == "True" {
-                break;
+                assert!(
+                    started.elapsed() < READY_TIMEOUT,
+                    "every member pod resized: {:?}; {}",
+                    status,
+                    status_summary(&etcd)
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            assert!(
-                started.elapsed() < READY_TIMEOUT,
-                "every member pod resized: {:?}; {}",
-                status,
-                status_summary(&etcd)
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
+        },
+    )
     .await;
     for pod in &members {
         assert_eq!(
@@ -346,7 +354,11 @@ async fn s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controlle
             .spec
             .and_then(|s| s.containers.into_iter().find(|c| c.name == "etcd"))
             .and_then(|c| c.resources?.requests?.get("cpu").cloned());
-        assert_eq!(cpu.map(|q| q.0), Some("60m".to_string()), "{pod}'s CPU request");
+        assert_eq!(
+            cpu.map(|q| q.0),
+            Some("60m".to_string()),
+            "{pod}'s CPU request"
+        );
     }
     assert_eq!(resized.failed, 0, "no write failed in the in-place resize");
     let events: Api<Event> = Api::namespaced(s.cluster.client.clone(), &ns);
@@ -361,7 +373,10 @@ async fn s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controlle
                 && e.note.as_deref().is_some_and(|n| n.contains("in place"))
         })
         .count();
-    assert_eq!(in_place, 3, "one RollingUpdate event per pod resized in place");
+    assert_eq!(
+        in_place, 3,
+        "one RollingUpdate event per pod resized in place"
+    );
 
     let writes = measure_rollout(&mut s, &env, name, &members, "", async |s: &Scenario| {
         let ns = &s.namespace;

@@ -103,8 +103,16 @@ pub async fn sync(
                         return Ok(PassOutcome::Requeue(format!("rolling update: {note}")));
                     }
                     in_place::Outcome::Done(note) => {
-                        announce(etcd, ctx, EventType::Normal, "RollingUpdate", &note, &pod, uid)
-                            .await;
+                        announce(
+                            etcd,
+                            ctx,
+                            EventType::Normal,
+                            "RollingUpdate",
+                            &note,
+                            &pod,
+                            uid,
+                        )
+                        .await;
                         return Ok(PassOutcome::Requeue(format!("rolling update: {note}")));
                     }
                 }
