@@ -1733,8 +1733,10 @@ async fn sized_member_pod(client: &Client, namespace: &str, pod: &str, revision:
     kubelet_reports(client, namespace, pod, None).await;
 }
 
-/// Plays the kubelet: pod `pod` is ready, its spec seen (`observedGeneration`), and a resize
-/// is pending with `pending` (reason, message) when given.
+/// Plays the kubelet: pod `pod` is ready, its spec seen (`observedGeneration`) and its etcd
+/// container running with the spec's resources (a kubelet that supports resize reports them;
+/// the API server refuses a resize otherwise), or a resize pending with `pending` (reason,
+/// message) when given.
 async fn kubelet_reports(
     client: &Client,
     namespace: &str,
@@ -1742,7 +1744,12 @@ async fn kubelet_reports(
     pending: Option<(&str, &str)>,
 ) {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let generation = api.get(pod).await.unwrap().metadata.generation;
+    let current = api.get(pod).await.unwrap();
+    let generation = current.metadata.generation;
+    let resources = current
+        .spec
+        .and_then(|s| s.containers.into_iter().find(|c| c.name == "etcd"))
+        .and_then(|c| c.resources);
     let mut conditions = vec![serde_json::json!({"type": "Ready", "status": "True"})];
     if let Some((reason, message)) = pending {
         conditions.push(
@@ -1754,7 +1761,8 @@ async fn kubelet_reports(
         "observedGeneration": generation,
         "conditions": conditions,
         "containerStatuses": [{"name": "etcd", "ready": true, "restartCount": 0,
-            "image": "quorate:test", "imageID": "", "state": {"running": {}}}],
+            "image": "quorate:test", "imageID": "", "state": {"running": {}},
+            "resources": resources}],
     }});
     api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await
