@@ -71,6 +71,7 @@ async fn call(path: &str, body: Vec<u8>) -> Value {
         .unwrap();
     let review: Value = serde_json::from_slice(&bytes).expect("the answer is JSON");
     assert_eq!(review["kind"], "AdmissionReview", "{review}");
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1", "{review}");
     let response = review["response"].clone();
     let allowed = response["allowed"].as_bool().expect("allowed is a bool");
     if !allowed {
@@ -277,6 +278,22 @@ proptest! {
         }
         runtime().block_on(call(path, serde_json::to_vec(&review).unwrap()));
     }
+}
+
+/// A review whose own `kind` is mangled (found by `mutated_reviews_are_answered`) still gets an
+/// `admission.k8s.io/v1` `AdmissionReview` back, not its mangled kind echoed.
+#[test]
+fn a_review_with_a_mangled_kind_is_answered_as_an_admission_review() {
+    runtime().block_on(async {
+        let mut review = component_review("DELETE", OPERATOR);
+        review["kind"] = json!("1e400");
+        review["apiVersion"] = json!("v0");
+        call(
+            COMPONENT_PROTECTION_PATH,
+            serde_json::to_vec(&review).unwrap(),
+        )
+        .await;
+    });
 }
 
 #[test]

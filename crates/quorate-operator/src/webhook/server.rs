@@ -13,8 +13,8 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use kube::Client;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::{DynamicObject, TypeMeta};
 
 use super::etcd::review_etcd;
 use super::etcd_lookup::{EtcdLookup, KubeEtcdLookup};
@@ -102,12 +102,24 @@ pub fn router<L: EtcdLookup>(protection: ProtectionConfig, lookup: L) -> Router 
 /// with HTTP 413, which the API server reports as a failed webhook call.
 const MAX_REVIEW_BYTES: usize = 8 << 20;
 
+/// The review that answers: always an `admission.k8s.io/v1` `AdmissionReview`. kube copies
+/// the request review's own `apiVersion` and `kind`, so a request that misnamed them (a fuzzer
+/// found `"kind": "1e400"`) would get an answer no API server reads.
+fn answer(response: AdmissionResponse) -> Json<AdmissionReview<DynamicObject>> {
+    let mut review = response.into_review();
+    review.types = TypeMeta {
+        api_version: "admission.k8s.io/v1".to_string(),
+        kind: "AdmissionReview".to_string(),
+    };
+    Json(review)
+}
+
 async fn validate_etcd(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
     let response = match read_request(&body) {
         Ok(request) => review_etcd(&request),
         Err(refusal) => *refusal,
     };
-    Json(response.into_review())
+    answer(response)
 }
 
 async fn validate_task(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
@@ -115,7 +127,7 @@ async fn validate_task(body: Bytes) -> Json<AdmissionReview<DynamicObject>> {
         Ok(request) => review_task(&request),
         Err(refusal) => *refusal,
     };
-    Json(response.into_review())
+    answer(response)
 }
 
 async fn protect_components<L: EtcdLookup>(
@@ -126,7 +138,7 @@ async fn protect_components<L: EtcdLookup>(
         Ok(request) => review_component(&request, &state.protection, &state.lookup).await,
         Err(refusal) => *refusal,
     };
-    Json(response.into_review())
+    answer(response)
 }
 
 /// Answers one request about a managed component, reading the owning `Etcd` only when the
