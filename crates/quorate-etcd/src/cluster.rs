@@ -5,7 +5,7 @@
 //! them in turn, starting with the one that last answered.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::config::{EtcdEndpoints, EtcdTimeouts, EtcdTls};
 use crate::error::{ErrorKind, EtcdError};
@@ -25,6 +25,11 @@ use crate::types::{Member, MemberStatus, format_id};
 pub struct ClusterClient {
     members: Vec<MemberClient>,
     preferred: AtomicUsize,
+    /// Members whose last call got no answer at all (refused, timed out): asked only after
+    /// the others, until one of their calls is answered again. A member on a vanished node
+    /// times out every call; asking it first each time would spend a whole request timeout
+    /// per call while the others could answer.
+    unanswered: Vec<AtomicBool>,
 }
 
 impl ClusterClient {
@@ -48,6 +53,7 @@ impl ClusterClient {
             members.push(MemberClient::connect(url, tls, timeouts).await?);
         }
         Ok(ClusterClient {
+            unanswered: members.iter().map(|_| AtomicBool::new(false)).collect(),
             members,
             preferred: AtomicUsize::new(0),
         })
@@ -187,12 +193,12 @@ impl ClusterClient {
         F: Fn(&'a MemberClient) -> Fut,
         Fut: Future<Output = Result<T, EtcdError>> + 'a,
     {
-        let n = self.members.len();
-        let start = self.preferred.load(Ordering::Relaxed) % n;
         let mut failures = Vec::new();
-        for k in 0..n {
-            let i = (start + k) % n;
-            match call(&self.members[i]).await {
+        for i in self.order() {
+            let answer = call(&self.members[i]).await;
+            let unanswered = matches!(&answer, Err(e) if e.kind() == ErrorKind::Unreachable);
+            self.unanswered[i].store(unanswered, Ordering::Relaxed);
+            match answer {
                 Ok(value) => {
                     self.preferred.store(i, Ordering::Relaxed);
                     return Ok(value);
@@ -209,6 +215,16 @@ impl ClusterClient {
             }
         }
         Err(self.all_failed(operation, failures))
+    }
+
+    /// The order to ask the members in: from the preferred one on, those whose last call got
+    /// no answer at the end.
+    fn order(&self) -> Vec<usize> {
+        let n = self.members.len();
+        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let mut order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
+        order.sort_by_key(|&i| self.unanswered[i].load(Ordering::Relaxed));
+        order
     }
 
     fn all_failed(&self, operation: &str, failures: Vec<EtcdError>) -> EtcdError {
@@ -274,6 +290,78 @@ mod tests {
         assert_eq!(asked.lock().unwrap().len(), 2);
         // The member that took it is asked first next time.
         assert_eq!(client.preferred.load(Ordering::Relaxed), 1);
+    }
+
+    /// A member that stops answering (its node vanished: every call times out) is asked last
+    /// from then on, so the next calls go to members that answer, until it answers again.
+    #[tokio::test]
+    async fn a_member_that_did_not_answer_is_asked_last_until_it_answers() {
+        let client = client_over(3).await;
+        // :1 is gone (times out), :2 has no leader yet, :3 answers; later :1 is back and :3
+        // has no leader.
+        async fn call(
+            client: &ClusterClient,
+            asked: &std::sync::Mutex<Vec<String>>,
+            back: bool,
+        ) -> Result<String, EtcdError> {
+            client
+                .with_failover("put", |m| {
+                    let endpoint = m.endpoint().to_string();
+                    asked.lock().unwrap().push(endpoint.clone());
+                    async move {
+                        let no_leader =
+                            endpoint.ends_with(":2") || (back && endpoint.ends_with(":3"));
+                        if endpoint.ends_with(":1") && !back {
+                            Err(EtcdError::new(
+                                ErrorKind::Unreachable,
+                                "put",
+                                endpoint,
+                                "Timeout expired",
+                            ))
+                        } else if no_leader {
+                            Err(EtcdError::new(
+                                ErrorKind::NoLeader,
+                                "put",
+                                endpoint,
+                                "etcdserver: no leader",
+                            ))
+                        } else {
+                            Ok(endpoint)
+                        }
+                    }
+                })
+                .await
+        }
+        let asked = std::sync::Mutex::new(Vec::new());
+        assert_eq!(
+            call(&client, &asked, false).await.unwrap(),
+            "http://127.0.0.1:3"
+        );
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            3,
+            "the first call tried all three"
+        );
+        // The preferred member is :3 now; make the next call start at the dead one.
+        client.preferred.store(0, Ordering::Relaxed);
+        let asked = std::sync::Mutex::new(Vec::new());
+        assert_eq!(
+            call(&client, &asked, false).await.unwrap(),
+            "http://127.0.0.1:3"
+        );
+        assert_eq!(
+            *asked.lock().unwrap(),
+            ["http://127.0.0.1:2", "http://127.0.0.1:3"],
+            "the member that did not answer is not asked while others answer"
+        );
+        // Still asked when the others do not do: it answers, and is no longer put last.
+        let asked = std::sync::Mutex::new(Vec::new());
+        assert_eq!(
+            call(&client, &asked, true).await.unwrap(),
+            "http://127.0.0.1:1"
+        );
+        assert_eq!(asked.lock().unwrap().last().unwrap(), "http://127.0.0.1:1");
+        assert_eq!(client.order(), [0, 1, 2]);
     }
 
     /// A refusal every member gives stays a wait the caller recognises, naming each endpoint.

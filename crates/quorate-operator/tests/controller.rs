@@ -93,17 +93,23 @@ async fn create(client: &Client, etcd: &Etcd) -> Api<Etcd> {
     api
 }
 
+/// Waits until the controller has reconciled generation `generation` of `name`; on timeout,
+/// says what the status showed last (its last operation and errors).
 async fn wait_observed(api: &Api<Etcd>, name: &str, generation: i64) -> Etcd {
-    eventually(
-        &format!("{name} observed at generation {generation}"),
-        WAIT,
-        || async {
-            let etcd = api.get(name).await.ok()?;
-            let status = etcd.status.as_ref()?;
-            (status.observed_generation == Some(generation)).then_some(etcd)
-        },
-    )
-    .await
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let etcd = api.get(name).await.ok();
+        let status = etcd.as_ref().and_then(|e| e.status.as_ref());
+        if status.is_some_and(|s| s.observed_generation == Some(generation)) {
+            return etcd.expect("an Etcd with a status");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} not observed at generation {generation} after {WAIT:?}; last status: {:?}",
+            status.map(|s| (&s.observed_generation, &s.last_operation, &s.last_errors))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn labels_of<K: Resource>(object: &K) -> BTreeMap<String, String> {
