@@ -301,6 +301,12 @@ async fn s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controlle
     let bucket = s.bucket_dir().display().to_string();
     let mut seen = PodIncarnations::default();
     seen.observe(&pods, &members).await;
+    let generation_before = statefulsets
+        .get(name)
+        .await
+        .expect("the StatefulSet")
+        .metadata
+        .generation;
     let resized = measure_rollout(
         &mut s,
         &env,
@@ -325,7 +331,9 @@ async fn s9b_a_resources_change_in_place_and_rolled_by_the_statefulset_controlle
                 seen.observe(&pods, &members).await;
                 let sts = statefulsets.get(name).await.expect("the StatefulSet");
                 let status = sts.status.unwrap_or_default();
-                let updated = status.observed_generation == sts.metadata.generation
+                // The new template is applied (a later generation) and every pod runs it.
+                let updated = sts.metadata.generation > generation_before
+                    && status.observed_generation == sts.metadata.generation
                     && status.updated_replicas == Some(3);
                 if updated && condition_status(etcd.status.as_ref(), "AllMembersUpdated") == "True"
                 {
