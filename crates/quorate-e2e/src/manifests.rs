@@ -323,6 +323,9 @@ spec:
   - name: canary
     image: {image}
     command: [quorate, canary, "--endpoints={endpoint}", --prefix=canary/, --interval=100ms, --write-timeout={write_timeout}, --report-every=1s]
+    # Each failed attempt and endpoint change in the log (they go to stderr; the totals stay
+    # on stdout), so a failed write can be explained afterwards.
+    env: [{{name: QUORATE_LOG, value: "info,quorate=debug,quorate_etcd=debug"}}]
 "#
     )
 }

@@ -194,10 +194,16 @@ impl ClusterClient {
         Fut: Future<Output = Result<T, EtcdError>> + 'a,
     {
         let mut failures = Vec::new();
-        for i in self.order() {
+        for (k, i) in self.order().into_iter().enumerate() {
             let answer = call(&self.members[i]).await;
             let unanswered = matches!(&answer, Err(e) if e.kind() == ErrorKind::Unreachable);
             self.unanswered[i].store(unanswered, Ordering::Relaxed);
+            if unanswered && k == 0 {
+                // The next call starts with the next member, also when none answers now (all
+                // are then last alike): the one asked first in vain is not asked first again.
+                self.preferred
+                    .store((i + 1) % self.members.len(), Ordering::Relaxed);
+            }
             match answer {
                 Ok(value) => {
                     self.preferred.store(i, Ordering::Relaxed);
@@ -362,6 +368,35 @@ mod tests {
         );
         assert_eq!(asked.lock().unwrap().last().unwrap(), "http://127.0.0.1:1");
         assert_eq!(client.order(), [0, 1, 2]);
+    }
+
+    /// While no member answers (a leader's node vanished, the followers still forward to it),
+    /// each call starts one member further on: the next round does not begin with the member
+    /// that failed first again.
+    #[tokio::test]
+    async fn when_no_member_answers_the_next_call_starts_further_on() {
+        let client = client_over(3).await;
+        let first = || async {
+            let asked = std::sync::Mutex::new(Vec::new());
+            let _ = client
+                .with_failover("put", |m| {
+                    let endpoint = m.endpoint().to_string();
+                    asked.lock().unwrap().push(endpoint.clone());
+                    async move {
+                        Err::<(), _>(EtcdError::new(
+                            ErrorKind::Unreachable,
+                            "put",
+                            endpoint,
+                            "Timeout expired",
+                        ))
+                    }
+                })
+                .await;
+            asked.into_inner().unwrap()[0].clone()
+        };
+        assert_eq!(first().await, "http://127.0.0.1:1");
+        assert_eq!(first().await, "http://127.0.0.1:2");
+        assert_eq!(first().await, "http://127.0.0.1:3");
     }
 
     /// A refusal every member gives stays a wait the caller recognises, naming each endpoint.

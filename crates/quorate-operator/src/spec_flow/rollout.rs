@@ -93,6 +93,7 @@ pub async fn sync(
                 .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()));
             let uid = object.and_then(|p| p.metadata.uid.clone());
             let mut why = why;
+            let mut resized = None;
             if let Some(object) = object {
                 match in_place::sync(etcd, ctx, object, &revision).await? {
                     in_place::Outcome::NotPossible(None) => {}
@@ -102,23 +103,16 @@ pub async fn sync(
                     in_place::Outcome::Progress(note) => {
                         return Ok(PassOutcome::Requeue(format!("rolling update: {note}")));
                     }
-                    in_place::Outcome::Done(note) => {
-                        announce(
-                            etcd,
-                            ctx,
-                            EventType::Normal,
-                            "RollingUpdate",
-                            &note,
-                            &pod,
-                            uid,
-                        )
-                        .await;
-                        return Ok(PassOutcome::Requeue(format!("rolling update: {note}")));
-                    }
+                    in_place::Outcome::Done(note) => resized = Some(note),
                 }
             }
-            replace(etcd, ctx, &pod, uid.clone()).await?;
-            let note = format!("replacing {pod} with the new pod template: {why}");
+            let note = match resized {
+                Some(note) => note,
+                None => {
+                    replace(etcd, ctx, &pod, uid.clone()).await?;
+                    format!("replacing {pod} with the new pod template: {why}")
+                }
+            };
             announce(
                 etcd,
                 ctx,
