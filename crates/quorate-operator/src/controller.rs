@@ -278,7 +278,7 @@ fn pod_fingerprint(pod: &Pod) -> Option<u64> {
         .find(|c| c.type_ == "Ready")
         .map(|c| c.status.as_str());
     let mut resize = String::new();
-    if status.and_then(|s| s.observed_generation) < pod.metadata.generation {
+    if !crate::spec_flow::in_place::kubelet_saw_spec(pod) {
         resize.push_str("unobserved ");
     }
     for c in conditions

@@ -51,12 +51,7 @@ pub(crate) async fn sync(
     let now = resources(pod);
     let view = ResizeView {
         requested: wanted.iter().all(|w| now.contains(w)),
-        observed: pod
-            .status
-            .as_ref()
-            .and_then(|s| s.observed_generation)
-            .zip(pod.metadata.generation)
-            .is_some_and(|(seen, generation)| seen >= generation),
+        observed: kubelet_saw_spec(pod),
         pending: condition(pod, "PodResizePending"),
         in_progress: condition(pod, "PodResizeInProgress"),
     };
@@ -95,6 +90,16 @@ pub(crate) async fn sync(
             )))
         }
     }
+}
+
+/// Whether the pod's kubelet has seen its current spec (`status.observedGeneration` at least
+/// `metadata.generation`): before that, no resize condition speaks of the latest resize.
+pub(crate) fn kubelet_saw_spec(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.observed_generation)
+        .zip(pod.metadata.generation)
+        .is_some_and(|(seen, generation)| seen >= generation)
 }
 
 /// The `data` of ControllerRevision `name` (`{"spec": {"template": …}}`), if it exists.

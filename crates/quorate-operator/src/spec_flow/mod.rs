@@ -18,7 +18,7 @@
 
 pub(crate) mod agent_token;
 mod components;
-mod in_place;
+pub(crate) mod in_place;
 pub(crate) mod references;
 pub(crate) mod rollout;
 pub mod scale;
