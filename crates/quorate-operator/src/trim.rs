@@ -10,8 +10,9 @@
 //! them from a cache. (A StatefulSet keeps its owner reference: the controller maps its
 //! changes to the `Etcd` by it.)
 //! Pods keep only their metadata, their Ready and in-place resize conditions, the generation
-//! their kubelet has seen, and their containers' names, readiness, restarts and waiting reason. StatefulSets keep their metadata, status, replicas,
-//! immutable fields and the TLS Secret volumes of the pod template (name and Secret only).
+//! their kubelet has seen, and their containers' names, readiness, restarts and waiting reason.
+//! StatefulSets keep their metadata, status, replicas, immutable fields and the TLS Secret
+//! volumes of the pod template (name and Secret only).
 //! `Etcd` objects and Leases keep everything else: the spec flow reads the `Etcd` whole, and
 //! the leases' holder, renewal, annotations and creation time.
 
