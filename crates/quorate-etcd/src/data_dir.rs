@@ -55,6 +55,18 @@ pub fn inspect(data_dir: &Path) -> DataDirState {
             data_dir.display()
         ));
     }
+    match crate::wal_file::header_only(&wal) {
+        Ok(false) => {}
+        Ok(true) => {
+            return DataDirState::Invalid(format!(
+                "{}'s write-ahead log holds only the header etcd writes when it creates it: etcd \
+                 stopped before it wrote its first entries (the membership), so it holds no data \
+                 and etcd cannot start on it (its member belongs to no configuration)",
+                data_dir.display()
+            ));
+        }
+        Err(e) => return unreadable(&wal, e),
+    }
     let db = member.join("snap").join("db");
     match check_bolt(&db) {
         Ok(()) => DataDirState::Valid,

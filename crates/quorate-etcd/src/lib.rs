@@ -9,7 +9,8 @@
 //!   instead of treated as failures.
 //! - [`client_tls`]: a cluster configuration's client TLS files as [`EtcdTls`].
 //! - [`binaries`] and [`data_dir`]: etcd's programs on this machine and a member's data
-//!   directory on disk (inspection, wrong-volume guard, moving it aside).
+//!   directory on disk (inspection, wrong-volume guard, moving it aside); [`snap_file`] and
+//!   [`wal_file`]: what its raft snapshot and write-ahead log record.
 //!
 //! Every call is time-bounded ([`EtcdTimeouts`]); etcd-client connects lazily and would
 //! otherwise hang on an unreachable member.
@@ -25,6 +26,7 @@ mod retry;
 pub mod snap_file;
 mod snapshot;
 mod types;
+pub mod wal_file;
 
 pub use cluster::ClusterClient;
 pub use cluster_tls::{client_tls, tls_from_files};

@@ -3,6 +3,8 @@
 //! answer describes the member that gives it.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -28,6 +30,11 @@ pub struct MemberClient {
     leader_client: Client,
     endpoint: String,
     timeouts: EtcdTimeouts,
+    /// The member answered the last call, so its connection works and the next call needs no
+    /// time to connect: it gets the request bound alone. A follower whose leader just died
+    /// holds a write until the client gives up; allowing connect time there too would spend
+    /// it waiting on a member that is connected but cannot answer.
+    answered: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for MemberClient {
@@ -56,6 +63,7 @@ impl MemberClient {
             leader_client,
             endpoint: url.to_string(),
             timeouts,
+            answered: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -474,11 +482,20 @@ impl MemberClient {
 
     /// Bound for ordinary calls: the first call on a lazy client also pays for connecting.
     fn unary(&self) -> Duration {
-        self.timeouts.connect + self.timeouts.request
+        self.connect_allowance() + self.timeouts.request
     }
 
     fn long(&self) -> Duration {
-        self.timeouts.connect + self.timeouts.long_request
+        self.connect_allowance() + self.timeouts.long_request
+    }
+
+    /// Time a call may spend connecting: none while the member answered its last call.
+    fn connect_allowance(&self) -> Duration {
+        if self.answered.load(Ordering::Relaxed) {
+            Duration::ZERO
+        } else {
+            self.timeouts.connect
+        }
     }
 
     /// Runs one call under a hard time bound and classifies its failure.
@@ -488,7 +505,7 @@ impl MemberClient {
         limit: Duration,
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, EtcdError> {
-        match tokio::time::timeout(limit, fut).await {
+        let result = match tokio::time::timeout(limit, fut).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
                 let err = EtcdError::from_client(operation, &self.endpoint, e);
@@ -501,7 +518,10 @@ impl MemberClient {
                 &self.endpoint,
                 format!("no answer within {limit:?}"),
             )),
-        }
+        };
+        let answered = !matches!(&result, Err(e) if e.kind() == ErrorKind::Unreachable);
+        self.answered.store(answered, Ordering::Relaxed);
+        result
     }
 }
 

@@ -116,6 +116,38 @@ async fn frozen_member_times_out_as_unreachable_and_recovers() {
 }
 
 #[tokio::test]
+async fn a_member_that_answered_gets_no_connect_time_on_its_next_call() {
+    // A follower whose leader just died holds a write; with connect time allowed on a working
+    // connection, the client waited connect + request there (3 s of the canary's 5 s) before
+    // trying another member.
+    let dir = tempfile::tempdir().unwrap();
+    let member = EtcdProcess::start_ready(
+        EtcdMemberConfig::new("answered", dir.path()),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let timeouts = EtcdTimeouts {
+        connect: Duration::from_secs(6),
+        request: Duration::from_secs(1),
+        long_request: Duration::from_secs(60),
+    };
+    let client = MemberClient::connect(&member.client_url(), None, timeouts)
+        .await
+        .unwrap();
+    client.put("k", "v").await.unwrap();
+
+    member.child().freeze(Duration::from_secs(5)).unwrap();
+    let started = Instant::now();
+    let err = client.put("k", "w").await.unwrap_err();
+    let took = started.elapsed();
+    member.child().thaw(Duration::from_secs(5)).unwrap();
+    assert_eq!(err.kind(), ErrorKind::Unreachable, "{err}");
+    assert!(took >= timeouts.request, "gave up too early: {took:?}");
+    assert!(took < timeouts.connect, "waited for a connect: {took:?}");
+}
+
+#[tokio::test]
 async fn cluster_client_fails_over_past_dead_endpoints() {
     let mut cluster = EtcdTestCluster::start(3).await;
     let dead = format!("http://127.0.0.1:{}", free_port());

@@ -125,3 +125,74 @@ async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
         assert!(verdict.starts_with("linearizable:"), "{verdict}");
     }
 }
+
+/// A leader that stops answering (SIGSTOP: its port still accepts connections, nothing
+/// answers), listed after the follower the canary writes to: the follower holds the write it
+/// forwarded to the dead leader, the leader holds the next attempt. Allowing connect time on
+/// the follower's working connection too (3 s) and then the whole bound on the leader (3 s)
+/// spent the 5 s before the other follower was asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canary_rides_out_a_frozen_leader_without_failed_writes() {
+    let cluster = EtcdTestCluster::start(3).await;
+    let mut leader = None;
+    for i in 0..3 {
+        let url = cluster.member(i).client_url();
+        let mut client = etcd_client::Client::connect([url.as_str()], None)
+            .await
+            .expect("connect");
+        let status = client.status().await.expect("status");
+        let header = status.header().expect("a response header");
+        if status.leader() == header.member_id() {
+            leader = Some(i);
+        }
+    }
+    let leader = leader.expect("one member leads");
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let endpoints = [followers[0], leader, followers[1]]
+        .map(|i| cluster.member(i).client_url())
+        .join(",");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
+    command
+        .args(["canary", "--endpoints", &endpoints, "--prefix", "f/"])
+        .args(["--interval", "50ms", "--report-every", "100ms"])
+        .args(["--write-timeout", "5s", "--count", "100"])
+        .env("QUORATE_LOG", "warn,quorate_etcd=debug")
+        .stdout(Stdio::piped());
+    let mut canary = ChildGuard::spawn(&mut command).expect("start quorate canary");
+    let stdout = canary
+        .std_child()
+        .and_then(|c| c.stdout.take())
+        .expect("piped stdout");
+    let (lines_tx, lines) = mpsc::channel::<serde_json::Value>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not a JSON line: {line:?}: {e}"));
+            let _ = lines_tx.send(value);
+        }
+    });
+    loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("canary progress");
+        if line["acknowledged"].as_u64().unwrap_or(0) >= 5 {
+            break;
+        }
+    }
+    cluster
+        .member(leader)
+        .child()
+        .freeze(Duration::from_secs(5))
+        .expect("freeze the leader");
+
+    let status = canary
+        .wait_timeout(Duration::from_secs(90))
+        .expect("waiting for the canary")
+        .expect("the canary exits once its writes are done");
+    reader.join().expect("reader thread");
+    let last = lines.try_iter().last().expect("a final line");
+    assert_eq!(last["done"], true, "{last}");
+    assert_eq!(last["failed"], 0, "{last}");
+    assert_eq!(last["acknowledged"], 100, "{last}");
+    assert!(status.success(), "exit status {status:?}");
+}

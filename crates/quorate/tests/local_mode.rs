@@ -338,6 +338,73 @@ fn killed_members_are_restarted_with_their_data() {
     });
 }
 
+/// etcd that stops between creating its write-ahead log and writing its first entries (a CI run:
+/// another process held its metrics port) leaves a log with only the header; etcd then starts
+/// as a member of no configuration and never elects a leader. The agent moves such a directory
+/// aside (kept) and the member bootstraps again. The state is made from a cluster that ran:
+/// its log cut back to the header, its lease (which records the cluster it ran) removed.
+#[test]
+fn a_member_whose_log_holds_only_its_header_bootstraps_again() {
+    let local = Local::new();
+    let path = local.manifest("c.yaml", &manifest("first", 1, ""));
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    local.ok(&["down", "first"]);
+    std::fs::remove_file(local.cluster_dir("first").join("leases/first-0.json")).unwrap();
+    let member = local.cluster_dir("first").join("members/first-0");
+    let wal_dir = member.join("data/member/wal");
+    let mut logs: Vec<_> = std::fs::read_dir(&wal_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    logs.sort();
+    for later in &logs[1..] {
+        std::fs::remove_file(later).unwrap();
+    }
+    // Keep etcd's first three records (checksum, metadata, empty snapshot marker): what it
+    // writes when it creates the log. Zero everything after them, as a preallocated file is.
+    let mut log = std::fs::read(&logs[0]).unwrap();
+    let mut end = 0;
+    for _ in 0..3 {
+        let length = u64::from_le_bytes(log[end..end + 8].try_into().unwrap());
+        let padding = if length >> 63 == 1 {
+            (length >> 56) & 7
+        } else {
+            0
+        };
+        end += 8 + (length & 0x00ff_ffff_ffff_ffff) as usize + padding as usize;
+    }
+    log[end..].fill(0);
+    std::fs::write(&logs[0], &log).unwrap();
+    for snap in std::fs::read_dir(member.join("data/member/snap")).unwrap() {
+        let snap = snap.unwrap().path();
+        if snap.extension().is_some_and(|x| x == "snap") {
+            std::fs::remove_file(snap).unwrap();
+        }
+    }
+
+    local.ok(&["up", "-d", "-f", path_str(&path), "--timeout", "60s"]);
+    let aside: Vec<_> = std::fs::read_dir(&member)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("data.invalid-"))
+        .collect();
+    assert_eq!(
+        aside.len(),
+        1,
+        "the header-only data moved aside: {aside:?}"
+    );
+    assert!(
+        member.join(&aside[0]).join("member/wal").is_dir(),
+        "kept, not deleted"
+    );
+    let agent_log = std::fs::read_to_string(member.join("agent.log")).unwrap();
+    assert!(
+        agent_log.contains("holds only the header"),
+        "the agent says why: {agent_log}"
+    );
+}
+
 #[test]
 fn invalid_manifest_is_refused_and_nothing_starts() {
     let local = Local::new();
@@ -785,11 +852,8 @@ fn changed_etcd_flags_roll_through_the_members_one_at_a_time() {
 fn foreground_up_runs_until_interrupted_and_keeps_data() {
     let local = Local::new();
     let path = local.manifest("c.yaml", &manifest("front", 1, ""));
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quorate"));
+    let mut command = local.command(&["up", "-f", path_str(&path)]);
     command
-        .arg("--state-dir")
-        .arg(local.state.path())
-        .args(["up", "-f", path_str(&path)])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let mut up = quorate_testkit::ChildGuard::spawn(&mut command).unwrap();

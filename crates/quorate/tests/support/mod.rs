@@ -8,12 +8,18 @@ pub mod versions;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
+
+/// Slices the ports local clusters choose from are cut into, one per environment in turn.
+const PORT_SLICES: u16 = 8;
 
 /// A private local-mode environment.
 pub struct Local {
     pub state: tempfile::TempDir,
     bin: PathBuf,
+    /// `QUORATE_LOCAL_PORTS` for this environment's clusters.
+    ports: String,
 }
 
 impl Local {
@@ -21,6 +27,7 @@ impl Local {
         Self {
             state: tempfile::tempdir().expect("temp dir"),
             bin: PathBuf::from(env!("CARGO_BIN_EXE_quorate")),
+            ports: own_port_slice(),
         }
     }
 
@@ -31,7 +38,8 @@ impl Local {
             .arg("--state-dir")
             .arg(self.state.path())
             .args(args)
-            .env("QUORATE_LOG", "warn");
+            .env("QUORATE_LOG", "warn")
+            .env("QUORATE_LOCAL_PORTS", &self.ports);
         command
     }
 
@@ -488,4 +496,26 @@ pub fn every_write_on_every_member(endpoints: &[String], before: usize, acked: u
             );
         }
     });
+}
+
+/// A slice of the lane's `QUORATE_LOCAL_PORTS` (or of 20000-32000), the next one for each
+/// environment: tests of one binary run side by side, and two clusters that choose a port the
+/// other has chosen but not yet bound crash one of them at start ("address already in use").
+fn own_port_slice() -> String {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let (low, high) = std::env::var("QUORATE_LOCAL_PORTS")
+        .ok()
+        .and_then(|r| {
+            let (low, high) = r.split_once('-')?;
+            Some((
+                low.trim().parse::<u16>().ok()?,
+                high.trim().parse::<u16>().ok()?,
+            ))
+        })
+        .filter(|(low, high)| high.saturating_sub(*low) >= PORT_SLICES * 50)
+        .unwrap_or((20_000, 32_000));
+    let width = (high - low) / PORT_SLICES;
+    let slice = NEXT.fetch_add(1, Ordering::Relaxed) % PORT_SLICES;
+    let start = low + slice * width;
+    format!("{start}-{}", start + width)
 }
