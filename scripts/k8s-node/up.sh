@@ -224,6 +224,10 @@ state = "$CTRD/state"
   address = "$SOCK"
 [ttrpc]
   address = "$SOCK.ttrpc"
+# Each node its own NRI socket: on the default (/var/run/nri/nri.sock) the three containerds
+# race, and one that loses exits ("address already in use"; a CI run's kit failed so).
+[plugins."io.containerd.nri.v1.nri"]
+  socket_path = "$CTRD/nri.sock"
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"

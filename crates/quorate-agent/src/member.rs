@@ -412,6 +412,10 @@ struct Running<'a, C> {
     config: MemberEtcdConfig,
     member_client: Option<MemberClient>,
     last_publish: Option<Instant>,
+    /// What the last publish said of the member's liveness: whether it renewed (etcd had a
+    /// leader), and as which member, cluster and role. A change is published at once instead
+    /// of at the next heartbeat, so the status sees a member serve (or lead) when it starts to.
+    published: Option<(bool, u64, u64, bool)>,
     /// Whether the member list has this member's configured peer URL (checked once per run).
     peer_urls_settled: bool,
     recorded_ids: Option<(u64, u64)>,
@@ -448,6 +452,7 @@ impl<'a, C: Coordination> Running<'a, C> {
             config,
             member_client: None,
             last_publish: None,
+            published: None,
             peer_urls_settled: false,
             recorded_ids: None,
             last_drop_check: None,
@@ -584,10 +589,13 @@ impl<'a, C: Coordination> Running<'a, C> {
                 duties::peer_urls::settle(client, cluster, me, st.member_id, state).await;
         }
         let heartbeat = Duration::from_millis(cluster.heartbeat_millis);
-        let publish_due = self.last_publish.is_none_or(|t| t.elapsed() >= heartbeat);
-        if publish_due && publish::publish(self.coord, cluster, me, state, st.leader_id != 0).await
-        {
+        let renew = st.leader_id != 0;
+        let says = (renew, st.member_id, st.cluster_id, leads);
+        let publish_due = self.last_publish.is_none_or(|t| t.elapsed() >= heartbeat)
+            || self.published != Some(says);
+        if publish_due && publish::publish(self.coord, cluster, me, state, renew).await {
             self.last_publish = Some(Instant::now());
+            self.published = Some(says);
         }
     }
 }

@@ -189,6 +189,44 @@ async fn a_member_bootstraps_publishes_its_data_and_restarts_on_it() {
     again.stop().await;
 }
 
+/// A member whose etcd lost its leader renews its lease as soon as etcd has one again, not at
+/// the next heartbeat (a minute here): the status reads members as serving from their leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_renews_its_lease_as_soon_as_etcd_has_a_leader_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = config(3);
+    cluster.heartbeat_millis = 60_000;
+    let coord = FileCoordination::new(dir.path());
+    coord.write_cluster_config(&cluster).unwrap();
+    let [first, second, third] = ["m-0", "m-1", "m-2"].map(|m| Agent::start(dir.path(), m));
+    let renewed = async || {
+        coord
+            .member_lease("m-0")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.renew_time)
+    };
+    let before = until("m-0's renewed lease", Duration::from_secs(30), renewed).await;
+
+    // Two of three stop: m-0's etcd has no leader.
+    second.stop().await;
+    third.stop().await;
+    until(
+        "m-0 without a leader",
+        Duration::from_secs(30),
+        async || (!first.state.get().healthy).then_some(()),
+    )
+    .await;
+    let _back = ["m-1", "m-2"].map(|m| Agent::start(dir.path(), m));
+    until(
+        "m-0's lease renewed again",
+        Duration::from_secs(30),
+        async || renewed().await.filter(|t| *t > before),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_member_joins_as_a_learner_through_the_planner_and_is_promoted() {
     let dir = tempfile::tempdir().unwrap();
