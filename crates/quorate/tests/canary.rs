@@ -1,7 +1,8 @@
 //! `quorate canary` against a real etcd member that is killed and restarted while the canary
 //! writes: the outage shows up as retried attempts, not as failed writes, and every
 //! acknowledged key is there afterwards. Its `--history` file records every attempt, and the
-//! second checker (tools/history-check, when installed) finds it linearizable.
+//! second checker (tools/history-check, when installed) finds it linearizable. A frozen leader
+//! of three costs no write either.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -11,6 +12,61 @@ use std::time::Duration;
 use quorate_testkit::{ChildGuard, EtcdTestCluster};
 
 const WRITES: u64 = 60;
+
+/// A running `quorate canary` and its JSON lines.
+struct Canary {
+    process: ChildGuard,
+    lines: mpsc::Receiver<serde_json::Value>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Canary {
+    fn spawn(command: &mut Command) -> Canary {
+        let mut process = ChildGuard::spawn(command).expect("start quorate canary");
+        let stdout = process
+            .std_child()
+            .and_then(|c| c.stdout.take())
+            .expect("piped stdout");
+        let (lines_tx, lines) = mpsc::channel::<serde_json::Value>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not a JSON line: {line:?}: {e}"));
+                let _ = lines_tx.send(value);
+            }
+        });
+        Canary {
+            process,
+            lines,
+            reader,
+        }
+    }
+
+    /// Waits until the canary reports `n` acknowledged writes.
+    fn wait_for_acknowledged(&self, n: u64) {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("canary progress");
+            if line["acknowledged"].as_u64().unwrap_or(0) >= n {
+                return;
+            }
+        }
+    }
+
+    /// Waits for the canary to exit; its exit status and last line.
+    fn finish(mut self) -> (std::process::ExitStatus, serde_json::Value) {
+        let status = self
+            .process
+            .wait_timeout(Duration::from_secs(90))
+            .expect("waiting for the canary")
+            .expect("the canary exits once its writes are done");
+        self.reader.join().expect("reader thread");
+        let last = self.lines.try_iter().last().expect("a final line");
+        (status, last)
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
@@ -27,39 +83,15 @@ async fn the_canary_rides_out_a_member_restart_without_failed_writes() {
         .arg(&history)
         .env("QUORATE_LOG", "warn")
         .stdout(Stdio::piped());
-    let mut canary = ChildGuard::spawn(&mut command).expect("start quorate canary");
-    let stdout = canary
-        .std_child()
-        .and_then(|c| c.stdout.take())
-        .expect("piped stdout");
-    let (lines_tx, lines) = mpsc::channel::<serde_json::Value>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not a JSON line: {line:?}: {e}"));
-            let _ = lines_tx.send(value);
-        }
-    });
+    let canary = Canary::spawn(&mut command);
 
     // Once a few writes are through, the member dies for a second and comes back.
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("canary progress");
-        if line["acknowledged"].as_u64().unwrap_or(0) >= 5 {
-            break;
-        }
-    }
+    canary.wait_for_acknowledged(5);
     cluster.member_mut(0).kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.member_mut(0).restart().expect("restart etcd");
 
-    let status = canary
-        .wait_timeout(Duration::from_secs(90))
-        .expect("waiting for the canary")
-        .expect("the canary exits once its writes are done");
-    reader.join().expect("reader thread");
-    let last = lines.try_iter().last().expect("a final line");
+    let (status, last) = canary.finish();
     assert_eq!(last["done"], true, "{last}");
     assert_eq!(last["failed"], 0, "{last}");
     assert_eq!(last["acknowledged"], WRITES, "{last}");
@@ -158,39 +190,15 @@ async fn the_canary_rides_out_a_frozen_leader_without_failed_writes() {
         .args(["--write-timeout", "5s", "--count", "100"])
         .env("QUORATE_LOG", "warn,quorate_etcd=debug")
         .stdout(Stdio::piped());
-    let mut canary = ChildGuard::spawn(&mut command).expect("start quorate canary");
-    let stdout = canary
-        .std_child()
-        .and_then(|c| c.stdout.take())
-        .expect("piped stdout");
-    let (lines_tx, lines) = mpsc::channel::<serde_json::Value>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not a JSON line: {line:?}: {e}"));
-            let _ = lines_tx.send(value);
-        }
-    });
-    loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(30))
-            .expect("canary progress");
-        if line["acknowledged"].as_u64().unwrap_or(0) >= 5 {
-            break;
-        }
-    }
+    let canary = Canary::spawn(&mut command);
+    canary.wait_for_acknowledged(5);
     cluster
         .member(leader)
         .child()
         .freeze(Duration::from_secs(5))
         .expect("freeze the leader");
 
-    let status = canary
-        .wait_timeout(Duration::from_secs(90))
-        .expect("waiting for the canary")
-        .expect("the canary exits once its writes are done");
-    reader.join().expect("reader thread");
-    let last = lines.try_iter().last().expect("a final line");
+    let (status, last) = canary.finish();
     assert_eq!(last["done"], true, "{last}");
     assert_eq!(last["failed"], 0, "{last}");
     assert_eq!(last["acknowledged"], 100, "{last}");
