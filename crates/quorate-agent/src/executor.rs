@@ -75,7 +75,17 @@ impl<'a> Executor<'a> {
     /// The member list as the first other desired member that answers knows it, with its
     /// cluster ID; `None` when none answers.
     pub async fn peers_member_list(&self) -> Option<MemberList> {
-        for url in self.peer_urls() {
+        self.peers_member_list_except(&[]).await
+    }
+
+    /// [`Self::peers_member_list`], not asking the members named in `skip`.
+    pub async fn peers_member_list_except(&self, skip: &[&str]) -> Option<MemberList> {
+        let asked = self
+            .cluster
+            .members
+            .iter()
+            .filter(|m| m.name != self.me && !skip.contains(&m.name.as_str()));
+        for url in asked.map(|m| m.client_url.clone()) {
             if let Some(client) = self.member_client(&url).await
                 && let Ok(list) = client.member_list_of_cluster().await
             {

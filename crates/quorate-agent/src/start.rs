@@ -97,10 +97,13 @@ async fn observe<C: Coordination>(
         validating.elapsed(),
         !matches!(own, DataState::Unknown { .. }) || unusable.is_some(),
     );
+    let started = std::time::Instant::now();
     let leases = coord
         .member_leases()
         .await
         .map_err(|e| Wait::new(format!("reading the member leases: {e}")))?;
+    let leases_read = started.elapsed();
+    let mut peers_asked = None;
     let peers = PeerData::from_leases(cluster, me, &leases);
     let executor = Executor::new(cluster, me);
     let mut seen = StartObservation {
@@ -132,12 +135,33 @@ async fn observe<C: Coordination>(
         if compares_with_bucket(cluster) {
             seen.lone = lone_data(cluster, opts).await;
         }
-    } else if let Some(list) = executor.peers_member_list().await {
-        seen.observed = executor.observe(&list).await;
-        seen.evidence.member_list = Some(list.members);
     } else {
-        seen.evidence.backups = crate::restore::backups_in_store(cluster).await;
+        let asked = std::time::Instant::now();
+        let starting: Vec<&str> = seen
+            .evidence
+            .peers
+            .iter()
+            .filter(|p| p.is_starting())
+            .map(|p| p.name.as_str())
+            .collect();
+        let list = executor.peers_member_list_except(&starting).await;
+        peers_asked = Some(asked.elapsed());
+        match list {
+            Some(list) => {
+                seen.observed = executor.observe(&list).await;
+                seen.evidence.member_list = Some(list.members);
+            }
+            None => seen.evidence.backups = crate::restore::backups_in_store(cluster).await,
+        }
     }
+    // What the start waited on, for a start that is slow to begin.
+    tracing::info!(
+        member = %me,
+        leases_ms = leases_read.as_millis(),
+        peers_ms = peers_asked.map(|d| d.as_millis()),
+        total_ms = started.elapsed().as_millis(),
+        "start evidence gathered"
+    );
     Ok(seen)
 }
 

@@ -5,7 +5,8 @@ use quorate_agent::executor::Executor;
 use quorate_agent::{AgentExit, AgentOptions, SharedState, run_agent};
 use quorate_coord::{Coordination, FileCoordination};
 use quorate_core::cluster_config::{ClusterConfig, EtcdSettings, MemberEndpoints};
-use quorate_core::membership::data_state::DataState;
+use quorate_core::lease::MemberLease;
+use quorate_core::membership::data_state::{DATA_STATE_ANNOTATION, DataState};
 use quorate_core::membership::planner::{RemoveReason, Step};
 use quorate_testkit::{etcd_binary, free_port};
 use std::path::Path;
@@ -225,6 +226,44 @@ async fn a_member_renews_its_lease_as_soon_as_etcd_has_a_leader_again() {
         async || renewed().await.filter(|t| *t > before),
     )
     .await;
+}
+
+/// A bootstrap member does not ask a peer that published it is starting (data about to be
+/// there, no cluster yet) for the member list: that peer's etcd accepts connections but answers
+/// nothing before its cluster forms, and asking it cost the whole client bound (4 s on the node
+/// kit, before etcd started). Here the peer's port accepts and never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_does_not_wait_on_a_peer_that_is_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = config(2);
+    let coord = FileCoordination::new(dir.path());
+    coord.write_cluster_config(&cluster).unwrap();
+    let _silent = std::net::TcpListener::bind(("127.0.0.1", cluster.members[0].client_port))
+        .expect("hold m-0's client port");
+    let mut starting = MemberLease::new("m-0");
+    starting.annotations.insert(
+        DATA_STATE_ANNOTATION.into(),
+        DataState::Present {
+            cluster_id: None,
+            member_id: None,
+            revision: None,
+        }
+        .to_annotation(),
+    );
+    coord.put_member_lease(&starting).await.unwrap();
+
+    let started = Instant::now();
+    let agent = Agent::start(dir.path(), "m-1");
+    until("m-1's etcd to start", Duration::from_secs(30), async || {
+        (!agent.state.get().etcd_args.is_empty()).then_some(())
+    })
+    .await;
+    let bound = quorate_agent::executor::timeouts();
+    assert!(
+        started.elapsed() < bound.connect + bound.request,
+        "m-1 waited on m-0: {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

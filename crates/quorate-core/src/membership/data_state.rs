@@ -91,6 +91,20 @@ pub struct PeerData {
 }
 
 impl PeerData {
+    /// Whether the member published that it is about to have data and its etcd has not reported
+    /// a cluster yet: it is bootstrapping or joining now. Its etcd, once started, accepts
+    /// connections but answers nothing before its cluster has formed, so asking it for the
+    /// member list only waits out the client's bound.
+    pub fn is_starting(&self) -> bool {
+        matches!(
+            self.state,
+            Some(DataState::Present {
+                cluster_id: None,
+                ..
+            })
+        )
+    }
+
     /// The published states of every desired member other than `me`, in desired order.
     pub fn from_leases(
         cluster: &crate::cluster_config::ClusterConfig,
@@ -115,6 +129,23 @@ impl PeerData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_peer_about_to_have_data_without_a_cluster_is_starting() {
+        let peer = |state| PeerData {
+            name: "m".into(),
+            state,
+        };
+        let present = |cluster_id| DataState::Present {
+            cluster_id,
+            member_id: None,
+            revision: None,
+        };
+        assert!(peer(Some(present(None))).is_starting());
+        assert!(!peer(Some(present(Some(7)))).is_starting());
+        assert!(!peer(Some(DataState::Empty)).is_starting());
+        assert!(!peer(None).is_starting());
+    }
 
     #[test]
     fn round_trips_through_the_annotation() {
