@@ -11,7 +11,21 @@ use quorate_testkit::ChildGuard;
 /// `quorate canary` against `endpoints` with a 5 s write timeout; stopped by [`Canary::finish`].
 pub struct Canary {
     child: ChildGuard,
-    reader: std::thread::JoinHandle<Option<serde_json::Value>>,
+    reader: std::thread::JoinHandle<Lines>,
+    /// The canary's stderr (its failed attempts, at debug level), for a failure's message.
+    stderr: tempfile::NamedTempFile,
+}
+
+/// What the reader saw on the canary's stdout.
+#[derive(Default)]
+struct Lines {
+    /// The last line that parsed as JSON.
+    last: Option<serde_json::Value>,
+    /// Lines read, and how many of them did not parse.
+    read: usize,
+    unparsed: usize,
+    /// Why reading stopped, when not at the end of the output.
+    error: Option<String>,
 }
 
 impl Canary {
@@ -33,51 +47,93 @@ impl Canary {
             .args(["--interval", "20ms", "--report-every", "500ms"])
             .args(["--write-timeout", "5s"])
             .args(args)
-            .env("QUORATE_LOG", "warn")
+            .env("QUORATE_LOG", "warn,quorate::canary_cmd=debug")
             .stdout(Stdio::piped());
+        let stderr = tempfile::NamedTempFile::new().expect("a file for the canary's stderr");
+        command.stderr(stderr.reopen().expect("reopen the stderr file"));
         let mut child = ChildGuard::spawn(&mut command).expect("start quorate canary");
         let stdout = child
             .std_child()
             .and_then(|c| c.stdout.take())
             .expect("piped stdout");
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| serde_json::from_str(&l).ok())
-                .last()
+            let mut seen = Lines::default();
+            let mut stdout = BufReader::new(stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match stdout.read_until(b'\n', &mut line) {
+                    Ok(0) => return seen,
+                    Ok(_) => {
+                        seen.read += 1;
+                        match serde_json::from_slice(&line) {
+                            Ok(value) => seen.last = Some(value),
+                            Err(_) => seen.unparsed += 1,
+                        }
+                    }
+                    Err(e) => {
+                        seen.error = Some(e.to_string());
+                        return seen;
+                    }
+                }
+            }
         });
-        Self { child, reader }
+        Self {
+            child,
+            reader,
+            stderr,
+        }
     }
 
     /// Stops the canary and asserts that the change it watched hurt no write: none failed,
     /// none waited 5 s, and it kept writing (over 100 acknowledged). Returns how far its
     /// writes were acknowledged.
     pub fn finish_unhurt(self) -> u64 {
-        let last = self.finish();
-        assert_eq!(last["failed"], 0, "no write failed: {last}");
+        let (last, said) = self.finish_saying();
+        assert_eq!(last["failed"], 0, "no write failed: {last}\n{said}");
         assert!(
             last["longest_wait_ms"].as_u64().unwrap() < 5000,
-            "no write waited 5 s: {last}"
+            "no write waited 5 s: {last}\n{said}"
+        );
+        assert_eq!(
+            last["done"], true,
+            "the canary's final line: {last}\n{said}"
         );
         let acked = last["acknowledged_through"].as_u64().unwrap();
-        assert!(acked > 100, "the canary kept writing: {last}");
+        assert!(acked > 100, "the canary kept writing: {last}\n{said}");
         acked
     }
 
     /// Stops the canary; its last line.
-    pub fn finish(mut self) -> serde_json::Value {
+    pub fn finish(self) -> serde_json::Value {
+        self.finish_saying().0
+    }
+
+    /// Stops the canary; its last line, and what else it said (exit status, lines read, the
+    /// tail of its stderr) for a failure's message.
+    fn finish_saying(mut self) -> (serde_json::Value, String) {
         self.child
             .signal(nix::sys::signal::Signal::SIGTERM)
             .expect("signal the canary");
-        self.child
+        let status = self
+            .child
             .wait_timeout(Duration::from_secs(30))
             .expect("waiting for the canary")
             .expect("the canary stops on SIGTERM");
-        self.reader
-            .join()
-            .expect("reader thread")
-            .expect("a final line")
+        let lines = self.reader.join().expect("reader thread");
+        let stderr = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+        let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
+        let said = format!(
+            "canary: {status}; {} lines read, {} not JSON{}; stderr's last lines:\n{}",
+            lines.read,
+            lines.unparsed,
+            lines
+                .error
+                .map(|e| format!(", reading stopped: {e}"))
+                .unwrap_or_default(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+        (lines.last.expect("a final line"), said)
     }
 }
 
