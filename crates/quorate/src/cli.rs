@@ -286,12 +286,16 @@ pub enum Command {
 }
 
 impl Command {
-    /// Whether this command runs until it is stopped and serves others (a supervisor, an agent,
-    /// the operator), as opposed to a one-shot command whose output a person or a pipe reads.
+    /// Whether this command runs until it is stopped and keeps talking to others over sockets
+    /// (a supervisor, an agent, the operator, the canary), as opposed to a one-shot command
+    /// whose output a person or a pipe reads.
     pub fn is_long_running(&self) -> bool {
         match self {
             Command::Up { detach, .. } => !detach,
-            Command::Agent(_) | Command::Operator(_) | Command::Supervise { .. } => true,
+            Command::Agent(_)
+            | Command::Operator(_)
+            | Command::Supervise { .. }
+            | Command::Canary { .. } => true,
             _ => false,
         }
     }

@@ -70,8 +70,9 @@ const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(5
 /// A command whose output is piped into `head` ends silently when the reader goes away, as
 /// every Unix tool does, instead of panicking in `println!` ("failed printing to stdout").
 /// Rust starts programs with SIGPIPE ignored; the one-shot commands get the default back. The
-/// long-running ones (agent, operator, supervisor) keep it ignored: a peer closing a pipe must
-/// be an error they handle, never their death.
+/// long-running ones (agent, operator, supervisor, canary) keep it ignored: a peer closing a
+/// socket or a pipe must be an error they handle, never their death (an etcd member restarting
+/// under the canary's write killed the canary so, twice in CI).
 fn die_quietly_on_closed_pipe() {
     use nix::sys::signal::{SigHandler, Signal, signal};
     // SAFETY: done first thing in main, before any thread exists; SIG_DFL runs no handler code.

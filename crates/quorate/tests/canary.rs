@@ -204,3 +204,33 @@ async fn the_canary_rides_out_a_frozen_leader_without_failed_writes() {
     assert_eq!(last["acknowledged"], 100, "{last}");
     assert!(status.success(), "exit status {status:?}");
 }
+
+/// The canary writes to etcd over sockets for as long as it runs. A member that goes away
+/// while a write is in flight must cost a retry, never the canary's life: with SIGPIPE at its
+/// default (as the one-shot commands have it), a write on the reset connection killed the
+/// canary in two CI runs, mid-upgrade, without a word.
+#[test]
+fn the_canary_ignores_sigpipe() {
+    let url = format!("http://127.0.0.1:{}", quorate_testkit::free_port());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quorate"));
+    command
+        .args(["canary", "--endpoints", &url, "--write-timeout", "1s"])
+        .args(["--report-every", "100ms"])
+        .env("QUORATE_LOG", "off")
+        .stdout(Stdio::piped());
+    let canary = Canary::spawn(&mut command);
+    // A reported (failed) write: the canary runs its loop, long after `main` set signals up.
+    canary
+        .lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a progress line");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", canary.process.pid()))
+        .expect("the canary's /proc status");
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|mask| u64::from_str_radix(mask.trim(), 16).expect("a hex signal mask"))
+        .expect("a SigIgn line");
+    let sigpipe = nix::sys::signal::Signal::SIGPIPE as u64;
+    assert_ne!(ignored & (1 << (sigpipe - 1)), 0, "SigIgn {ignored:#x}");
+}
