@@ -46,12 +46,12 @@ impl<'a> Executor<'a> {
         self
     }
 
-    /// The client URLs of every desired member except this one.
-    fn peer_urls(&self) -> Vec<String> {
+    /// The client URLs of every desired member except this one and those named in `skip`.
+    fn peer_urls(&self, skip: &[&str]) -> Vec<String> {
         self.cluster
             .members
             .iter()
-            .filter(|m| m.name != self.me)
+            .filter(|m| m.name != self.me && !skip.contains(&m.name.as_str()))
             .map(|m| m.client_url.clone())
             .collect()
     }
@@ -80,12 +80,7 @@ impl<'a> Executor<'a> {
 
     /// [`Self::peers_member_list`], not asking the members named in `skip`.
     pub async fn peers_member_list_except(&self, skip: &[&str]) -> Option<MemberList> {
-        let asked = self
-            .cluster
-            .members
-            .iter()
-            .filter(|m| m.name != self.me && !skip.contains(&m.name.as_str()));
-        for url in asked.map(|m| m.client_url.clone()) {
+        for url in self.peer_urls(skip) {
             if let Some(client) = self.member_client(&url).await
                 && let Ok(list) = client.member_list_of_cluster().await
             {
@@ -99,7 +94,7 @@ impl<'a> Executor<'a> {
     /// the one list that has applied every committed membership change. `None` when no other
     /// member answers as leader.
     pub async fn leader_member_list(&self) -> Option<MemberList> {
-        for url in self.peer_urls() {
+        for url in self.peer_urls(&[]) {
             let Some(client) = self.member_client(&url).await else {
                 continue;
             };

@@ -124,13 +124,18 @@ async fn until<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Opt
     }
 }
 
+/// File coordination in `dir` holding `cluster`'s configuration, as local mode writes it.
+fn coordination(dir: &Path, cluster: &ClusterConfig) -> FileCoordination {
+    let coord = FileCoordination::new(dir);
+    coord.write_cluster_config(cluster).unwrap();
+    coord
+}
+
 /// A cluster of two desired members of which only `m-0` bootstraps, with its agent serving.
 async fn one_of_two_serving(dir: &Path) -> (ClusterConfig, Agent) {
     let mut cluster = config(2);
     cluster.bootstrap_members.truncate(1);
-    FileCoordination::new(dir)
-        .write_cluster_config(&cluster)
-        .unwrap();
+    coordination(dir, &cluster);
     let first = Agent::start(dir, "m-0");
     until("m-0 to serve", Duration::from_secs(30), async || {
         first.state.get().healthy.then_some(())
@@ -143,8 +148,7 @@ async fn one_of_two_serving(dir: &Path) -> (ClusterConfig, Agent) {
 async fn a_member_bootstraps_publishes_its_data_and_restarts_on_it() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = config(1);
-    let coord = FileCoordination::new(dir.path());
-    coord.write_cluster_config(&cluster).unwrap();
+    let coord = coordination(dir.path(), &cluster);
 
     let agent = Agent::start(dir.path(), "m-0");
     let lease = until("a renewed lease", Duration::from_secs(30), async || {
@@ -197,8 +201,7 @@ async fn a_member_renews_its_lease_as_soon_as_etcd_has_a_leader_again() {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = config(3);
     cluster.heartbeat_millis = 60_000;
-    let coord = FileCoordination::new(dir.path());
-    coord.write_cluster_config(&cluster).unwrap();
+    let coord = coordination(dir.path(), &cluster);
     let [first, second, third] = ["m-0", "m-1", "m-2"].map(|m| Agent::start(dir.path(), m));
     let renewed = async || {
         coord
@@ -236,8 +239,7 @@ async fn a_member_renews_its_lease_as_soon_as_etcd_has_a_leader_again() {
 async fn a_member_does_not_wait_on_a_peer_that_is_starting() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = config(2);
-    let coord = FileCoordination::new(dir.path());
-    coord.write_cluster_config(&cluster).unwrap();
+    let coord = coordination(dir.path(), &cluster);
     let _silent = std::net::TcpListener::bind(("127.0.0.1", cluster.members[0].client_port))
         .expect("hold m-0's client port");
     let mut starting = MemberLease::new("m-0");
