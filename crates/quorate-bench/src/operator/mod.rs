@@ -32,7 +32,9 @@ use crate::error::{BenchError, Result};
 use crate::report::MachineFacts;
 use metrics::{OperatorCounters, delta, parse_operator};
 use process::OperatorGroup;
-use results::{BaselineRun, Convergence, OperatorRun, Phase, Results, Settings};
+use results::{
+    BaselineRun, Convergence, OperatorRun, Phase, Results, Round, Settings, median_round,
+};
 use workload::{Cached, ConvergenceWatch, Replay};
 
 /// Options of `quorate-bench operator`.
@@ -49,6 +51,10 @@ pub struct OperatorArgs {
     #[arg(long, value_delimiter = ',', default_value = "3",
           value_parser = clap::value_parser!(u16).range(1..))]
     workers: Vec<u16>,
+    /// Rounds of the headline comparison (the first worker count), each a baseline then an
+    /// operator run; the report's headline is the round with the median ratio.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    rounds: u32,
     /// Operator processes, each with `--shard I/REPLICAS` (one share of the `Etcd`s each);
     /// the baseline then gets REPLICAS × workers plain workers.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
@@ -164,21 +170,24 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
 
     let mut baselines = Vec::new();
     let mut runs = Vec::new();
-    for &workers in &args.workers {
+    let mut rounds = Vec::new();
+    for (i, &workers) in args.workers.iter().enumerate() {
         let plain = workers as usize * args.replicas as usize;
-        eprintln!(
-            "baseline, {plain} workers: {} Etcds, first passes replayed by a plain client ...",
-            settings.clusters
-        );
-        let baseline = baseline_run(&settings, &etcds, plain).await?;
-        eprintln!("  {}", baseline.convergence.progress_line());
-        baselines.push(baseline);
-        eprintln!(
-            "operator, {} × {workers} workers: {} Etcds ...",
-            args.replicas, settings.clusters
-        );
-        runs.push(
-            operator_run(
+        let count = if i == 0 { args.rounds } else { 1 };
+        let mut pairs = Vec::new();
+        for round in 1..=count {
+            eprintln!(
+                "round {round} of {count}, baseline, {plain} workers: {} Etcds, first passes \
+                 replayed by a plain client ...",
+                settings.clusters
+            );
+            let baseline = baseline_run(&settings, &etcds, plain).await?;
+            eprintln!("  {}", baseline.convergence.progress_line());
+            eprintln!(
+                "round {round} of {count}, operator, {} × {workers} workers: {} Etcds ...",
+                args.replicas, settings.clusters
+            );
+            let run = operator_run(
                 &settings,
                 &etcds,
                 &quorate,
@@ -186,8 +195,23 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
                 args.replicas,
                 dir.path(),
             )
-            .await?,
-        );
+            .await?;
+            pairs.push((baseline, run));
+        }
+        let summary: Vec<Round> = pairs
+            .iter()
+            .map(|(baseline, run)| Round {
+                baseline: baseline.convergence.converged,
+                operator: run.convergence.converged,
+                peak_kib: run.peak_kib(),
+            })
+            .collect();
+        let (baseline, run) = pairs.swap_remove(median_round(&summary));
+        if i == 0 {
+            rounds = summary;
+        }
+        baselines.push(baseline);
+        runs.push(run);
     }
     machine.finish();
 
@@ -196,6 +220,7 @@ pub async fn run(args: OperatorArgs) -> Result<()> {
         machine,
         baselines,
         runs,
+        rounds,
     };
     crate::publish_report(&report::render(&results), args.output.as_deref())
 }

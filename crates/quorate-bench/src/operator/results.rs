@@ -284,6 +284,41 @@ pub struct Results {
     pub baselines: Vec<BaselineRun>,
     /// The operator runs; the first is the headline.
     pub runs: Vec<OperatorRun>,
+    /// Every round of the headline comparison, in the order run; the headline pair (the
+    /// first of `baselines` and `runs`) is the round with the median ratio.
+    pub rounds: Vec<Round>,
+}
+
+/// One round of the headline comparison: a baseline, then an operator run, each on a fresh
+/// API server. Rounds exist because one pair on a shared 2-CPU machine varies by more than
+/// the target's margin.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Round {
+    /// The baseline's time until all were reconciled (`None`: not within the timeout).
+    pub baseline: Option<Duration>,
+    /// The operator's time until all were reconciled.
+    pub operator: Option<Duration>,
+    /// The operator's peak resident memory (largest replica).
+    pub peak_kib: u64,
+}
+
+impl Round {
+    /// Operator time over baseline time; `None` if either did not finish.
+    pub fn ratio(&self) -> Option<f64> {
+        let (o, b) = (self.operator?, self.baseline?);
+        (!b.is_zero()).then(|| o.as_secs_f64() / b.as_secs_f64())
+    }
+}
+
+/// The index of the round with the median ratio (of an even count the upper middle one, the
+/// worse); a round that did not finish ranks above every finished one.
+pub fn median_round(rounds: &[Round]) -> usize {
+    let mut order: Vec<usize> = (0..rounds.len()).collect();
+    order.sort_by(|&a, &b| {
+        let key = |i: usize| rounds[i].ratio().unwrap_or(f64::INFINITY);
+        key(a).total_cmp(&key(b))
+    });
+    order.get(rounds.len() / 2).copied().unwrap_or(0)
 }
 
 /// A duration as the report writes it.
@@ -334,5 +369,29 @@ mod tests {
         assert_eq!(c.percentile(50.0), Some(ms(100)));
         let partial = Convergence::new(t0, &created, &done, 3, Vec::new());
         assert_eq!((partial.converged, partial.reconciled), (None, 2));
+    }
+
+    #[test]
+    fn the_headline_round_is_the_median_ratio_and_unfinished_rounds_rank_last() {
+        let round = |b: u64, o: Option<u64>| Round {
+            baseline: Some(ms(b)),
+            operator: o.map(ms),
+            peak_kib: 1,
+        };
+        let rounds = [
+            round(100, Some(150)),
+            round(100, Some(90)),
+            round(100, Some(110)),
+        ];
+        assert_eq!(median_round(&rounds), 2);
+        // An unfinished round is the worst; of an even count the upper middle one.
+        let rounds = [
+            round(100, None),
+            round(100, Some(120)),
+            round(100, Some(100)),
+        ];
+        assert_eq!(median_round(&rounds), 1);
+        assert_eq!(median_round(&rounds[1..]), 0);
+        assert_eq!(median_round(&[]), 0);
     }
 }
