@@ -4,6 +4,7 @@
 //! aborts on one instead of unwinding —, an out-of-memory kill) never stops it; the restarted agent adopts it. A
 //! temporary etcd (`private_start`) still dies with the agent, since nobody would adopt it.
 
+use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::Stdio;
@@ -34,6 +35,19 @@ pub enum SpawnError {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+/// Leaves out of etcd's environment every variable etcd reads as a setting (`ETCD_*`): quorate
+/// configures etcd by its flags alone. Otherwise Kubernetes' service links (`<SERVICE>_PORT` and
+/// more for every Service of the namespace: `ETCD_MAIN_CLIENT_PORT` for `etcd-main-client`) or
+/// the shell `quorate up` runs in reach etcd, which warns about each variable it does not know
+/// (13 lines per Service at every start) and applies each one it does.
+fn clear_etcd_settings(command: &mut Command, inherited: impl IntoIterator<Item = OsString>) {
+    for name in inherited {
+        if name.as_encoded_bytes().starts_with(b"ETCD_") {
+            command.env_remove(name);
+        }
+    }
 }
 
 /// Whether a started etcd outlives the agent.
@@ -84,6 +98,7 @@ impl EtcdProcess {
         let stdout = open_log()?;
         let stderr = open_log()?;
         let mut command = Command::new(binary);
+        clear_etcd_settings(&mut command, std::env::vars_os().map(|(name, _)| name));
         command
             .args(args)
             .stdin(Stdio::null())
@@ -196,5 +211,33 @@ impl Drop for EtcdProcess {
             }
             Inner::Done => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_inherits_no_etcd_setting() {
+        let mut command = Command::new("etcd");
+        let inherited = [
+            "ETCD_TLS_CLIENT_PORT",
+            "PATH",
+            "ETCD_QUOTA_BACKEND_BYTES",
+            "ETCDCTL_API",
+            "HOME",
+        ];
+        clear_etcd_settings(&mut command, inherited.map(OsString::from));
+        let removed: Vec<_> = command
+            .as_std()
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            removed,
+            ["ETCD_QUOTA_BACKEND_BYTES", "ETCD_TLS_CLIENT_PORT"]
+        );
     }
 }

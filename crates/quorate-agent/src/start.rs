@@ -27,6 +27,9 @@ use quorate_core::membership::start_action::{
 use quorate_etcd::data_dir::{self, DataDirState};
 use std::path::PathBuf;
 
+/// Gathering the start evidence took long enough to say so at info level.
+const SLOW_START_EVIDENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Why the member does not start now.
 #[derive(Debug)]
 pub enum NotYet {
@@ -154,14 +157,19 @@ async fn observe<C: Coordination>(
             None => seen.evidence.backups = crate::restore::backups_in_store(cluster).await,
         }
     }
-    // What the start waited on, for a start that is slow to begin.
-    tracing::info!(
-        member = %me,
-        leases_ms = leases_read.as_millis(),
-        peers_ms = peers_asked.map(|d| d.as_millis()),
-        total_ms = started.elapsed().as_millis(),
-        "start evidence gathered"
+    // What the start waited on: at info for a start slow to begin, else at debug (an agent
+    // waiting for its turn to join gathers it five times a second).
+    let (leases_ms, peers_ms, total) = (
+        leases_read.as_millis(),
+        peers_asked.map(|d| d.as_millis()),
+        started.elapsed(),
     );
+    let total_ms = total.as_millis();
+    if total >= SLOW_START_EVIDENCE {
+        tracing::info!(member = %me, leases_ms, peers_ms, total_ms, "start evidence gathered");
+    } else {
+        tracing::debug!(member = %me, leases_ms, peers_ms, total_ms, "start evidence gathered");
+    }
     Ok(seen)
 }
 
