@@ -356,7 +356,10 @@ async fn kill_etcd_after(data: PathBuf, after: Duration) {
     }
 }
 
-/// Corrupts the newest object a restore reads; a restore while it is corrupt must refuse and name it.
+/// Corrupts the newest object a restore reads; a restore while it is corrupt must refuse and
+/// name it. A restore that succeeded from a full snapshot reaching past the corrupted object
+/// (taken after the corruption) never read it: the step corrupts the new newest one and tries
+/// again, up to [`CORRUPT_ATTEMPTS`] times.
 async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
     let manifest = std::fs::read_to_string(manifest_path(&ctx))
         .map_err(|e| RunError::Harness(format!("read the manifest: {e}")))?;
@@ -366,35 +369,66 @@ async fn corrupt_backup(ctx: StepContext<'_>) -> Result<(), RunError> {
         secret_dir: secret_dir.is_dir().then_some(secret_dir),
         encryption_keys: None,
     };
-    let corrupted = crate::faults::bucket::corrupt_newest_restored(&manifest, &options)
-        .await
-        .map_err(RunError::Harness)?;
-    let scratch = tempfile::tempdir().map_err(|e| RunError::Harness(e.to_string()))?;
-    let target = scratch.path().join("data");
-    let restore = ctx.cluster.quorate(&[
-        "restore",
-        "-f",
-        &manifest_path(&ctx),
-        "--data-dir",
-        &target.display().to_string(),
-    ]);
-    let name = corrupted
-        .snapshot
-        .path
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    match restore {
-        Ok(_) => ctx.anomalies.push(format!(
-            "a restore through the corrupted {name} succeeded instead of refusing it"
-        )),
-        Err(e) if !e.to_string().contains(&name) => ctx.anomalies.push(format!(
-            "a restore through the corrupted {name} failed without naming it: {e}"
-        )),
-        Err(_) => {}
+    for _ in 0..CORRUPT_ATTEMPTS {
+        let corrupted = crate::faults::bucket::corrupt_newest_restored(&manifest, &options)
+            .await
+            .map_err(RunError::Harness)?;
+        let scratch = tempfile::tempdir().map_err(|e| RunError::Harness(e.to_string()))?;
+        let target = scratch.path().join("data");
+        let restore = ctx.cluster.quorate(&[
+            "restore",
+            "-f",
+            &manifest_path(&ctx),
+            "--data-dir",
+            &target.display().to_string(),
+        ]);
+        let name = corrupted
+            .snapshot
+            .path
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let superseded = restore
+            .as_ref()
+            .ok()
+            .and_then(|out| restored_full_revision(out))
+            .is_some_and(|full| corrupted.superseded_by(full));
+        match restore {
+            Ok(_) if superseded => {
+                eprintln!(
+                    "[chaos]          a full snapshot taken after {name} was corrupted made the \
+                     restore pass it by; corrupting the newest object again"
+                );
+                corrupted.heal().await.map_err(RunError::Harness)?;
+                continue;
+            }
+            Ok(_) => ctx.anomalies.push(format!(
+                "a restore through the corrupted {name} succeeded instead of refusing it"
+            )),
+            Err(e) if !e.to_string().contains(&name) => ctx.anomalies.push(format!(
+                "a restore through the corrupted {name} failed without naming it: {e}"
+            )),
+            Err(_) => {}
+        }
+        return corrupted.heal().await.map_err(RunError::Harness);
     }
-    corrupted.heal().await.map_err(RunError::Harness)
+    Err(RunError::Harness(format!(
+        "a new full snapshot passed the corrupted object by {CORRUPT_ATTEMPTS} times in a row"
+    )))
+}
+
+/// How often the corrupted-backup step corrupts again when a new full snapshot passed the
+/// corrupted object by.
+const CORRUPT_ATTEMPTS: usize = 3;
+
+/// The full snapshot's revision `quorate restore` reports ("... (full snapshot at N, ...").
+fn restored_full_revision(output: &str) -> Option<i64> {
+    let rest = output.split("full snapshot at ").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn manifest_path(ctx: &StepContext<'_>) -> String {
@@ -560,5 +594,13 @@ Incr  58     63    90    2026-11-25T12:00:02Z  chaos/v2/Incr-00000058-00000063-1
         assert_eq!(chain_reaches(&gap), 1);
         let final_full = "Full (final)  0  70  120  2026-11-25T12:00:03Z  chaos/v2/Full-final";
         assert_eq!(chain_reaches(&format!("{listing}{final_full}\n")), 70);
+    }
+
+    #[test]
+    fn the_full_snapshot_a_restore_started_from_is_read_from_its_report() {
+        let out = "restored revision 9853 (full snapshot at 9860, 0 deltas, 0 events at 0 \
+                   events/s) in 0.4s\nverified: hash matches\n";
+        assert_eq!(restored_full_revision(out), Some(9860));
+        assert_eq!(restored_full_revision("restored nothing"), None);
     }
 }

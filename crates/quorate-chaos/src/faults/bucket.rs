@@ -62,6 +62,17 @@ pub async fn corrupt_newest_restored(
 }
 
 impl Corrupted {
+    /// Whether a restore that started from the full snapshot at `full_revision` never read
+    /// this object: a full snapshot taken between the corruption and the restore's own listing
+    /// (the schedule's, or a new backup leader's) reaches past it.
+    pub fn superseded_by(&self, full_revision: i64) -> bool {
+        let name = &self.snapshot.name;
+        match name.kind {
+            SnapshotKind::Full => full_revision > name.last_revision,
+            _ => full_revision >= name.last_revision,
+        }
+    }
+
     /// Puts the original content back.
     pub async fn heal(self) -> Result<(), String> {
         write(&self.store, &self.snapshot, self.original).await
