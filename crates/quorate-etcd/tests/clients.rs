@@ -148,6 +148,38 @@ async fn a_member_that_answered_gets_no_connect_time_on_its_next_call() {
 }
 
 #[tokio::test]
+async fn a_cluster_client_connected_to_all_gives_a_member_no_connect_time_on_its_first_call() {
+    // The canary's first write to a member came during a failover: a follower holding the
+    // write its dead leader never answered cost connect + request. Connected to every member
+    // at start, that first call gets the request bound alone.
+    let dir = tempfile::tempdir().unwrap();
+    let member = EtcdProcess::start_ready(
+        EtcdMemberConfig::new("all", dir.path()),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let timeouts = EtcdTimeouts {
+        connect: Duration::from_secs(6),
+        request: Duration::from_secs(1),
+        long_request: Duration::from_secs(60),
+    };
+    let client = ClusterClient::new(&[member.client_url()], None, timeouts)
+        .await
+        .unwrap();
+    client.connect_all().await;
+
+    member.child().freeze(Duration::from_secs(5)).unwrap();
+    let started = Instant::now();
+    let err = client.member_clients()[0].put("k", "v").await.unwrap_err();
+    let took = started.elapsed();
+    member.child().thaw(Duration::from_secs(5)).unwrap();
+    assert_eq!(err.kind(), ErrorKind::Unreachable, "{err}");
+    assert!(took >= timeouts.request, "gave up too early: {took:?}");
+    assert!(took < timeouts.connect, "waited for a connect: {took:?}");
+}
+
+#[tokio::test]
 async fn cluster_client_fails_over_past_dead_endpoints() {
     let mut cluster = EtcdTestCluster::start(3).await;
     let dead = format!("http://127.0.0.1:{}", free_port());

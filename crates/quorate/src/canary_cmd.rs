@@ -204,6 +204,7 @@ pub async fn run(plan: CanaryPlan) -> Result<CanaryTotals, CanaryError> {
         ..EtcdTimeouts::default()
     };
     let client = ClusterClient::new(&plan.endpoints, plan.tls.as_ref(), timeouts).await?;
+    client.connect_all().await;
     let mut totals = CanaryTotals::default();
     let mut ticker = tokio::time::interval(plan.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
