@@ -159,12 +159,12 @@ async fn observe<C: Coordination>(
     }
     // What the start waited on: at info for a start slow to begin, else at debug (an agent
     // waiting for its turn to join gathers it five times a second).
-    let (leases_ms, peers_ms, total) = (
+    let total = started.elapsed();
+    let (leases_ms, peers_ms, total_ms) = (
         leases_read.as_millis(),
         peers_asked.map(|d| d.as_millis()),
-        started.elapsed(),
+        total.as_millis(),
     );
-    let total_ms = total.as_millis();
     if total >= SLOW_START_EVIDENCE {
         tracing::info!(member = %me, leases_ms, peers_ms, total_ms, "start evidence gathered");
     } else {

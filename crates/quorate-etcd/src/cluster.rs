@@ -69,10 +69,17 @@ impl ClusterClient {
         let answers =
             futures::future::join_all(self.members.iter().map(|m| async move { m.status().await }))
                 .await;
-        for (answer, unanswered) in answers.iter().zip(&self.unanswered) {
-            let none = matches!(answer, Err(e) if e.kind() == ErrorKind::Unreachable);
-            unanswered.store(none, Ordering::Relaxed);
+        for (i, answer) in answers.iter().enumerate() {
+            self.note_answer(i, answer);
         }
+    }
+
+    /// Records whether member `i` answered `answer` at all (an error of its own counts as an
+    /// answer); returns true when it did not.
+    fn note_answer<T>(&self, i: usize, answer: &Result<T, EtcdError>) -> bool {
+        let unanswered = matches!(answer, Err(e) if e.kind() == ErrorKind::Unreachable);
+        self.unanswered[i].store(unanswered, Ordering::Relaxed);
+        unanswered
     }
 
     /// A client from an [`EtcdEndpoints`] configuration.
@@ -212,9 +219,7 @@ impl ClusterClient {
         let mut failures = Vec::new();
         for (k, i) in self.order().into_iter().enumerate() {
             let answer = call(&self.members[i]).await;
-            let unanswered = matches!(&answer, Err(e) if e.kind() == ErrorKind::Unreachable);
-            self.unanswered[i].store(unanswered, Ordering::Relaxed);
-            if unanswered && k == 0 {
+            if self.note_answer(i, &answer) && k == 0 {
                 // The next call starts with the next member, also when none answers now (all
                 // are then last alike): the one asked first in vain is not asked first again.
                 self.preferred

@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{cluster_client, member_client, timeouts};
@@ -88,12 +89,7 @@ async fn closed_port_is_unreachable_quickly() {
 #[tokio::test]
 async fn frozen_member_times_out_as_unreachable_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut member = EtcdProcess::start_ready(
-        EtcdMemberConfig::new("frozen", dir.path()),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let mut member = ready_member("frozen", dir.path()).await;
     let client = member_client(&member).await;
     client.status().await.unwrap();
 
@@ -115,36 +111,48 @@ async fn frozen_member_times_out_as_unreachable_and_recovers() {
     assert!(member.is_running());
 }
 
-#[tokio::test]
-async fn a_member_that_answered_gets_no_connect_time_on_its_next_call() {
-    // A follower whose leader just died holds a write; with connect time allowed on a working
-    // connection, the client waited connect + request there (3 s of the canary's 5 s) before
-    // trying another member.
-    let dir = tempfile::tempdir().unwrap();
-    let member = EtcdProcess::start_ready(
-        EtcdMemberConfig::new("answered", dir.path()),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    let timeouts = EtcdTimeouts {
-        connect: Duration::from_secs(6),
-        request: Duration::from_secs(1),
-        long_request: Duration::from_secs(60),
-    };
-    let client = MemberClient::connect(&member.client_url(), None, timeouts)
-        .await
-        .unwrap();
-    client.put("k", "v").await.unwrap();
+/// Bounds whose connect allowance is long enough to tell apart from the request bound.
+const LONG_CONNECT: EtcdTimeouts = EtcdTimeouts {
+    connect: Duration::from_secs(6),
+    request: Duration::from_secs(1),
+    long_request: Duration::from_secs(60),
+};
 
+/// One ready member named `name` with its data in `dir`.
+async fn ready_member(name: &str, dir: &Path) -> EtcdProcess {
+    EtcdProcess::start_ready(EtcdMemberConfig::new(name, dir), Duration::from_secs(30))
+        .await
+        .unwrap()
+}
+
+/// Freezes `member` and checks that a put through `client` gets the request bound of
+/// [`LONG_CONNECT`] alone, no connect allowance.
+async fn assert_put_gets_no_connect_time(member: &EtcdProcess, client: &MemberClient) {
     member.child().freeze(Duration::from_secs(5)).unwrap();
     let started = Instant::now();
     let err = client.put("k", "w").await.unwrap_err();
     let took = started.elapsed();
     member.child().thaw(Duration::from_secs(5)).unwrap();
     assert_eq!(err.kind(), ErrorKind::Unreachable, "{err}");
-    assert!(took >= timeouts.request, "gave up too early: {took:?}");
-    assert!(took < timeouts.connect, "waited for a connect: {took:?}");
+    assert!(took >= LONG_CONNECT.request, "gave up too early: {took:?}");
+    assert!(
+        took < LONG_CONNECT.connect,
+        "waited for a connect: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_member_that_answered_gets_no_connect_time_on_its_next_call() {
+    // A follower whose leader just died holds a write; with connect time allowed on a working
+    // connection, the client waited connect + request there (3 s of the canary's 5 s) before
+    // trying another member.
+    let dir = tempfile::tempdir().unwrap();
+    let member = ready_member("answered", dir.path()).await;
+    let client = MemberClient::connect(&member.client_url(), None, LONG_CONNECT)
+        .await
+        .unwrap();
+    client.put("k", "v").await.unwrap();
+    assert_put_gets_no_connect_time(&member, &client).await;
 }
 
 #[tokio::test]
@@ -153,30 +161,12 @@ async fn a_cluster_client_connected_to_all_gives_a_member_no_connect_time_on_its
     // write its dead leader never answered cost connect + request. Connected to every member
     // at start, that first call gets the request bound alone.
     let dir = tempfile::tempdir().unwrap();
-    let member = EtcdProcess::start_ready(
-        EtcdMemberConfig::new("all", dir.path()),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    let timeouts = EtcdTimeouts {
-        connect: Duration::from_secs(6),
-        request: Duration::from_secs(1),
-        long_request: Duration::from_secs(60),
-    };
-    let client = ClusterClient::new(&[member.client_url()], None, timeouts)
+    let member = ready_member("all", dir.path()).await;
+    let client = ClusterClient::new(&[member.client_url()], None, LONG_CONNECT)
         .await
         .unwrap();
     client.connect_all().await;
-
-    member.child().freeze(Duration::from_secs(5)).unwrap();
-    let started = Instant::now();
-    let err = client.member_clients()[0].put("k", "v").await.unwrap_err();
-    let took = started.elapsed();
-    member.child().thaw(Duration::from_secs(5)).unwrap();
-    assert_eq!(err.kind(), ErrorKind::Unreachable, "{err}");
-    assert!(took >= timeouts.request, "gave up too early: {took:?}");
-    assert!(took < timeouts.connect, "waited for a connect: {took:?}");
+    assert_put_gets_no_connect_time(&member, &client.member_clients()[0]).await;
 }
 
 #[tokio::test]

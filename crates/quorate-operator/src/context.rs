@@ -108,8 +108,8 @@ pub struct Context {
 
 /// The `Etcd`s that wait for their spec flow on a generation not yet reconciled (core
 /// `reconcile_control::awaits_spec_flow`), every replica's share of them, as the controller's
-/// watch last showed them: kept from each watch event, so asking how many costs nothing per pass. While
-/// there are any, settled clusters put off rewriting an unchanged status (core
+/// watch last showed them: kept from each watch event, so asking how many costs nothing per
+/// pass. While there are any, settled clusters put off rewriting an unchanged status (core
 /// `status::refresh`), leaving the API server to the work that changes something.
 #[derive(Debug, Default)]
 pub struct SpecBacklog(Mutex<BacklogState>);
